@@ -1,0 +1,1 @@
+"""Live stream state and the rules that change it."""

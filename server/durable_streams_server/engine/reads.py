@@ -1,0 +1,94 @@
+"""Reading a stream: stitching fork ancestry, the Delta history and the in-memory tail.
+
+A stream's sequence space is shared with its fork ancestry: sequence numbers below a
+fork's ``fork_seq`` belong to its source (recursively), the rest to the fork. Within one
+incarnation, messages below ``mem_base`` live only in Delta; the rest are in memory.
+A read gathers whole messages until a byte budget is spent; a single message larger than
+the budget is served in slices addressed by the offset's byte field.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from ..protocol.errors import BadRequest
+from ..protocol.offsets import Offset
+from .engine import Engine
+from .stream import Stream
+from .types import ReadResult
+
+
+async def read(engine: Engine, stream: Stream, start: Offset, max_bytes: int) -> ReadResult:
+    """Messages from ``start`` up to the visible tail, at most about ``max_bytes`` of them."""
+    tail = stream.visible_tail
+    if start.seq > tail or (start.seq == tail and start.within != 0):
+        raise BadRequest(f"offset {start} is beyond the tail of the stream", code="OFFSET_OUT_OF_RANGE")
+    chunks: list[bytes] = []
+    next_offset = start
+    if start.seq < tail:
+        messages = await _gather(engine, stream, start.seq, tail, max_bytes + start.within)
+        first = messages[0][start.within :]
+        if len(first) > max_bytes:
+            chunks = [first[:max_bytes]]
+            next_offset = Offset(start.seq, start.within + max_bytes)
+        else:
+            chunks = [first, *messages[1:]]
+            next_offset = Offset(start.seq + len(messages), 0)
+    at_tail = next_offset.seq == tail and next_offset.within == 0
+    return ReadResult(
+        stream=stream,
+        start=start,
+        next=next_offset,
+        chunks=chunks,
+        up_to_date=at_tail,
+        closed=at_tail and stream.visible_closed,
+    )
+
+
+async def _gather(engine: Engine, stream: Stream, start: int, end: int, budget: int) -> list[bytes]:
+    """Whole messages ``start..end`` (at least one) until ``budget`` bytes are reached."""
+    gathered: list[bytes] = []
+    if start < stream.fork_seq and stream.fork_of is not None:
+        source = engine.by_uid[stream.fork_of]
+        gathered = await _gather(engine, source, start, min(end, stream.fork_seq), budget)
+        start += len(gathered)
+        budget -= sum(len(m) for m in gathered)
+        if start < stream.fork_seq or budget <= 0:
+            return gathered
+    if start < min(end, stream.mem_base):
+        history_end = min(end, stream.mem_base, start + max(1, budget // 64 + 1))
+        for stored in await engine.storage.read_messages(stream.uid, start, history_end):
+            if gathered and budget <= 0:
+                return gathered
+            gathered.append(stored.data)
+            budget -= len(stored.data)
+            start += 1
+        if start < stream.mem_base:
+            return gathered
+    offset = start - stream.mem_base
+    limit = end - stream.mem_base
+    messages = stream.messages
+    while offset < limit and (not gathered or budget > 0):
+        message = messages[offset]
+        gathered.append(message)
+        budget -= len(message)
+        offset += 1
+    return gathered
+
+
+async def wait_for_change(stream: Stream, seq: int, timeout_s: float) -> bool:
+    """Wait until data beyond ``seq`` is visible, the stream closes or goes away.
+
+    Returns ``False`` on timeout. Waiters are woken by ``Engine.on_durable``; nothing polls.
+    """
+    if stream.visible_tail > seq or stream.visible_closed:
+        return True
+    waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    stream.waiters.add(waiter)
+    try:
+        await asyncio.wait_for(waiter, timeout_s)
+        return True
+    except TimeoutError:
+        return False
+    finally:
+        stream.waiters.discard(waiter)

@@ -1,0 +1,148 @@
+"""One stream's live state: configuration, tail, producers, closure, fork links, and the
+in-memory tail of its messages.
+
+Two tails are kept. ``tail``/``closed`` are the *applied* state that validates the next
+append; ``visible_tail``/``visible_closed`` trail them until the records behind them are
+durable, and are all that readers see. So no reader ever observes data a crash could
+still take back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..protocol.producers import ProducerState
+
+
+@dataclass(slots=True)
+class Stream:
+    name: str
+    uid: int
+    content_type: str
+    created_ms: int
+    ttl_s: int | None = None
+    expires_at: str | None = None
+    expires_at_ms: int | None = None
+    closed: bool = False
+    closed_by: tuple[str, int, int] | None = None
+    tail: int = 0
+    producers: dict[str, ProducerState] = field(default_factory=dict)
+    stream_seq: str | None = None
+    fork_of: int | None = None
+    fork_seq: int = 0
+    fork_offset: str | None = None
+    fork_sub_offset: int = 0
+    soft_deleted: bool = False
+    last_access_ms: int = 0
+    # Derived, never persisted.
+    forks: int = 0
+    visible_tail: int = 0
+    visible_closed: bool = False
+    last_lsn: int = 0
+    mem_base: int = 0
+    messages: list[bytes] = field(default_factory=list)
+    stamps: list[int] = field(default_factory=list)
+    mem_bytes: int = 0
+    batches: dict[int, int] = field(default_factory=dict)
+    flushed_tail: int = 0
+    waiters: set[asyncio.Future[None]] = field(default_factory=set)
+
+    # -- lifetime ---------------------------------------------------------------------
+
+    def expired(self, now_ms: int) -> bool:
+        if self.expires_at_ms is not None and now_ms >= self.expires_at_ms:
+            return True
+        return self.ttl_s is not None and now_ms >= self.last_access_ms + self.ttl_s * 1000
+
+    def remaining_ttl_s(self, now_ms: int) -> int | None:
+        if self.ttl_s is None:
+            return None
+        return max(0, (self.last_access_ms + self.ttl_s * 1000 - now_ms + 999) // 1000)
+
+    # -- the in-memory tail -----------------------------------------------------------
+
+    def remember(self, first_seq: int, messages: tuple[bytes, ...], ts_ms: int) -> None:
+        if not self.messages:
+            self.mem_base = first_seq
+        if len(messages) > 1:
+            self.batches[first_seq] = len(messages)
+        self.messages.extend(messages)
+        self.stamps.extend([ts_ms] * len(messages))
+        self.mem_bytes += sum(len(m) for m in messages)
+
+    def trim_flushed(self, keep_bytes: int) -> None:
+        """Forget flushed messages beyond the newest ``keep_bytes``; unflushed ones stay."""
+        drop = 0
+        limit = self.flushed_tail - self.mem_base
+        while drop < limit and self.mem_bytes > keep_bytes:
+            self.mem_bytes -= len(self.messages[drop])
+            drop += 1
+        if drop:
+            del self.messages[:drop]
+            del self.stamps[:drop]
+            self.mem_base += drop
+            for seq in [seq for seq in self.batches if seq < self.mem_base]:
+                del self.batches[seq]
+
+    def wake(self) -> None:
+        waiters, self.waiters = self.waiters, set()
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    # -- persistence ------------------------------------------------------------------
+
+    def to_state(self, *, written_ms: int, deleted: bool = False) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "uid": self.uid,
+            "content_type": self.content_type,
+            "created_ms": self.created_ms,
+            "ttl_s": self.ttl_s,
+            "expires_at": self.expires_at,
+            "expires_at_ms": self.expires_at_ms,
+            "closed": self.closed,
+            "closed_by": list(self.closed_by) if self.closed_by else None,
+            "tail": self.tail,
+            "producers": {pid: [p.epoch, p.last_seq] for pid, p in self.producers.items()},
+            "stream_seq": self.stream_seq,
+            "fork_of": self.fork_of,
+            "fork_seq": self.fork_seq,
+            "fork_offset": self.fork_offset,
+            "fork_sub_offset": self.fork_sub_offset,
+            "soft_deleted": self.soft_deleted,
+            "last_access_ms": self.last_access_ms,
+            "deleted": deleted,
+            "written_ms": written_ms,
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Stream:
+        closed_by = state.get("closed_by")
+        stream = cls(
+            name=state["name"],
+            uid=state["uid"],
+            content_type=state["content_type"],
+            created_ms=state["created_ms"],
+            ttl_s=state.get("ttl_s"),
+            expires_at=state.get("expires_at"),
+            expires_at_ms=state.get("expires_at_ms"),
+            closed=state.get("closed", False),
+            closed_by=(closed_by[0], closed_by[1], closed_by[2]) if closed_by else None,
+            tail=state["tail"],
+            producers={pid: ProducerState(ep, seq) for pid, (ep, seq) in state.get("producers", {}).items()},
+            stream_seq=state.get("stream_seq"),
+            fork_of=state.get("fork_of"),
+            fork_seq=state.get("fork_seq", 0),
+            fork_offset=state.get("fork_offset"),
+            fork_sub_offset=state.get("fork_sub_offset", 0),
+            soft_deleted=state.get("soft_deleted", False),
+            last_access_ms=state.get("last_access_ms", 0),
+        )
+        stream.visible_tail = stream.tail
+        stream.visible_closed = stream.closed
+        stream.mem_base = stream.tail
+        stream.flushed_tail = stream.tail
+        return stream

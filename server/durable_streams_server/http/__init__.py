@@ -1,0 +1,1 @@
+"""The ASGI surface: routing, request parsing, response rendering, SSE."""

@@ -1,0 +1,64 @@
+"""Response plumbing shared by every route: error bodies, browser security headers, CORS."""
+
+from __future__ import annotations
+
+import json
+
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..protocol.errors import ProtocolError
+
+ALLOWED_METHODS = "GET, POST, PUT, DELETE, HEAD, OPTIONS"
+ALLOWED_HEADERS = (
+    "Content-Type, Authorization, If-None-Match, Stream-Seq, Stream-TTL, Stream-Expires-At, Stream-Closed, "
+    "Producer-Id, Producer-Epoch, Producer-Seq, Stream-Forked-From, Stream-Fork-Offset, Stream-Fork-Sub-Offset"
+)
+EXPOSED_HEADERS = (
+    "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, Stream-TTL, Stream-Expires-At, "
+    "Stream-SSE-Data-Encoding, Producer-Epoch, Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, "
+    "ETag, Content-Type, Location"
+)
+_EVERY_RESPONSE = [
+    (b"access-control-allow-origin", b"*"),
+    (b"access-control-expose-headers", EXPOSED_HEADERS.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"cross-origin-resource-policy", b"cross-origin"),
+]
+
+
+def error_response(error: ProtocolError) -> Response:
+    body = json.dumps({"error": {"code": error.code, "message": error.message}}).encode()
+    return Response(body, status_code=error.status, headers=error.headers, media_type="application/json")
+
+
+def preflight_response() -> Response:
+    return Response(
+        status_code=204,
+        headers={
+            "Access-Control-Allow-Methods": ALLOWED_METHODS,
+            "Access-Control-Allow-Headers": ALLOWED_HEADERS,
+            "Access-Control-Max-Age": "86400",
+        },
+    )
+
+
+class SecurityHeadersMiddleware:
+    """Adds CORS and browser-hardening headers to every response, errors included."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                present = {name.lower() for name, _ in message.get("headers", [])}
+                extra = [(name, value) for name, value in _EVERY_RESPONSE if name not in present]
+                message["headers"] = list(message.get("headers", [])) + extra
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)

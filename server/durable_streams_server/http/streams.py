@@ -1,0 +1,239 @@
+"""HTTP handlers for one stream URL: parse the request, call the engine, render headers.
+
+No protocol decisions are made here: header syntax lives in ``protocol.headers``, state
+rules in the engine. What is here is the mapping between HTTP and those two.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from urllib.parse import urlsplit
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from ..engine import reads
+from ..engine.engine import Engine
+from ..engine.stream import Stream
+from ..engine.types import AppendOutcome, AppendRequest, CreateRequest, ReadResult
+from ..protocol import headers as h
+from ..protocol.cursor import response_cursor
+from ..protocol.errors import BadRequest, PayloadTooLarge
+from ..protocol.json_mode import frame
+from ..protocol.offsets import BEGINNING_SENTINEL, NOW_SENTINEL, Offset, encode_seq, parse_offset
+from . import sse
+from .limits import HttpLimits
+
+_SUB_OFFSET_HEADER_RE = re.compile(r"^(0|[1-9][0-9]*)$")
+CACHEABLE = "public, max-age=60, stale-while-revalidate=300"
+
+
+class StreamHandlers:
+    def __init__(self, engine: Engine, limits: HttpLimits) -> None:
+        self.engine = engine
+        self.limits = limits
+
+    # -- shared -----------------------------------------------------------------------
+
+    async def body(self, request: Request) -> bytes:
+        declared = request.headers.get("content-length")
+        limit = self.limits.max_body_bytes
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise PayloadTooLarge(f"request body exceeds {limit} bytes")
+        parts: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise PayloadTooLarge(f"request body exceeds {limit} bytes")
+            parts.append(chunk)
+        return b"".join(parts)
+
+    # -- PUT: create --------------------------------------------------------------------
+
+    async def create(self, request: Request, name: str) -> Response:
+        headers = request.headers
+        ttl_raw, expires_raw = headers.get(h.STREAM_TTL), headers.get(h.STREAM_EXPIRES_AT)
+        if ttl_raw is not None and expires_raw is not None:
+            raise BadRequest("Stream-TTL and Stream-Expires-At cannot both be set", code="INVALID_TTL")
+        ttl_s = h.parse_ttl(ttl_raw)
+        expires_at = h.parse_expires_at(expires_raw)
+        fork_from = headers.get(h.STREAM_FORKED_FROM)
+        fork_offset_raw = headers.get(h.STREAM_FORK_OFFSET)
+        sub_raw = headers.get(h.STREAM_FORK_SUB_OFFSET)
+        if fork_from is None and (fork_offset_raw is not None or sub_raw is not None):
+            raise BadRequest("fork headers need Stream-Forked-From", code="INVALID_FORK")
+        if sub_raw is not None and not _SUB_OFFSET_HEADER_RE.match(sub_raw):
+            raise BadRequest(f"invalid Stream-Fork-Sub-Offset {sub_raw!r}", code="INVALID_FORK_SUB_OFFSET")
+        create = CreateRequest(
+            name=name,
+            content_type=h.parse_content_type(headers.get("content-type")),
+            ttl_s=ttl_s,
+            expires_at=expires_raw.strip() if expires_raw is not None else None,
+            expires_at_ms=int(expires_at.timestamp() * 1000) if expires_at is not None else None,
+            closed=h.is_closed_flag(headers.get(h.STREAM_CLOSED)),
+            body=await self.body(request),
+            fork_from=stream_name_from_reference(fork_from) if fork_from is not None else None,
+            fork_offset=parse_offset(fork_offset_raw) if fork_offset_raw is not None else None,
+            fork_sub_offset=int(sub_raw) if sub_raw is not None else None,
+        )
+        outcome = await self.engine.create(create)
+        stream = outcome.stream
+        response_headers = {"Content-Type": stream.content_type, h.STREAM_NEXT_OFFSET: encode_seq(outcome.tail)}
+        if outcome.created:
+            response_headers["Location"] = str(request.url.replace(query=""))
+        if stream.closed:
+            response_headers[h.STREAM_CLOSED] = "true"
+        return Response(status_code=201 if outcome.created else 200, headers=response_headers)
+
+    # -- POST: append / close -----------------------------------------------------------
+
+    async def append(self, request: Request, name: str) -> Response:
+        headers = request.headers
+        producer = h.parse_producer(headers.get(h.PRODUCER_ID), headers.get(h.PRODUCER_EPOCH), headers.get(h.PRODUCER_SEQ))
+        close = h.is_closed_flag(headers.get(h.STREAM_CLOSED))
+        body = await self.body(request)
+        content_type = None
+        if body:
+            content_type = h.parse_content_type(headers.get("content-type"))
+            if content_type is None:
+                raise BadRequest("Content-Type is required when appending data", code="MISSING_CONTENT_TYPE")
+        elif not close:
+            raise BadRequest("an append needs a body (or Stream-Closed: true to close)", code="EMPTY_BODY")
+        outcome = await self.engine.append(
+            name, AppendRequest(body, content_type, producer, headers.get(h.STREAM_SEQ), close)
+        )
+        return Response(status_code=outcome.status, headers=_append_headers(outcome))
+
+    # -- DELETE / HEAD ------------------------------------------------------------------
+
+    async def delete(self, name: str) -> Response:
+        await self.engine.delete(name)
+        return Response(status_code=204)
+
+    async def head(self, name: str) -> Response:
+        stream = self.engine.get_live(name)
+        headers = {
+            "Content-Type": stream.content_type,
+            h.STREAM_NEXT_OFFSET: encode_seq(stream.visible_tail),
+            "Cache-Control": "no-store",
+            "ETag": _etag(stream, BEGINNING_SENTINEL, encode_seq(stream.visible_tail), stream.visible_closed),
+        }
+        if stream.ttl_s is not None:
+            headers[h.STREAM_TTL] = str(stream.ttl_s)
+        if stream.expires_at is not None:
+            headers[h.STREAM_EXPIRES_AT] = stream.expires_at
+        if stream.visible_closed:
+            headers[h.STREAM_CLOSED] = "true"
+        return Response(status_code=200, headers=headers)
+
+    # -- GET: catch-up, long-poll, SSE --------------------------------------------------
+
+    async def read(self, request: Request, name: str) -> Response:
+        params = request.query_params
+        offsets = params.getlist("offset")
+        if len(offsets) > 1:
+            raise BadRequest("only one offset parameter is allowed", code="INVALID_OFFSET")
+        offset_raw = offsets[0] if offsets else None
+        if offset_raw == "":
+            raise BadRequest("the offset parameter is empty", code="INVALID_OFFSET")
+        live = params.get("live")
+        if live is not None and live not in ("long-poll", "sse"):
+            raise BadRequest(f"unknown live mode {live!r}", code="INVALID_LIVE")
+        if live is not None and offset_raw is None:
+            raise BadRequest(f"live={live} needs an offset", code="INVALID_OFFSET")
+        start = None
+        if offset_raw not in (None, BEGINNING_SENTINEL, NOW_SENTINEL):
+            start = parse_offset(offset_raw)
+        stream = self.engine.get_live(name)
+        self.engine.touch(stream)
+        if offset_raw == NOW_SENTINEL:
+            start = Offset(stream.visible_tail)
+            if live is None:
+                return self._now_response(stream)
+        if start is None:
+            start = Offset(0)
+        cursor = params.get("cursor")
+        if live == "sse":
+            return sse.response(self.engine, stream, start, cursor, self.limits)
+        result = await reads.read(self.engine, stream, start, self.limits.max_read_bytes)
+        if live == "long-poll" and not result.chunks:
+            if not result.closed:
+                await reads.wait_for_change(stream, start.seq, self.limits.long_poll_timeout_s)
+                stream = self.engine.get_live(name)
+                self.engine.touch(stream)
+                result = await reads.read(self.engine, stream, start, self.limits.max_read_bytes)
+            if not result.chunks:
+                return self._long_poll_empty(result, cursor)
+        return self._data_response(request, result, offset_raw or BEGINNING_SENTINEL, live, cursor)
+
+    def _now_response(self, stream: Stream) -> Response:
+        headers = {
+            "Content-Type": stream.content_type,
+            h.STREAM_NEXT_OFFSET: encode_seq(stream.visible_tail),
+            h.STREAM_UP_TO_DATE: "true",
+            "Cache-Control": "no-store",
+        }
+        if stream.visible_closed:
+            headers[h.STREAM_CLOSED] = "true"
+        body = b"[]" if h.is_json(stream.content_type) else b""
+        return Response(body, status_code=200, headers=headers)
+
+    def _long_poll_empty(self, result: ReadResult, cursor: str | None) -> Response:
+        headers = {
+            h.STREAM_NEXT_OFFSET: result.next.encode(),
+            h.STREAM_UP_TO_DATE: "true",
+            "Cache-Control": "no-store",
+        }
+        if result.closed:
+            headers[h.STREAM_CLOSED] = "true"
+        else:
+            headers[h.STREAM_CURSOR] = response_cursor(cursor, time.time())
+        return Response(status_code=204, headers=headers)
+
+    def _data_response(
+        self, request: Request, result: ReadResult, start_token: str, live: str | None, cursor: str | None
+    ) -> Response:
+        stream = result.stream
+        next_token = result.next.encode()
+        etag = _etag(stream, start_token, next_token, result.closed)
+        headers = {
+            "Content-Type": stream.content_type,
+            h.STREAM_NEXT_OFFSET: next_token,
+            "ETag": etag,
+            "Cache-Control": CACHEABLE,
+        }
+        if result.up_to_date:
+            headers[h.STREAM_UP_TO_DATE] = "true"
+        if result.closed:
+            headers[h.STREAM_CLOSED] = "true"
+        if live == "long-poll" or not result.closed:
+            headers[h.STREAM_CURSOR] = response_cursor(cursor, time.time())
+        if request.headers.get("if-none-match") == etag:
+            return Response(status_code=304, headers={"ETag": etag, "Cache-Control": CACHEABLE})
+        body = frame(result.chunks) if h.is_json(stream.content_type) else b"".join(result.chunks)
+        return Response(body, status_code=200, headers=headers)
+
+
+def _etag(stream: Stream, start: str, end: str, closed: bool) -> str:
+    return f'"{stream.uid}:{start}:{end}{":c" if closed else ""}"'
+
+
+def _append_headers(outcome: AppendOutcome) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    if outcome.include_offset:
+        headers[h.STREAM_NEXT_OFFSET] = encode_seq(outcome.tail)
+    if outcome.closed:
+        headers[h.STREAM_CLOSED] = "true"
+    if outcome.producer_epoch is not None:
+        headers[h.PRODUCER_EPOCH] = str(outcome.producer_epoch)
+    if outcome.producer_seq is not None:
+        headers[h.PRODUCER_SEQ] = str(outcome.producer_seq)
+    return headers
+
+
+def stream_name_from_reference(reference: str) -> str:
+    """``Stream-Forked-From`` names a stream by URL path (or full URL)."""
+    path = urlsplit(reference).path if "://" in reference else reference
+    return path.strip("/")

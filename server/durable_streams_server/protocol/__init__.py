@@ -1,0 +1,1 @@
+"""Pure protocol decisions: header syntax, offsets, producers, JSON mode, cursors (no I/O)."""

@@ -1,0 +1,79 @@
+"""Every protocol error the server can answer with, written out once.
+
+Each error carries its HTTP status, a stable machine-readable ``code``, a human message
+and any protocol headers the spec requires on that response (``Stream-Closed``,
+``Producer-Expected-Seq`` ...). The HTTP layer turns one into a JSON body
+``{"error": {"code": ..., "message": ...}}`` plus those headers; nothing else decides
+statuses.
+
+    ProtocolError
+    ├── BadRequest             400  malformed headers, offsets, bodies, parameters
+    ├── Forbidden              403  stale producer epoch (zombie fencing)
+    ├── NotFound               404  no such stream
+    ├── MethodNotAllowed       405
+    ├── Conflict               409  config mismatch, closed stream, sequence problems
+    ├── Gone                   410  offset before the retained history / soft-deleted stream
+    ├── PayloadTooLarge        413
+    ├── UnsupportedMediaType   415
+    └── ServiceUnavailable     503  storage cannot accept writes right now
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+
+class ProtocolError(Exception):
+    status: int = 500
+    default_code: str = "INTERNAL_ERROR"
+
+    def __init__(self, message: str, *, code: str | None = None, headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code or self.default_code
+        self.headers: dict[str, str] = dict(headers or {})
+
+
+class BadRequest(ProtocolError):
+    status = 400
+    default_code = "BAD_REQUEST"
+
+
+class Forbidden(ProtocolError):
+    status = 403
+    default_code = "FORBIDDEN"
+
+
+class NotFound(ProtocolError):
+    status = 404
+    default_code = "NOT_FOUND"
+
+
+class MethodNotAllowed(ProtocolError):
+    status = 405
+    default_code = "METHOD_NOT_ALLOWED"
+
+
+class Conflict(ProtocolError):
+    status = 409
+    default_code = "CONFLICT"
+
+
+class Gone(ProtocolError):
+    status = 410
+    default_code = "GONE"
+
+
+class PayloadTooLarge(ProtocolError):
+    status = 413
+    default_code = "PAYLOAD_TOO_LARGE"
+
+
+class UnsupportedMediaType(ProtocolError):
+    status = 415
+    default_code = "UNSUPPORTED_MEDIA_TYPE"
+
+
+class ServiceUnavailable(ProtocolError):
+    status = 503
+    default_code = "SERVICE_UNAVAILABLE"

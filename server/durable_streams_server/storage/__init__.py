@@ -1,0 +1,1 @@
+"""Durability: the write-ahead log and the Delta tier."""

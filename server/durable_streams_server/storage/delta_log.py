@@ -1,0 +1,193 @@
+"""The Delta tier: one Delta table holding every stream's messages and state.
+
+Schema (one table, ``<storage-uri>/streams``; documented in the README):
+
+============  ==================  ===========================================================
+column        type                meaning
+============  ==================  ===========================================================
+stream        string              the stream's path, e.g. ``v1/stream/orders``
+stream_uid    int64               the stream's incarnation (a re-created path gets a new one)
+kind          string              ``message`` or ``state``
+seq           int64               message: its sequence number; state: the stream's tail
+ts            timestamp[us, UTC]  when the message was appended / the state was written
+data          binary              the message bytes (null for state rows)
+meta          string              the stream's state as JSON (null for message rows)
+lsn           int64               WAL position of the record that wrote the row
+============  ==================  ===========================================================
+
+A commit holds a batch of records' messages plus one ``state`` row per stream those
+records touched, so data and the state it changes land in one atomic Delta commit. Each
+commit also records the highest LSN it covers as a Delta application transaction
+(``txn`` action, app id ``durable-streams-server``): recovery replays exactly the WAL
+records after it, and a flush retried after a crash is recognised and skipped.
+
+All methods block; callers run them on worker threads.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import TableNotFoundError
+
+from .records import Record
+
+APP_ID = "durable-streams-server"
+TABLE_NAME = "streams"
+
+SCHEMA = pa.schema(
+    [
+        pa.field("stream", pa.string(), nullable=False),
+        pa.field("stream_uid", pa.int64(), nullable=False),
+        pa.field("kind", pa.string(), nullable=False),
+        pa.field("seq", pa.int64(), nullable=False),
+        pa.field("ts", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("data", pa.binary(), nullable=True),
+        pa.field("meta", pa.string(), nullable=True),
+        pa.field("lsn", pa.int64(), nullable=False),
+    ]
+)
+
+KIND_MESSAGE = "message"
+KIND_STATE = "state"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    seq: int
+    data: bytes
+    ts_ms: int
+    batch: int = 1
+
+
+def table_uri(storage_uri: str) -> str:
+    return storage_uri.rstrip("/") + "/" + TABLE_NAME
+
+
+class DeltaLog:
+    def __init__(self, storage_uri: str, storage_options: Mapping[str, str]) -> None:
+        self.uri = table_uri(storage_uri)
+        self.storage_options = dict(storage_options)
+        self._table = self._open_or_create()
+        self._lock = threading.Lock()
+
+    def _open_or_create(self) -> DeltaTable:
+        try:
+            return DeltaTable(self.uri, storage_options=self.storage_options)
+        except TableNotFoundError:
+            return DeltaTable.create(
+                self.uri,
+                SCHEMA,
+                mode="ignore",
+                name="durable_streams",
+                description="Durable Streams messages and stream state",
+                storage_options=self.storage_options,
+            )
+
+    def committed_lsn(self) -> int:
+        """The highest LSN any commit covers (0 for a new table)."""
+        with self._lock:
+            return self._table.transaction_version(APP_ID) or 0
+
+    def version(self) -> int:
+        with self._lock:
+            return self._table.version()
+
+    def load_states(self) -> dict[int, dict[str, Any]]:
+        """The newest state of every stream incarnation, by uid."""
+        with self._lock:
+            reader = self._table.scan(columns=["stream_uid", "lsn", "meta"], predicate=f"kind = '{KIND_STATE}'")
+        newest: dict[int, tuple[int, str]] = {}
+        for batch in reader:
+            for uid, lsn, meta in zip(
+                batch.column("stream_uid").to_pylist(), batch.column("lsn").to_pylist(), batch.column("meta").to_pylist()
+            ):
+                if uid not in newest or lsn > newest[uid][0]:
+                    newest[uid] = (lsn, meta)
+        return {uid: json.loads(meta) for uid, (_, meta) in newest.items()}
+
+    def commit(self, records: Iterable[Record], states: Mapping[int, dict[str, Any]], through_lsn: int) -> None:
+        """Write the records' messages and the given stream states in one commit."""
+        streams: list[str] = []
+        uids: list[int] = []
+        kinds: list[str] = []
+        seqs: list[int] = []
+        stamps: list[int] = []
+        datas: list[bytes | None] = []
+        metas: list[str | None] = []
+        lsns: list[int] = []
+        names = {uid: state["name"] for uid, state in states.items()}
+        for record in records:
+            if not record.messages:
+                continue
+            name = names.get(record.uid) or record.header.get("name", "")
+            first_seq = record.header["first_seq"]
+            ts_us = record.header["ts"] * 1000
+            batch_starts = _batch_starts(record.header.get("batches") or [len(record.messages)])
+            for index, message in enumerate(record.messages):
+                streams.append(name)
+                uids.append(record.uid)
+                kinds.append(KIND_MESSAGE)
+                seqs.append(first_seq + index)
+                stamps.append(ts_us)
+                datas.append(message)
+                size = batch_starts.get(index, 1)
+                metas.append(f'{{"batch":{size}}}' if size > 1 else None)
+                lsns.append(record.lsn)
+        for uid, state in states.items():
+            streams.append(state["name"])
+            uids.append(uid)
+            kinds.append(KIND_STATE)
+            seqs.append(state["tail"])
+            stamps.append(state["written_ms"] * 1000)
+            datas.append(None)
+            metas.append(json.dumps(state, separators=(",", ":")))
+            lsns.append(through_lsn)
+        table = pa.Table.from_arrays(
+            [
+                pa.array(streams, pa.string()),
+                pa.array(uids, pa.int64()),
+                pa.array(kinds, pa.string()),
+                pa.array(seqs, pa.int64()),
+                pa.array(stamps, pa.timestamp("us", tz="UTC")),
+                pa.array(datas, pa.binary()),
+                pa.array(metas, pa.string()),
+                pa.array(lsns, pa.int64()),
+            ],
+            schema=SCHEMA,
+        )
+        properties = CommitProperties(app_transactions=[Transaction(app_id=APP_ID, version=through_lsn)])
+        with self._lock:
+            write_deltalake(self._table, table, mode="append", commit_properties=properties)
+            self._table.update_incremental()
+
+    def read_messages(self, uid: int, start_seq: int, end_seq: int) -> list[StoredMessage]:
+        """Messages ``start_seq <= seq < end_seq`` of one stream, in order."""
+        predicate = f"stream_uid = {uid} AND kind = '{KIND_MESSAGE}' AND seq >= {start_seq} AND seq < {end_seq}"
+        with self._lock:
+            reader = self._table.scan(columns=["seq", "data", "ts", "meta"], predicate=predicate)
+        table = pa.Table.from_batches(list(reader), schema=reader.schema).sort_by("seq")
+        seqs = table.column("seq").to_pylist()
+        datas = table.column("data").to_pylist()
+        stamps = table.column("ts").cast(pa.int64()).to_pylist()
+        metas = table.column("meta").to_pylist()
+        return [
+            StoredMessage(seq, data, ts // 1000, json.loads(meta)["batch"] if meta else 1)
+            for seq, data, ts, meta in zip(seqs, datas, stamps, metas)
+        ]
+
+
+def _batch_starts(sizes: list[int]) -> dict[int, int]:
+    """Index of each append batch's first message -> the batch's length."""
+    starts, index = {}, 0
+    for size in sizes:
+        starts[index] = size
+        index += size
+    return starts
+

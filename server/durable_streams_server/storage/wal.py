@@ -1,0 +1,89 @@
+"""The write-ahead log: segmented, append-only, fsync'd files under ``<data-dir>/wal``.
+
+Blocking file operations only; ``storage.committer`` decides when they run (on a worker
+thread, in batches: group commit). A segment is named by the LSN of its first record.
+After the Delta tier has committed everything up to some LSN, the segments wholly below
+it are deleted; the segment being written is never deleted.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from .records import Record, decode_frames
+
+_SUFFIX = ".wal"
+
+
+class WriteAheadLog:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._fd: int | None = None
+        self._segment_start: int | None = None
+
+    def _segments(self) -> list[tuple[int, Path]]:
+        found = []
+        for path in self.directory.iterdir():
+            if path.suffix == _SUFFIX and path.stem.isdigit():
+                found.append((int(path.stem), path))
+        return sorted(found)
+
+    def replay(self) -> Iterator[Record]:
+        """Every intact record in LSN order; a torn tail is cut off the file it is in."""
+        for _, path in self._segments():
+            data = path.read_bytes()
+            end = 0
+            for record, end in decode_frames(data):
+                yield record
+            if end < len(data):
+                with open(path, "r+b") as handle:
+                    handle.truncate(end)
+                    os.fsync(handle.fileno())
+
+    def start_segment(self, first_lsn: int) -> None:
+        """Close the current segment (if any) and write from now on into a new one."""
+        self.close()
+        path = self.directory / f"{first_lsn:020d}{_SUFFIX}"
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._segment_start = first_lsn
+        _fsync_directory(self.directory)
+
+    def write(self, frames: list[bytes]) -> None:
+        """Append frames and make them durable before returning."""
+        assert self._fd is not None, "start_segment() first"
+        data = b"".join(frames)
+        view = memoryview(data)
+        while view:
+            written = os.write(self._fd, view)
+            view = view[written:]
+        os.fdatasync(self._fd)
+
+    def drop_through(self, lsn: int) -> int:
+        """Delete closed segments whose records all have LSN <= ``lsn``; return how many."""
+        segments = self._segments()
+        dropped = 0
+        for (start, path), (next_start, _) in zip(segments, segments[1:]):
+            if start == self._segment_start or next_start - 1 > lsn:
+                break
+            path.unlink()
+            dropped += 1
+        return dropped
+
+    def size_bytes(self) -> int:
+        return sum(path.stat().st_size for _, path in self._segments())
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,49 @@
+"""One distribution, two import packages: the Spark connector and the protocol server."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="pyspark-durable-streams",
+    version="0.1.0",
+    description="Spark source and sink for the Durable Streams protocol, and a protocol server on Delta Lake",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["pyspark_durable_streams", "pyspark_durable_streams.*"])
+    + find_packages("server", include=["durable_streams_server", "durable_streams_server.*"]),
+    package_dir={"durable_streams_server": "server/durable_streams_server"},
+    package_data={"durable_streams_server": ["py.typed"], "pyspark_durable_streams": ["py.typed"]},
+    install_requires=[
+        "requests>=2.31",
+        "sseclient-py>=1.8",
+    ],
+    extras_require={
+        "server": [
+            "deltalake>=1.2,<2",
+            "pyarrow>=16",
+            "starlette>=0.40",
+            "uvicorn>=0.30",
+        ],
+        "test": [
+            "deltalake>=1.2,<2",
+            "pyarrow>=16",
+            "starlette>=0.40",
+            "uvicorn>=0.30",
+            "pytest>=8",
+            "moto[server]>=5.0",
+            "boto3>=1.34",
+            "httpx>=0.27",
+            "ruff>=0.6",
+            "mypy>=1.10",
+        ],
+    },
+    entry_points={
+        "console_scripts": [
+            "durable-streams-server=durable_streams_server.cli:main",
+        ],
+    },
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Topic :: Database",
+    ],
+)
