@@ -1,12 +1,14 @@
 """One distribution, two import packages: the Spark connector and the protocol server."""
 
+from pathlib import Path
+
 from setuptools import find_packages, setup
 
 setup(
     name="pyspark-durable-streams",
     version="0.1.0",
     description="Spark source and sink for the Durable Streams protocol, and a protocol server on Delta Lake",
-    long_description=open("README.md", encoding="utf-8").read(),
+    long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["pyspark_durable_streams", "pyspark_durable_streams.*"])

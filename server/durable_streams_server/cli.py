@@ -39,7 +39,12 @@ class LogfmtFormatter(logging.Formatter):
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        fields = {"ts": self.formatTime(record), "level": record.levelname.lower(), "logger": record.name, "msg": record.getMessage()}
+        fields = {
+            "ts": self.formatTime(record),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
         fields.update({k: v for k, v in vars(record).items() if k not in _STANDARD_RECORD_FIELDS})
         if record.exc_info:
             fields["exc"] = self.formatException(record.exc_info)
@@ -64,8 +69,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--host", default=_env("HOST", "127.0.0.1"), help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=int(_env("PORT", "4437") or 4437), help="port (default 4437)")
-    parser.add_argument("--data-dir", type=Path, default=Path(_env("DATA_DIR", "./data") or "./data"), help="local state: the WAL, and the Delta table unless --storage-uri is set (default ./data)")
-    parser.add_argument("--storage-uri", default=_env("STORAGE_URI"), help="where the Delta table lives, e.g. s3://bucket/prefix (default <data-dir>/delta)")
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path(_env("DATA_DIR", "./data") or "./data"),
+        help="local state: the WAL, and the Delta table unless --storage-uri is set (default ./data)",
+    )
+    parser.add_argument(
+        "--storage-uri",
+        default=_env("STORAGE_URI"),
+        help="where the Delta table lives, e.g. s3://bucket/prefix (default <data-dir>/delta)",
+    )
     parser.add_argument(
         "--storage-option",
         action="append",
@@ -73,15 +87,61 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="option passed to delta-rs's object store, e.g. AWS_ENDPOINT_URL=http://127.0.0.1:9000 (repeatable)",
     )
-    parser.add_argument("--durability", choices=["wal", "delta"], default=_env("DURABILITY", "wal"), help="acknowledge appends after the local WAL fsync (wal, default) or after the Delta commit (delta)")
-    parser.add_argument("--long-poll-timeout-ms", type=int, default=int(_env("LONG_POLL_TIMEOUT_MS", "30000") or 30000), help="how long a long-poll waits for data (default 30000)")
-    parser.add_argument("--sse-reconnect-ms", type=int, default=int(_env("SSE_RECONNECT_MS", "60000") or 60000), help="SSE connections are closed after this long so clients reconnect (default 60000)")
-    parser.add_argument("--max-body-bytes", type=int, default=int(_env("MAX_BODY_BYTES", str(64 * 1024 * 1024)) or 0), help="largest accepted request body; larger ones get 413 (default 64 MiB)")
-    parser.add_argument("--max-read-bytes", type=int, default=int(_env("MAX_READ_BYTES", str(1024 * 1024)) or 0), help="about how many bytes one read response carries (default 1 MiB)")
-    parser.add_argument("--flush-interval-ms", type=int, default=int(_env("FLUSH_INTERVAL_MS", "1000") or 1000), help="WAL mode: how often the WAL is flushed into Delta (default 1000)")
-    parser.add_argument("--log-level", default=_env("LOG_LEVEL", "info"), choices=["debug", "info", "warning", "error"], help="default info: start, stop and problems only")
+    parser.add_argument(
+        "--durability",
+        choices=["wal", "delta"],
+        default=_env("DURABILITY", "wal"),
+        help="acknowledge appends after the local WAL fsync (wal, default) or after the Delta commit (delta)",
+    )
+    parser.add_argument(
+        "--long-poll-timeout-ms",
+        type=int,
+        default=int(_env("LONG_POLL_TIMEOUT_MS", "30000") or 30000),
+        help="how long a long-poll waits for data (default 30000)",
+    )
+    parser.add_argument(
+        "--sse-reconnect-ms",
+        type=int,
+        default=int(_env("SSE_RECONNECT_MS", "60000") or 60000),
+        help="SSE connections are closed after this long so clients reconnect (default 60000)",
+    )
+    parser.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=int(_env("MAX_BODY_BYTES", str(64 * 1024 * 1024)) or 0),
+        help="largest accepted request body; larger ones get 413 (default 64 MiB)",
+    )
+    parser.add_argument(
+        "--max-read-bytes",
+        type=int,
+        default=int(_env("MAX_READ_BYTES", str(1024 * 1024)) or 0),
+        help="about how many bytes one read response carries (default 1 MiB)",
+    )
+    parser.add_argument(
+        "--flush-interval-ms",
+        type=int,
+        default=int(_env("FLUSH_INTERVAL_MS", "1000") or 1000),
+        help="WAL mode: how often the WAL is flushed into Delta (default 1000)",
+    )
+    parser.add_argument(
+        "--tail-cache-bytes",
+        type=int,
+        default=int(_env("TAIL_CACHE_BYTES", str(4 * 1024 * 1024)) or 0),
+        help="flushed bytes kept in memory per stream for fast tail reads; older reads go to Delta (default 4 MiB)",
+    )
+    parser.add_argument(
+        "--log-level",
+        default=_env("LOG_LEVEL", "info"),
+        choices=["debug", "info", "warning", "error"],
+        help="default info: start, stop and problems only",
+    )
     parser.add_argument("--log-format", default=_env("LOG_FORMAT", "logfmt"), choices=["logfmt", "json"])
-    parser.add_argument("--access-log", action="store_true", default=_env("ACCESS_LOG") == "1", help="log every request (off by default)")
+    parser.add_argument(
+        "--access-log",
+        action="store_true",
+        default=_env("ACCESS_LOG") == "1",
+        help="log every request (off by default)",
+    )
     return parser
 
 
@@ -102,6 +162,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         max_body_bytes=args.max_body_bytes,
         max_read_bytes=args.max_read_bytes,
         flush_interval_ms=args.flush_interval_ms,
+        tail_cache_bytes=args.tail_cache_bytes,
     )
 
 

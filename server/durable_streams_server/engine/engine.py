@@ -54,7 +54,9 @@ def _now_ms() -> int:
 
 
 class Engine:
-    def __init__(self, storage: Storage, config: EngineConfig | None = None, clock: Callable[[], int] = _now_ms) -> None:
+    def __init__(
+        self, storage: Storage, config: EngineConfig | None = None, clock: Callable[[], int] = _now_ms
+    ) -> None:
         self.storage = storage
         self.config = config or EngineConfig()
         self.clock = clock
@@ -115,16 +117,14 @@ class Engine:
 
     def on_durable(self, lsn: int) -> None:
         queue = self._becoming_visible
-        woken: set[int] = set()
+        woken: dict[int, Stream] = {}
         while queue and queue[0][0] <= lsn:
             _, stream, tail, closed = queue.popleft()
             stream.visible_tail = tail
             stream.visible_closed = closed
-            woken.add(stream.uid)
-        for uid in woken:
-            stream = self.by_uid.get(uid)
-            if stream is not None:
-                stream.wake()
+            woken[stream.uid] = stream
+        for stream in woken.values():
+            stream.wake()
 
     def on_flushed(self, states: Mapping[int, dict[str, Any]]) -> None:
         keep = self.config.tail_cache_bytes
@@ -224,7 +224,9 @@ class Engine:
             raise Conflict(f"fork source {request.fork_from!r} was deleted", code="STREAM_DELETED")
         return source
 
-    def _effective_expiry(self, request: CreateRequest, source: Stream | None) -> tuple[int | None, str | None, int | None]:
+    def _effective_expiry(
+        self, request: CreateRequest, source: Stream | None
+    ) -> tuple[int | None, str | None, int | None]:
         """A fork without its own TTL or expiry copies its source's (never capped by it)."""
         if request.ttl_s is not None or request.expires_at is not None or source is None:
             return request.ttl_s, request.expires_at, request.expires_at_ms
@@ -263,14 +265,20 @@ class Engine:
         if sub == 0:
             return fork_seq, None
         if fork_seq >= source.visible_tail or sliced is None:
-            raise BadRequest("Stream-Fork-Sub-Offset needs a message at the fork offset", code="INVALID_FORK_SUB_OFFSET")
+            raise BadRequest(
+                "Stream-Fork-Sub-Offset needs a message at the fork offset", code="INVALID_FORK_SUB_OFFSET"
+            )
         first, batch = sliced
         if is_json(source.content_type):
             if sub > batch:
-                raise BadRequest("Stream-Fork-Sub-Offset overshoots the batch at the fork offset", code="INVALID_FORK_SUB_OFFSET")
+                raise BadRequest(
+                    "Stream-Fork-Sub-Offset overshoots the batch at the fork offset", code="INVALID_FORK_SUB_OFFSET"
+                )
             return fork_seq + sub, None
         if sub > len(first):
-            raise BadRequest("Stream-Fork-Sub-Offset overshoots the message at the fork offset", code="INVALID_FORK_SUB_OFFSET")
+            raise BadRequest(
+                "Stream-Fork-Sub-Offset overshoots the message at the fork offset", code="INVALID_FORK_SUB_OFFSET"
+            )
         return fork_seq, first[:sub]
 
     async def message_at(self, stream: Stream, seq: int) -> tuple[bytes, int]:
@@ -331,12 +339,15 @@ class Engine:
             if not request.body and producer is None:
                 return AppendOutcome(204, stream.tail, True)
             raise Conflict("stream is closed", code="STREAM_CLOSED", headers=_closed_headers(stream))
-        if request.body and request.content_type is not None:
-            if normalize_content_type(request.content_type) != normalize_content_type(stream.content_type):
-                raise Conflict(
-                    f"content type {request.content_type!r} does not match the stream's {stream.content_type!r}",
-                    code="CONTENT_TYPE_MISMATCH",
-                )
+        if (
+            request.body
+            and request.content_type is not None
+            and normalize_content_type(request.content_type) != normalize_content_type(stream.content_type)
+        ):
+            raise Conflict(
+                f"content type {request.content_type!r} does not match the stream's {stream.content_type!r}",
+                code="CONTENT_TYPE_MISMATCH",
+            )
         producer_state = None
         if producer is not None:
             decision = producers.decide(stream.producers.get(producer.producer_id), producer)
@@ -358,16 +369,25 @@ class Engine:
                     },
                 )
             producer_state = decision.state
-        if request.stream_seq is not None and stream.stream_seq is not None:
-            if request.stream_seq.encode() <= stream.stream_seq.encode():
-                raise Conflict("Stream-Seq must increase", code="SEQUENCE_REGRESSION")
+        if (
+            request.stream_seq is not None
+            and stream.stream_seq is not None
+            and request.stream_seq.encode() <= stream.stream_seq.encode()
+        ):
+            raise Conflict("Stream-Seq must increase", code="SEQUENCE_REGRESSION")
         messages: list[bytes] = []
         if request.body:
-            messages = split_messages(request.body, allow_empty_array=False) if is_json(stream.content_type) else [request.body]
+            messages = (
+                split_messages(request.body, allow_empty_array=False)
+                if is_json(stream.content_type)
+                else [request.body]
+            )
         header = {
             "first_seq": stream.tail,
             "ts": self.clock(),
-            "producer": [producer.producer_id, producer_state.epoch, producer_state.last_seq] if producer and producer_state else None,
+            "producer": [producer.producer_id, producer_state.epoch, producer_state.last_seq]
+            if producer and producer_state
+            else None,
             "stream_seq": request.stream_seq,
             "close": request.close,
         }

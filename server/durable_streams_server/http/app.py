@@ -38,7 +38,13 @@ class DurableStreamsApp:
         self.engine: Engine | None = None
         self.handlers: StreamHandlers | None = None
         self.asgi = Starlette(
-            routes=[Route("/v1/stream/{path:path}", self._stream_endpoint, methods=["GET", "HEAD", "PUT", "POST", "DELETE", "OPTIONS"])],
+            routes=[
+                Route(
+                    "/v1/stream/{path:path}",
+                    self._stream_endpoint,
+                    methods=["GET", "HEAD", "PUT", "POST", "DELETE", "OPTIONS"],
+                )
+            ],
             middleware=[Middleware(SecurityHeadersMiddleware)],
             lifespan=self._lifespan,
         )
@@ -71,7 +77,11 @@ class DurableStreamsApp:
         )
         log.info(
             "ready",
-            extra={"storage_uri": config.resolved_storage_uri, "durability": config.durability, "streams": len(engine.streams)},
+            extra={
+                "storage_uri": config.resolved_storage_uri,
+                "durability": config.durability,
+                "streams": len(engine.streams),
+            },
         )
         try:
             yield

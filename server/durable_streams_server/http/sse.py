@@ -23,7 +23,9 @@ from ..protocol.offsets import Offset
 from .limits import HttpLimits
 
 
-def response(engine: Engine, stream: Stream, start: Offset, cursor: str | None, limits: HttpLimits) -> StreamingResponse:
+def response(
+    engine: Engine, stream: Stream, start: Offset, cursor: str | None, limits: HttpLimits
+) -> StreamingResponse:
     binary = not h.is_text_like(stream.content_type)
     # Set directly: Starlette's media_type would append "; charset=utf-8".
     headers = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "Connection": "keep-alive"}
@@ -58,6 +60,9 @@ async def _events(
         except ProtocolError:
             return  # deleted or expired under us: end the event stream
         engine.touch(stream)
+        # A data event and its control event go out in one write, so a reader never
+        # sees data without the offset that resumes after it.
+        data = b""
         if result.chunks:
             if binary:
                 payload = base64.b64encode(b"".join(result.chunks)).decode()
@@ -65,18 +70,18 @@ async def _events(
                 payload = frame(result.chunks).decode("utf-8", errors="replace")
             else:
                 payload = b"".join(result.chunks).decode("utf-8", errors="replace")
-            yield _data_event(payload)
+            data = _data_event(payload)
         offset = result.next
         control: dict[str, object] = {"streamNextOffset": offset.encode()}
         if result.closed:
             control["streamClosed"] = True
-            yield _control_event(control)
+            yield data + _control_event(control)
             return
         control["streamCursor"] = response_cursor(cursor, time.time())
         if result.up_to_date:
             control["upToDate"] = True
         if result.chunks or result.up_to_date:
-            yield _control_event(control)
+            yield data + _control_event(control)
         if not result.up_to_date:
             continue
         remaining = recycle_at - time.monotonic()

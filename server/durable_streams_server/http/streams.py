@@ -91,7 +91,9 @@ class StreamHandlers:
 
     async def append(self, request: Request, name: str) -> Response:
         headers = request.headers
-        producer = h.parse_producer(headers.get(h.PRODUCER_ID), headers.get(h.PRODUCER_EPOCH), headers.get(h.PRODUCER_SEQ))
+        producer = h.parse_producer(
+            headers.get(h.PRODUCER_ID), headers.get(h.PRODUCER_EPOCH), headers.get(h.PRODUCER_SEQ)
+        )
         close = h.is_closed_flag(headers.get(h.STREAM_CLOSED))
         body = await self.body(request)
         content_type = None

@@ -38,9 +38,7 @@ MAX_SAFE_INTEGER = 2**53 - 1
 _TTL_RE = re.compile(r"^(0|[1-9][0-9]*)$")
 _INT_RE = re.compile(r"^[0-9]+$")
 # RFC 3339 date-time: full-date "T" full-time, with a mandatory offset (Z or ±hh:mm).
-_RFC3339_RE = re.compile(
-    r"^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$"
-)
+_RFC3339_RE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
 _TOKEN = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
 _MEDIA_TYPE_RE = re.compile(rf"^{_TOKEN}/{_TOKEN}$")
 
@@ -66,7 +64,7 @@ def parse_content_type(raw: str | None) -> str | None:
     """Validate a request Content-Type; ``None`` when absent or blank."""
     if raw is None or not raw.strip():
         return None
-    if not _MEDIA_TYPE_RE.match(normalize_content_type(raw)):
+    if not _MEDIA_TYPE_RE.fullmatch(normalize_content_type(raw)):
         raise BadRequest(f"invalid Content-Type {raw!r}", code="INVALID_CONTENT_TYPE")
     return raw.strip()
 
@@ -75,7 +73,7 @@ def parse_ttl(raw: str | None) -> int | None:
     """``Stream-TTL``: a non-negative decimal integer with no sign, leading zero or exponent."""
     if raw is None:
         return None
-    if not _TTL_RE.match(raw) or int(raw) > MAX_SAFE_INTEGER:
+    if not _TTL_RE.fullmatch(raw) or int(raw) > MAX_SAFE_INTEGER:
         raise BadRequest(f"invalid Stream-TTL {raw!r}: expected a non-negative integer of seconds", code="INVALID_TTL")
     return int(raw)
 
@@ -85,9 +83,11 @@ def parse_expires_at(raw: str | None) -> datetime | None:
     if raw is None:
         return None
     value = raw.strip()
-    match = _RFC3339_RE.match(value)
+    match = _RFC3339_RE.fullmatch(value)
     if not match:
-        raise BadRequest(f"invalid Stream-Expires-At {raw!r}: expected an RFC 3339 timestamp", code="INVALID_EXPIRES_AT")
+        raise BadRequest(
+            f"invalid Stream-Expires-At {raw!r}: expected an RFC 3339 timestamp", code="INVALID_EXPIRES_AT"
+        )
     try:
         iso = value.replace("z", "Z").replace("t", "T")
         if iso.endswith("Z"):
@@ -104,7 +104,7 @@ def is_closed_flag(raw: str | None) -> bool:
 
 def _parse_safe_int(name: str, raw: str) -> int:
     value = raw.strip()
-    if not _INT_RE.match(value) or int(value) > MAX_SAFE_INTEGER:
+    if not _INT_RE.fullmatch(value) or int(value) > MAX_SAFE_INTEGER:
         raise BadRequest(f"invalid {name} {raw!r}: expected an integer from 0 to 2^53-1", code="INVALID_PRODUCER")
     return int(value)
 
@@ -122,9 +122,7 @@ def parse_producer(producer_id: str | None, epoch: str | None, seq: str | None) 
     if not any(present):
         return None
     if not all(present):
-        raise BadRequest(
-            "Producer-Id, Producer-Epoch and Producer-Seq must be sent together", code="INVALID_PRODUCER"
-        )
+        raise BadRequest("Producer-Id, Producer-Epoch and Producer-Seq must be sent together", code="INVALID_PRODUCER")
     assert producer_id is not None and epoch is not None and seq is not None
     if not producer_id.strip():
         raise BadRequest("Producer-Id must not be empty", code="INVALID_PRODUCER")
@@ -135,6 +133,6 @@ def parse_non_negative_int(name: str, raw: str | None) -> int | None:
     if raw is None:
         return None
     value = raw.strip()
-    if not _INT_RE.match(value) or int(value) > MAX_SAFE_INTEGER:
+    if not _INT_RE.fullmatch(value) or int(value) > MAX_SAFE_INTEGER:
         raise BadRequest(f"invalid {name} {raw!r}: expected a non-negative integer", code="INVALID_HEADER")
     return int(value)

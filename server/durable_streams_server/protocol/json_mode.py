@@ -30,13 +30,15 @@ def split_messages(body: bytes, *, allow_empty_array: bool) -> list[bytes]:
     """
     try:
         value = _decode(body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+        if isinstance(value, list):
+            if not value and not allow_empty_array:
+                raise BadRequest("empty JSON arrays cannot be appended", code="EMPTY_JSON_ARRAY")
+            return [_encode(item).encode() for item in value]
+        return [_encode(value).encode()]
+    except (ValueError, RecursionError) as exc:
+        # Covers bytes that are not UTF-8 or not JSON, numbers that overflow to
+        # infinity, lone surrogates, and nesting deeper than the parser allows.
         raise BadRequest(f"invalid JSON body: {exc}", code="INVALID_JSON") from exc
-    if isinstance(value, list):
-        if not value and not allow_empty_array:
-            raise BadRequest("empty JSON arrays cannot be appended", code="EMPTY_JSON_ARRAY")
-        return [_encode(item).encode() for item in value]
-    return [_encode(value).encode()]
 
 
 def frame(messages: Iterable[bytes]) -> bytes:

@@ -24,6 +24,7 @@ the Delta commit's LSN, replayed by the engine in order.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import itertools
 import logging
@@ -131,10 +132,8 @@ class Storage:
         self._wal_wakeup.set()
         self._flush_wakeup.set()
         for task in self._tasks:
-            try:
+            with contextlib.suppress(Exception):  # already logged where it happened
                 await task
-            except Exception:  # already logged where it happened
-                pass
         if self.wal is not None:
             self.wal.close()
 
@@ -224,10 +223,8 @@ class Storage:
     async def _flusher(self) -> None:
         while True:
             if self.wal is not None and not self._closing:
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._flush_wakeup.wait(), timeout=self.config.flush_interval_s)
-                except TimeoutError:
-                    pass
             else:
                 await self._flush_wakeup.wait()
             self._flush_wakeup.clear()

@@ -8,6 +8,7 @@ it are deleted; the segment being written is never deleted.
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,12 +36,12 @@ class WriteAheadLog:
         """Every intact record in LSN order; a torn tail is cut off the file it is in."""
         for _, path in self._segments():
             data = path.read_bytes()
-            end = 0
-            for record, end in decode_frames(data):
+            intact = 0
+            for record, intact in decode_frames(data):  # noqa: B007 - read after the loop
                 yield record
-            if end < len(data):
+            if intact < len(data):
                 with open(path, "r+b") as handle:
-                    handle.truncate(end)
+                    handle.truncate(intact)
                     os.fsync(handle.fileno())
 
     def start_segment(self, first_lsn: int) -> None:
@@ -65,7 +66,7 @@ class WriteAheadLog:
         """Delete closed segments whose records all have LSN <= ``lsn``; return how many."""
         segments = self._segments()
         dropped = 0
-        for (start, path), (next_start, _) in zip(segments, segments[1:]):
+        for (start, path), (next_start, _) in itertools.pairwise(segments):
             if start == self._segment_start or next_start - 1 > lsn:
                 break
             path.unlink()

@@ -1,0 +1,49 @@
+# The two commands a fresh machine needs: `make serve` and `make test`.
+# Both create ./.venv and install what they need into it (and npm packages into
+# tests/conformance/node_modules); nothing has to be installed by hand first.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+HOST   ?= 127.0.0.1
+PORT   ?= 4437
+DATA   ?= ./data
+
+.PHONY: serve test install install-test lint unit conformance clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.server-installed: $(BIN)/python setup.py
+	$(BIN)/python -m pip install --quiet -e '.[server]'
+	touch $@
+
+$(VENV)/.test-installed: $(BIN)/python setup.py tests/conformance/package-lock.json
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	cd tests/conformance && npm ci --no-audit --no-fund --loglevel=error
+	touch $@ $(VENV)/.server-installed
+
+install: $(VENV)/.server-installed
+
+install-test: $(VENV)/.test-installed
+
+serve: install
+	$(BIN)/durable-streams-server --host $(HOST) --port $(PORT) --data-dir $(DATA)
+
+lint: install-test
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/python -m pytest
+
+unit: install-test
+	$(BIN)/python -m pytest -m "not slow"
+
+conformance: install-test
+	$(BIN)/python -m pytest tests/test_conformance.py -v
+
+clean:
+	rm -rf $(VENV) tests/conformance/node_modules .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,37 @@
+"""Shared fixtures: real servers on loopback, temp data directories, a moto S3 server."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from servers import MotoServer, ServerProcess
+
+
+@pytest.fixture
+def server_factory(tmp_path: Path) -> Iterator[Callable[..., ServerProcess]]:
+    """Start ``durable-streams-server`` subprocesses; all are stopped at teardown."""
+    started: list[ServerProcess] = []
+
+    def start(*extra_args: str, data_dir: Path | None = None) -> ServerProcess:
+        server = ServerProcess(data_dir or tmp_path / f"data{len(started)}", extra_args).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.kill()
+
+
+@pytest.fixture
+def server(server_factory: Callable[..., ServerProcess]) -> ServerProcess:
+    """One server with the embedded default storage and a short long-poll timeout."""
+    return server_factory("--long-poll-timeout-ms", "500")
+
+
+@pytest.fixture(scope="session")
+def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
+    server = MotoServer().start(tmp_path_factory.mktemp("moto"))
+    yield server
+    server.stop()

@@ -1,0 +1,180 @@
+"""Real processes on loopback for the tests: our server, and moto's S3 server.
+
+Everything here starts a genuine subprocess and talks to it over TCP; nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import requests
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_until_listening(port: int, proc: subprocess.Popen[bytes], log_path: Path, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode}; log:\n{log_path.read_text()[-4000:]}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError(f"nothing listened on port {port} within {timeout_s}s; log:\n{log_path.read_text()[-4000:]}")
+
+
+@dataclass
+class ServerProcess:
+    """``durable-streams-server`` running as a subprocess; killable and restartable."""
+
+    data_dir: Path
+    extra_args: Sequence[str] = ()
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stream_url(self, name: str) -> str:
+        return f"{self.url}/v1/stream/{name}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir.parent / f"{self.data_dir.name}-server-{self.port}.log"
+
+    def start(self) -> ServerProcess:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        command = [
+            sys.executable,
+            "-m",
+            "durable_streams_server",
+            "--port",
+            str(self.port),
+            "--data-dir",
+            str(self.data_dir),
+            *self.extra_args,
+        ]
+        with open(self.log_path, "ab") as log:
+            log.write(f"\n--- start {self.starts} ---\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
+        self.starts += 1
+        _wait_until_listening(self.port, self.proc, self.log_path)
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown hooks, no final flush."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def restart(self) -> ServerProcess:
+        self.stop()
+        return self.start()
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+@dataclass
+class MotoServer:
+    """moto's S3-compatible server in server mode, on a loopback port."""
+
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+    log_path: Path = Path("moto.log")
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, log_dir: Path) -> MotoServer:
+        self.log_path = log_dir / f"moto-{self.port}.log"
+        moto = Path(sys.executable).parent / "moto_server"
+        if not moto.exists():
+            raise RuntimeError("moto_server is missing: install the test extras (pip install -e '.[test]')")
+        with open(self.log_path, "ab") as log:
+            command = [str(moto), "-H", "127.0.0.1", "-p", str(self.port)]
+            self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        _wait_until_listening(self.port, self.proc, self.log_path)
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
+
+    def storage_options(self) -> dict[str, str]:
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_REGION": "us-east-1",
+            "AWS_ALLOW_HTTP": "true",
+        }
+
+    def create_bucket(self, name: str) -> None:
+        import boto3
+
+        client = boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            region_name="us-east-1",
+        )
+        client.create_bucket(Bucket=name)
+
+    def server_args(self, uri: str) -> list[str]:
+        args = ["--storage-uri", uri]
+        for key, value in self.storage_options().items():
+            args += ["--storage-option", f"{key}={value}"]
+        return args
+
+
+def wait_for(predicate: object, timeout_s: float = 10.0, interval_s: float = 0.05) -> None:
+    """Poll ``predicate()`` until it is truthy."""
+    assert callable(predicate)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval_s)
+    raise AssertionError(f"condition not met within {timeout_s}s")
+
+
+def session() -> requests.Session:
+    http = requests.Session()
+    http.trust_env = False
+    return http
+
+
+os.environ.setdefault("NO_PROXY", "127.0.0.1,localhost")

@@ -1,0 +1,49 @@
+"""The public conformance suite (npm ``@durable-streams/server-conformance-tests``, pinned in
+tests/conformance/package.json) against our server, on each storage configuration.
+
+A run takes about 30 s. Every test of the suite must pass; the opt-in subscription group
+is reported as skipped by the suite itself.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+
+import pytest
+from runner import ConformanceResult, ensure_installed, run_conformance
+from servers import MotoServer, ServerProcess
+
+# The suite waits for a long-poll 204 inside Vitest's 5 s test timeout.
+LONG_POLL = ("--long-poll-timeout-ms", "500")
+
+
+def _assert_all_passed(result: ConformanceResult) -> None:
+    failures = "\n".join(f"  {failure.name}: {failure.error}" for failure in result.failures)
+    assert result.failed == 0 and result.passed >= 332, f"{result.summary}\n{failures}"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _installed() -> None:
+    ensure_installed()
+
+
+@pytest.mark.slow
+def test_conformance_local_delta_storage(server_factory: Callable[..., ServerProcess]) -> None:
+    server = server_factory(*LONG_POLL)
+    _assert_all_passed(run_conformance(server.url))
+
+
+@pytest.mark.slow
+def test_conformance_reads_served_from_delta(server_factory: Callable[..., ServerProcess]) -> None:
+    """No tail cache and a 50 ms flush: nearly every read of history goes to Delta files."""
+    server = server_factory(*LONG_POLL, "--tail-cache-bytes", "0", "--flush-interval-ms", "50")
+    _assert_all_passed(run_conformance(server.url))
+
+
+@pytest.mark.slow
+def test_conformance_s3_storage(server_factory: Callable[..., ServerProcess], moto: MotoServer) -> None:
+    bucket = f"conformance-{uuid.uuid4().hex[:8]}"
+    moto.create_bucket(bucket)
+    server = server_factory(*LONG_POLL, *moto.server_args(f"s3://{bucket}/durable-streams"))
+    _assert_all_passed(run_conformance(server.url))
