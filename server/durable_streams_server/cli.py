@@ -17,7 +17,13 @@ from .http.app import create_app
 
 ENV_PREFIX = "DURABLE_STREAMS_"
 
-_STANDARD_RECORD_FIELDS = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
+# Fields every LogRecord has; the rest are the structured ``extra`` of one event.
+# (uvicorn adds a ``color_message`` duplicate of the message: dropped.)
+_STANDARD_RECORD_FIELDS = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
+    "message",
+    "asctime",
+    "color_message",
+}
 
 
 class LogfmtFormatter(logging.Formatter):

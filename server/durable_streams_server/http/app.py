@@ -2,10 +2,14 @@
 
 ``create_app(config)`` returns a Starlette app that users can mount inside their own
 ASGI application; starting it recovers state from Delta + WAL, stopping it flushes.
+Mounted apps do not get their own lifespan events from Starlette, so the server also
+starts itself on its first request; without the shutdown event nothing is lost (the WAL
+is the durable copy), the final flush simply happens at the next start.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -37,6 +41,7 @@ class DurableStreamsApp:
         self.storage: Storage | None = None
         self.engine: Engine | None = None
         self.handlers: StreamHandlers | None = None
+        self._start_lock = asyncio.Lock()
         self.asgi = Starlette(
             routes=[
                 Route(
@@ -51,6 +56,22 @@ class DurableStreamsApp:
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, _: Starlette) -> AsyncIterator[None]:
+        await self._start()
+        try:
+            yield
+        finally:
+            if self.storage is not None:
+                await self.storage.close()
+            log.info("stopped")
+
+    async def _start(self) -> None:
+        async with self._start_lock:
+            if self.handlers is None:
+                self._start_now()
+                assert self.storage is not None
+                await self.storage.start()
+
+    def _start_now(self) -> None:
         config = self.config
         config.data_dir.mkdir(parents=True, exist_ok=True)
         storage = Storage(
@@ -64,7 +85,6 @@ class DurableStreamsApp:
         )
         engine = Engine(storage, EngineConfig(tail_cache_bytes=config.tail_cache_bytes))
         engine.load(storage.recover())
-        await storage.start()
         self.storage, self.engine = storage, engine
         self.handlers = StreamHandlers(
             engine,
@@ -83,19 +103,16 @@ class DurableStreamsApp:
                 "streams": len(engine.streams),
             },
         )
-        try:
-            yield
-        finally:
-            await storage.close()
-            log.info("stopped")
 
     async def _stream_endpoint(self, request: Request) -> Response:
         name = BASE_PREFIX + request.path_params["path"]
         return await self._dispatch(request, name)
 
     async def _dispatch(self, request: Request, name: str) -> Response:
+        if self.handlers is None:
+            await self._start()
         handlers = self.handlers
-        assert handlers is not None, "the app's lifespan has not started"
+        assert handlers is not None
         method = request.method
         routes: dict[str, Callable[[], Awaitable[Response]]] = {
             "GET": lambda: handlers.read(request, name),

@@ -135,6 +135,10 @@ class Storage:
             with contextlib.suppress(Exception):  # already logged where it happened
                 await task
         if self.wal is not None:
+            if not self._unflushed and self._failure is None:
+                # Everything is in Delta: leave an empty WAL behind.
+                self.wal.start_segment(self._next_lsn)
+                self.wal.drop_through(self._next_lsn - 1)
             self.wal.close()
 
     # -- the write path ---------------------------------------------------------------
