@@ -62,8 +62,27 @@ def _logfmt_value(value: object) -> str:
     return json.dumps(text) if (" " in text or "=" in text or not text) else text
 
 
-def _env(name: str, default: str | None = None) -> str | None:
-    return os.environ.get(ENV_PREFIX + name, default)
+def _env_name(flag: str) -> str:
+    return ENV_PREFIX + flag.lstrip("-").upper().replace("-", "_")
+
+
+def _add(parser: argparse.ArgumentParser, flag: str, default: object, help: str, **kwargs: object) -> None:
+    """An option whose default comes from ``DURABLE_STREAMS_<FLAG>`` when that is set."""
+    raw = os.environ.get(_env_name(flag))
+    kind = kwargs.get("type")
+    value: object = default
+    if raw is not None:
+        try:
+            if isinstance(default, bool):
+                value = raw.strip().lower() in ("1", "true", "yes", "on")
+            elif isinstance(default, list):
+                value = [item for item in raw.split(",") if item]
+            else:
+                value = kind(raw) if callable(kind) else raw
+        except ValueError:
+            raise SystemExit(f"{_env_name(flag)}={raw!r} is not valid for {flag}") from None
+    shown = f" (default {default})" if default not in (None, False, []) else ""
+    parser.add_argument(flag, default=value, help=help + shown, **kwargs)  # type: ignore[arg-type]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -71,83 +90,50 @@ def build_parser() -> argparse.ArgumentParser:
         prog="durable-streams-server",
         description="A Durable Streams protocol server storing streams in Delta Lake tables. "
         f"Every option can also be set with an environment variable {ENV_PREFIX}<OPTION> "
-        "(e.g. DURABLE_STREAMS_PORT=8080, DURABLE_STREAMS_STORAGE_OPTIONS='k1=v1,k2=v2').",
+        "(e.g. DURABLE_STREAMS_PORT=8080, DURABLE_STREAMS_STORAGE_OPTION='k1=v1,k2=v2').",
     )
-    parser.add_argument("--host", default=_env("HOST", "127.0.0.1"), help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=int(_env("PORT", "4437") or 4437), help="port (default 4437)")
-    parser.add_argument(
+    _add(parser, "--host", "127.0.0.1", "address to bind")
+    _add(parser, "--port", 4437, "port", type=int)
+    _add(
+        parser,
         "--data-dir",
+        Path("./data"),
+        "local state: the WAL, and the Delta table unless --storage-uri",
         type=Path,
-        default=Path(_env("DATA_DIR", "./data") or "./data"),
-        help="local state: the WAL, and the Delta table unless --storage-uri is set (default ./data)",
     )
-    parser.add_argument(
-        "--storage-uri",
-        default=_env("STORAGE_URI"),
-        help="where the Delta table lives, e.g. s3://bucket/prefix (default <data-dir>/delta)",
+    _add(
+        parser, "--storage-uri", None, "where the Delta table lives, e.g. s3://bucket/prefix (default <data-dir>/delta)"
     )
-    parser.add_argument(
+    _add(
+        parser,
         "--storage-option",
+        [],
+        "KEY=VALUE passed to delta-rs's object store, e.g. AWS_ENDPOINT_URL=http://127.0.0.1:9000 (repeatable)",
         action="append",
-        default=[item for item in (_env("STORAGE_OPTIONS") or "").split(",") if item],
         metavar="KEY=VALUE",
-        help="option passed to delta-rs's object store, e.g. AWS_ENDPOINT_URL=http://127.0.0.1:9000 (repeatable)",
     )
-    parser.add_argument(
+    _add(
+        parser,
         "--durability",
+        "wal",
+        "acknowledge appends after the local WAL fsync (wal) or after the Delta commit (delta)",
         choices=["wal", "delta"],
-        default=_env("DURABILITY", "wal"),
-        help="acknowledge appends after the local WAL fsync (wal, default) or after the Delta commit (delta)",
     )
-    parser.add_argument(
-        "--long-poll-timeout-ms",
-        type=int,
-        default=int(_env("LONG_POLL_TIMEOUT_MS", "30000") or 30000),
-        help="how long a long-poll waits for data (default 30000)",
-    )
-    parser.add_argument(
-        "--sse-reconnect-ms",
-        type=int,
-        default=int(_env("SSE_RECONNECT_MS", "60000") or 60000),
-        help="SSE connections are closed after this long so clients reconnect (default 60000)",
-    )
-    parser.add_argument(
-        "--max-body-bytes",
-        type=int,
-        default=int(_env("MAX_BODY_BYTES", str(64 * 1024 * 1024)) or 0),
-        help="largest accepted request body; larger ones get 413 (default 64 MiB)",
-    )
-    parser.add_argument(
-        "--max-read-bytes",
-        type=int,
-        default=int(_env("MAX_READ_BYTES", str(1024 * 1024)) or 0),
-        help="about how many bytes one read response carries (default 1 MiB)",
-    )
-    parser.add_argument(
-        "--flush-interval-ms",
-        type=int,
-        default=int(_env("FLUSH_INTERVAL_MS", "1000") or 1000),
-        help="WAL mode: how often the WAL is flushed into Delta (default 1000)",
-    )
-    parser.add_argument(
-        "--tail-cache-bytes",
-        type=int,
-        default=int(_env("TAIL_CACHE_BYTES", str(4 * 1024 * 1024)) or 0),
-        help="flushed bytes kept in memory per stream for fast tail reads; older reads go to Delta (default 4 MiB)",
-    )
-    parser.add_argument(
+    _add(parser, "--long-poll-timeout-ms", 30_000, "how long a long-poll waits for data", type=int)
+    _add(parser, "--sse-reconnect-ms", 60_000, "SSE connections are closed after this long", type=int)
+    _add(parser, "--max-body-bytes", 64 * 1024 * 1024, "larger request bodies get 413", type=int)
+    _add(parser, "--max-read-bytes", 1024 * 1024, "about how many bytes one read response carries", type=int)
+    _add(parser, "--flush-interval-ms", 1_000, "WAL mode: how often the WAL is flushed into Delta", type=int)
+    _add(parser, "--tail-cache-bytes", 4 * 1024 * 1024, "flushed bytes kept in memory per stream", type=int)
+    _add(
+        parser,
         "--log-level",
-        default=_env("LOG_LEVEL", "info"),
+        "info",
+        "info: start, stop and problems only",
         choices=["debug", "info", "warning", "error"],
-        help="default info: start, stop and problems only",
     )
-    parser.add_argument("--log-format", default=_env("LOG_FORMAT", "logfmt"), choices=["logfmt", "json"])
-    parser.add_argument(
-        "--access-log",
-        action="store_true",
-        default=_env("ACCESS_LOG") == "1",
-        help="log every request (off by default)",
-    )
+    _add(parser, "--log-format", "logfmt", "log line format", choices=["logfmt", "json"])
+    _add(parser, "--access-log", False, "log every request", action="store_true")
     return parser
 
 
