@@ -18,6 +18,7 @@ setup(
     install_requires=[
         "requests>=2.31",
         "sseclient-py>=1.8",
+        "tqdm>=4.60",
     ],
     extras_require={
         "server": [
@@ -42,6 +43,7 @@ setup(
     entry_points={
         "console_scripts": [
             "durable-streams-server=durable_streams_server.cli:main",
+            "durable-streams=pyspark_durable_streams.client.cli:main",
         ],
     },
     classifiers=[
