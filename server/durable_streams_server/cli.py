@@ -125,6 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add(parser, "--max-read-bytes", 1024 * 1024, "about how many bytes one read response carries", type=int)
     _add(parser, "--flush-interval-ms", 1_000, "WAL mode: how often the WAL is flushed into Delta", type=int)
     _add(parser, "--tail-cache-bytes", 4 * 1024 * 1024, "flushed bytes kept in memory per stream", type=int)
+    _add(parser, "--compaction-interval-s", 600.0, "seconds between compaction passes; 0 turns it off", type=float)
+    _add(parser, "--vacuum-retention-hours", 1.0, "unreferenced data files older than this are deleted", type=float)
     _add(
         parser,
         "--log-level",
@@ -155,6 +157,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         max_read_bytes=args.max_read_bytes,
         flush_interval_ms=args.flush_interval_ms,
         tail_cache_bytes=args.tail_cache_bytes,
+        compaction_interval_s=args.compaction_interval_s,
+        vacuum_retention_hours=args.vacuum_retention_hours,
     )
 
 

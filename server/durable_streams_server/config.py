@@ -22,6 +22,9 @@ class ServerConfig:
     max_read_bytes: int = 1024 * 1024
     flush_interval_ms: int = 1_000
     tail_cache_bytes: int = 4 * 1024 * 1024
+    compaction_interval_s: float = 600.0
+    """Seconds between background compaction passes; 0 turns compaction off."""
+    vacuum_retention_hours: float = 1.0
 
     @property
     def resolved_storage_uri(self) -> str:

@@ -38,6 +38,7 @@ from ..protocol.json_mode import split_messages
 from ..protocol.offsets import encode_seq
 from ..storage.committer import Recovery, Storage
 from ..storage.records import Record, RecordKind
+from .buckets import Bucket, Buckets, bucket_of
 from .stream import Stream
 from .types import AppendOutcome, AppendRequest, CreateOutcome, CreateRequest
 
@@ -64,15 +65,21 @@ class Engine:
         self.by_uid: dict[int, Stream] = {}
         self._becoming_visible: deque[tuple[int, Stream, int, bool]] = deque()
         self._tombstones: dict[int, dict[str, Any]] = {}
+        self.buckets = Buckets()
         storage.attach(self)
 
     # -- recovery ---------------------------------------------------------------------
 
     def load(self, recovery: Recovery) -> None:
-        for state in recovery.states.values():
-            if not state.get("deleted"):
+        live = [state for state in recovery.states.values() if not state.get("deleted")]
+        for state in live:
+            if state.get("type") == "bucket":
+                self.buckets.load(state)
+        for state in live:
+            if state.get("type") != "bucket":
                 stream = Stream.from_state(state)
                 self.by_uid[stream.uid] = stream
+                self.buckets.stream_added(stream.name)
         for stream in self.by_uid.values():
             if stream.fork_of is not None and stream.fork_of in self.by_uid:
                 self.by_uid[stream.fork_of].forks += 1
@@ -88,6 +95,12 @@ class Engine:
             stream.last_access_ms = max(stream.last_access_ms, now)
 
     def _replay(self, record: Record) -> None:
+        if record.kind is RecordKind.BUCKET_CREATE:
+            self._apply_bucket_create(record)
+            return
+        if record.kind is RecordKind.BUCKET_DELETE:
+            self.buckets.remove(self.buckets.by_uid[record.uid])
+            return
         if record.kind is RecordKind.CREATE:
             stream = self._apply_create(record)
             self.streams[stream.name] = stream
@@ -95,6 +108,8 @@ class Engine:
             stream = self.by_uid[record.uid]
             if record.kind is RecordKind.APPEND:
                 self._apply_append(stream, record)
+            elif record.kind is RecordKind.SNAPSHOT:
+                self._apply_snapshot(stream, record)
             else:
                 self._apply_delete(stream)
         stream.visible_tail = stream.tail
@@ -107,8 +122,11 @@ class Engine:
         states: dict[int, dict[str, Any]] = {}
         for uid in uids:
             stream = self.by_uid.get(uid)
+            bucket = self.buckets.by_uid.get(uid)
             if stream is not None:
                 states[uid] = stream.to_state(written_ms=now)
+            elif bucket is not None:
+                states[uid] = bucket.to_state(written_ms=now)
             elif uid in self._tombstones:
                 states[uid] = self._tombstones.pop(uid)
         states.update(self._tombstones)
@@ -133,6 +151,23 @@ class Engine:
             if stream is not None:
                 stream.flushed_tail = max(stream.flushed_tail, state["tail"])
                 stream.trim_flushed(keep)
+                if stream.snapshot_lsn == state.get("snapshot_lsn"):
+                    stream.snapshot_data = None  # in Delta now
+
+    def earliest_readable(self, stream: Stream) -> int:
+        """Reads below this answer 410: the stream's own snapshot, or below its fork point
+        whatever its ancestry no longer retains."""
+        earliest = stream.earliest_retained
+        if stream.fork_of is not None and stream.fork_of in self.by_uid:
+            earliest = max(earliest, min(stream.fork_seq, self.earliest_readable(self.by_uid[stream.fork_of])))
+        return earliest
+
+    def retention_plan(self) -> dict[int, int]:
+        return {
+            stream.uid: stream.snapshot_seq
+            for stream in self.by_uid.values()
+            if stream.snapshot_seq and stream.forks == 0 and not stream.soft_deleted
+        }
 
     # -- lookups ----------------------------------------------------------------------
 
@@ -178,6 +213,9 @@ class Engine:
             if not self._same_config(existing, request):
                 raise Conflict(f"stream {request.name!r} already exists with a different configuration")
             return CreateOutcome(False, existing, existing.tail)
+        located = bucket_of(request.name)
+        if located is not None:
+            self.buckets.get(located[0])  # no implicit bucket creation
         source = self._fork_source(request) if request.fork_from is not None else None
         content_type = request.content_type or (source.content_type if source else DEFAULT_CONTENT_TYPE)
         if source is not None and normalize_content_type(content_type) != normalize_content_type(source.content_type):
@@ -261,6 +299,8 @@ class Engine:
             if offset.within != 0 or offset.seq > source.visible_tail:
                 raise BadRequest(f"fork offset {offset} is not a message boundary of the source", code="INVALID_OFFSET")
             fork_seq = offset.seq
+        if fork_seq < self.earliest_readable(source):
+            raise Gone(f"fork offset {offset} is older than the source's earliest retained offset", code="OFFSET_GONE")
         sub = request.fork_sub_offset or 0
         if sub == 0:
             return fork_seq, None
@@ -307,6 +347,7 @@ class Engine:
             fork_offset=header["fork_offset"],
             fork_sub_offset=header["fork_sub_offset"],
             last_access_ms=now,
+            last_write_ms=now,
         )
         stream.tail = stream.visible_tail = stream.mem_base = stream.flushed_tail = header["first_seq"]
         seq = header["first_seq"]
@@ -318,6 +359,7 @@ class Engine:
         if stream.fork_of is not None:
             self.by_uid[stream.fork_of].forks += 1
         self.by_uid[stream.uid] = stream
+        self.buckets.stream_added(stream.name)
         return stream
 
     # -- append / close ---------------------------------------------------------------
@@ -405,6 +447,7 @@ class Engine:
 
     def _apply_append(self, stream: Stream, record: Record) -> None:
         header = record.header
+        stream.last_write_ms = header["ts"]
         if record.messages:
             stream.remember(header["first_seq"], record.messages, header["ts"])
             stream.tail = header["first_seq"] + len(record.messages)
@@ -444,6 +487,7 @@ class Engine:
         self.by_uid.pop(stream.uid, None)
         if self.streams.get(stream.name) is stream:
             del self.streams[stream.name]
+            self.buckets.stream_removed(stream.name)
         self._tombstones[stream.uid] = stream.to_state(written_ms=self.clock(), deleted=True)
         stream.wake()
         if stream.fork_of is not None:
@@ -452,6 +496,63 @@ class Engine:
                 source.forks -= 1
                 if source.forks == 0 and source.soft_deleted:
                     self._remove(source)
+
+    # -- buckets ----------------------------------------------------------------------
+
+    async def create_bucket(self, bucket_id: str) -> Bucket:
+        self.buckets.require_absent(bucket_id)
+        header = {"bucket_id": bucket_id, "ts": self.clock()}
+        record = self.storage.submit(RecordKind.BUCKET_CREATE, self.storage.next_lsn, header)
+        bucket = self._apply_bucket_create(record)
+        await self.storage.wait_durable(record.lsn)
+        return bucket
+
+    def _apply_bucket_create(self, record: Record) -> Bucket:
+        bucket = Bucket(record.header["bucket_id"], record.uid, record.header["ts"])
+        self.buckets.add(bucket)
+        return bucket
+
+    async def delete_bucket(self, bucket_id: str) -> None:
+        bucket = self.buckets.get(bucket_id)
+        for stream_id in list(bucket.stream_ids):
+            self.find(f"{bucket_id}/{stream_id}")  # lets expired streams go first
+        self.buckets.require_empty(bucket)
+        record = self.storage.submit(RecordKind.BUCKET_DELETE, bucket.uid, {"ts": self.clock()})
+        self.buckets.remove(bucket)
+        self._tombstones[bucket.uid] = bucket.to_state(written_ms=self.clock(), deleted=True)
+        await self.storage.wait_durable(record.lsn)
+
+    # -- snapshots ----------------------------------------------------------------------
+
+    async def publish_snapshot(self, name: str, seq: int, content_type: str, blob: bytes) -> Stream:
+        stream = self.get_live(name)
+        if seq > stream.visible_tail:
+            raise Conflict("the snapshot offset is beyond the stream's tail", code="OFFSET_BEYOND_TAIL")
+        if seq < stream.earliest_retained:
+            raise Gone("the snapshot offset is older than the earliest retained offset", code="OFFSET_GONE")
+        self.touch(stream)
+        header = {"seq": seq, "content_type": content_type, "ts": self.clock()}
+        record = self.storage.submit(RecordKind.SNAPSHOT, stream.uid, header, (blob,))
+        self._apply_snapshot(stream, record)
+        await self.storage.wait_durable(record.lsn)
+        return stream
+
+    def _apply_snapshot(self, stream: Stream, record: Record) -> None:
+        stream.snapshot_seq = record.header["seq"]
+        stream.snapshot_content_type = record.header["content_type"]
+        stream.snapshot_data = record.messages[0]
+        stream.snapshot_lsn = stream.last_lsn = record.lsn
+
+    async def snapshot_blob(self, stream: Stream) -> bytes:
+        """The latest snapshot's bytes, from memory or (once flushed) from Delta."""
+        seq = stream.snapshot_seq
+        assert seq is not None
+        if stream.snapshot_data is not None:
+            return stream.snapshot_data
+        stored = await self.storage.read_snapshot(stream.uid, seq)
+        if stored is None:
+            raise NotFound("the snapshot's data is missing from storage", code="SNAPSHOT_NOT_FOUND")
+        return stored[1]
 
     # -- visibility -------------------------------------------------------------------
 

@@ -11,28 +11,41 @@ from __future__ import annotations
 
 import asyncio
 
-from ..protocol.errors import BadRequest
-from ..protocol.offsets import Offset
+from ..protocol.errors import BadRequest, Gone
+from ..protocol.offsets import Offset, encode_seq
 from .engine import Engine
 from .stream import Stream
 from .types import ReadResult
 
 
-async def read(engine: Engine, stream: Stream, start: Offset, max_bytes: int) -> ReadResult:
-    """Messages from ``start`` up to the visible tail, at most about ``max_bytes`` of them."""
+async def read(engine: Engine, stream: Stream, start: Offset, max_bytes: int, *, whole: bool = False) -> ReadResult:
+    """Messages from ``start`` up to the visible tail, at most about ``max_bytes`` of them.
+
+    A first message larger than ``max_bytes`` is sliced (the next offset then points inside
+    it) unless ``whole`` asks for complete messages, as message-framed responses need.
+    """
     tail = stream.visible_tail
+    earliest = engine.earliest_readable(stream)
+    if start.seq < earliest:
+        raise Gone(
+            f"offset {start} is older than the earliest retained offset {encode_seq(earliest)}: "
+            "re-initialize from /bootstrap",
+            code="OFFSET_GONE",
+        )
     if start.seq > tail or (start.seq == tail and start.within != 0):
         raise BadRequest(f"offset {start} is beyond the tail of the stream", code="OFFSET_OUT_OF_RANGE")
     chunks: list[bytes] = []
+    stamps: list[int] = []
     next_offset = start
     if start.seq < tail:
         messages = await _gather(engine, stream, start.seq, tail, max_bytes + start.within)
-        first = messages[0][start.within :]
-        if len(first) > max_bytes:
-            chunks = [first[:max_bytes]]
+        chunks = [data for data, _ in messages]
+        stamps = [ts for _, ts in messages]
+        chunks[0] = chunks[0][start.within :]
+        if len(chunks[0]) > max_bytes and not whole:
+            chunks, stamps = [chunks[0][:max_bytes]], stamps[:1]
             next_offset = Offset(start.seq, start.within + max_bytes)
         else:
-            chunks = [first, *messages[1:]]
             next_offset = Offset(start.seq + len(messages), 0)
     at_tail = next_offset.seq == tail and next_offset.within == 0
     return ReadResult(
@@ -40,19 +53,21 @@ async def read(engine: Engine, stream: Stream, start: Offset, max_bytes: int) ->
         start=start,
         next=next_offset,
         chunks=chunks,
+        stamps=stamps,
         up_to_date=at_tail,
         closed=at_tail and stream.visible_closed,
     )
 
 
-async def _gather(engine: Engine, stream: Stream, start: int, end: int, budget: int) -> list[bytes]:
-    """Whole messages ``start..end`` (at least one) until ``budget`` bytes are reached."""
-    gathered: list[bytes] = []
+async def _gather(engine: Engine, stream: Stream, start: int, end: int, budget: int) -> list[tuple[bytes, int]]:
+    """Whole messages ``start..end`` (at least one) until ``budget`` bytes are reached, as
+    ``(data, append time in ms)``."""
+    gathered: list[tuple[bytes, int]] = []
     if start < stream.fork_seq and stream.fork_of is not None:
         source = engine.by_uid[stream.fork_of]
         gathered = await _gather(engine, source, start, min(end, stream.fork_seq), budget)
         start += len(gathered)
-        budget -= sum(len(m) for m in gathered)
+        budget -= sum(len(data) for data, _ in gathered)
         if start < stream.fork_seq or budget <= 0:
             return gathered
     if start < min(end, stream.mem_base):
@@ -60,17 +75,17 @@ async def _gather(engine: Engine, stream: Stream, start: int, end: int, budget: 
         for stored in await engine.storage.read_messages(stream.uid, start, history_end):
             if gathered and budget <= 0:
                 return gathered
-            gathered.append(stored.data)
+            gathered.append((stored.data, stored.ts_ms))
             budget -= len(stored.data)
             start += 1
         if start < stream.mem_base:
             return gathered
     offset = start - stream.mem_base
     limit = end - stream.mem_base
-    messages = stream.messages
+    messages, stamps = stream.messages, stream.stamps
     while offset < limit and (not gathered or budget > 0):
         message = messages[offset]
-        gathered.append(message)
+        gathered.append((message, stamps[offset]))
         budget -= len(message)
         offset += 1
     return gathered

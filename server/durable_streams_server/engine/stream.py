@@ -36,6 +36,10 @@ class Stream:
     fork_sub_offset: int = 0
     soft_deleted: bool = False
     last_access_ms: int = 0
+    last_write_ms: int = 0
+    snapshot_seq: int | None = None
+    snapshot_content_type: str | None = None
+    snapshot_lsn: int = 0
     # Derived, never persisted.
     forks: int = 0
     visible_tail: int = 0
@@ -46,8 +50,18 @@ class Stream:
     stamps: list[int] = field(default_factory=list)
     mem_bytes: int = 0
     batches: dict[int, int] = field(default_factory=dict)
+    snapshot_data: bytes | None = None
+    """The latest snapshot's blob while it is not yet in Delta (afterwards read from there)."""
     flushed_tail: int = 0
     waiters: set[asyncio.Future[None]] = field(default_factory=set)
+
+    @property
+    def earliest_retained(self) -> int:
+        """This stream's own retention point: a snapshot replaced everything before it.
+
+        (A fork also inherits its source's retention below the fork point: see
+        ``Engine.earliest_readable``.)"""
+        return self.snapshot_seq or 0
 
     # -- lifetime ---------------------------------------------------------------------
 
@@ -114,6 +128,10 @@ class Stream:
             "fork_sub_offset": self.fork_sub_offset,
             "soft_deleted": self.soft_deleted,
             "last_access_ms": self.last_access_ms,
+            "last_write_ms": self.last_write_ms,
+            "snapshot_seq": self.snapshot_seq,
+            "snapshot_content_type": self.snapshot_content_type,
+            "snapshot_lsn": self.snapshot_lsn,
             "deleted": deleted,
             "written_ms": written_ms,
         }
@@ -140,6 +158,10 @@ class Stream:
             fork_sub_offset=state.get("fork_sub_offset", 0),
             soft_deleted=state.get("soft_deleted", False),
             last_access_ms=state.get("last_access_ms", 0),
+            last_write_ms=state.get("last_write_ms", 0),
+            snapshot_seq=state.get("snapshot_seq"),
+            snapshot_content_type=state.get("snapshot_content_type"),
+            snapshot_lsn=state.get("snapshot_lsn", 0),
         )
         stream.visible_tail = stream.tail
         stream.visible_closed = stream.closed

@@ -60,5 +60,7 @@ class ReadResult:
     start: Offset
     next: Offset
     chunks: list[bytes]
+    stamps: list[int]
+    """Append time (ms) of each chunk's message."""
     up_to_date: bool
     closed: bool

@@ -22,8 +22,11 @@ from starlette.routing import Route
 
 from ..config import ServerConfig
 from ..engine.engine import Engine, EngineConfig
-from ..protocol.errors import MethodNotAllowed, ProtocolError
+from ..protocol.errors import MethodNotAllowed, NotFound, ProtocolError
+from ..protocol.ids import validate_bucket_id, validate_stream_id
 from ..storage.committer import Storage, StorageConfig
+from ..storage.compaction import CompactionConfig
+from .extensions import ExtensionHandlers
 from .limits import HttpLimits
 from .responses import SecurityHeadersMiddleware, error_response, preflight_response
 from .streams import StreamHandlers
@@ -41,14 +44,17 @@ class DurableStreamsApp:
         self.storage: Storage | None = None
         self.engine: Engine | None = None
         self.handlers: StreamHandlers | None = None
+        self.extensions: ExtensionHandlers | None = None
         self._start_lock = asyncio.Lock()
+        methods = ["GET", "HEAD", "PUT", "POST", "DELETE", "OPTIONS"]
         self.asgi = Starlette(
             routes=[
-                Route(
-                    "/v1/stream/{path:path}",
-                    self._stream_endpoint,
-                    methods=["GET", "HEAD", "PUT", "POST", "DELETE", "OPTIONS"],
-                )
+                Route("/v1/stream/{path:path}", self._base_endpoint, methods=methods),
+                Route("/{bucket_id}", self._bucket_endpoint, methods=methods),
+                Route("/{bucket_id}/streams", self._listing_endpoint, methods=methods),
+                Route("/{bucket_id}/{stream_id}", self._bucketed_endpoint, methods=methods),
+                Route("/{bucket_id}/{stream_id}/{resource}", self._bucketed_endpoint, methods=methods),
+                Route("/{bucket_id}/{stream_id}/{resource}/{token}", self._bucketed_endpoint, methods=methods),
             ],
             middleware=[Middleware(SecurityHeadersMiddleware)],
             lifespan=self._lifespan,
@@ -81,12 +87,15 @@ class DurableStreamsApp:
                 storage_options=config.storage_options,
                 durability=config.durability,
                 flush_interval_s=config.flush_interval_ms / 1000,
+                compaction=CompactionConfig(
+                    interval_s=config.compaction_interval_s, vacuum_retention_hours=config.vacuum_retention_hours
+                ),
             )
         )
         engine = Engine(storage, EngineConfig(tail_cache_bytes=config.tail_cache_bytes))
         engine.load(storage.recover())
         self.storage, self.engine = storage, engine
-        self.handlers = StreamHandlers(
+        self.handlers = handlers = StreamHandlers(
             engine,
             HttpLimits(
                 max_body_bytes=config.max_body_bytes,
@@ -95,6 +104,7 @@ class DurableStreamsApp:
                 sse_reconnect_s=config.sse_reconnect_ms / 1000,
             ),
         )
+        self.extensions = ExtensionHandlers(handlers)
         log.info(
             "ready",
             extra={
@@ -104,32 +114,116 @@ class DurableStreamsApp:
             },
         )
 
-    async def _stream_endpoint(self, request: Request) -> Response:
-        name = BASE_PREFIX + request.path_params["path"]
-        return await self._dispatch(request, name)
+    # -- routing ----------------------------------------------------------------------
 
-    async def _dispatch(self, request: Request, name: str) -> Response:
+    async def _base_endpoint(self, request: Request) -> Response:
+        """``/v1/stream/{path}``: stream paths may contain '/', so ``…/snapshot[/offset]`` and
+        ``…/bootstrap`` are sub-resources only when the path itself is not a stream but its
+        prefix is."""
+        name = BASE_PREFIX + request.path_params["path"]
+
+        async def route() -> Response:
+            assert self.engine is not None
+            streams = self.engine.streams
+            if name not in streams:
+                prefix, _, last = name.rpartition("/")
+                if last in ("bootstrap", "snapshot") and prefix in streams:
+                    return await self._sub_resource(request, prefix, last, None)
+                prefix, _, token = name.rpartition("/snapshot/")
+                if prefix in streams and token and "/" not in token:
+                    return await self._sub_resource(request, prefix, "snapshot", token)
+            return await self._stream(request, name)
+
+        return await self._guarded(request, route)
+
+    async def _bucket_endpoint(self, request: Request) -> Response:
+        bucket_id = request.path_params["bucket_id"]
+
+        async def route() -> Response:
+            assert self.extensions is not None
+            validate_bucket_id(bucket_id)
+            if request.method == "PUT":
+                return await self.extensions.create_bucket(bucket_id)
+            if request.method in ("GET", "HEAD"):
+                return self.extensions.get_bucket(bucket_id)
+            if request.method == "DELETE":
+                return await self.extensions.delete_bucket(bucket_id)
+            raise MethodNotAllowed(f"{request.method} is not supported on a bucket")
+
+        return await self._guarded(request, route)
+
+    async def _listing_endpoint(self, request: Request) -> Response:
+        bucket_id = request.path_params["bucket_id"]
+
+        async def route() -> Response:
+            assert self.extensions is not None
+            validate_bucket_id(bucket_id)
+            if request.method not in ("GET", "HEAD"):
+                raise MethodNotAllowed("the stream listing is read-only ('streams' is a reserved stream id)")
+            return self.extensions.list_streams(request, bucket_id)
+
+        return await self._guarded(request, route)
+
+    async def _bucketed_endpoint(self, request: Request) -> Response:
+        params = request.path_params
+
+        async def route() -> Response:
+            assert self.engine is not None
+            bucket_id = validate_bucket_id(params["bucket_id"])
+            name = validate_stream_id(bucket_id, params["stream_id"])
+            self.engine.buckets.get(bucket_id)
+            resource = params.get("resource")
+            if resource is None:
+                return await self._stream(request, name)
+            if resource not in ("snapshot", "bootstrap") or (resource == "bootstrap" and "token" in params):
+                raise NotFound(f"no resource {request.url.path!r}", code="NOT_FOUND")
+            return await self._sub_resource(request, name, resource, params.get("token"))
+
+        return await self._guarded(request, route)
+
+    async def _guarded(self, request: Request, route: Callable[[], Awaitable[Response]]) -> Response:
+        """Start on first use, answer CORS preflights, and turn protocol errors into responses."""
         if self.handlers is None:
             await self._start()
-        handlers = self.handlers
-        assert handlers is not None
-        method = request.method
-        routes: dict[str, Callable[[], Awaitable[Response]]] = {
-            "GET": lambda: handlers.read(request, name),
-            "HEAD": lambda: handlers.head(name),
-            "PUT": lambda: handlers.create(request, name),
-            "POST": lambda: handlers.append(request, name),
-            "DELETE": lambda: handlers.delete(name),
-        }
+        if request.method == "OPTIONS":
+            return preflight_response()
         try:
-            if method == "OPTIONS":
-                return preflight_response()
-            route = routes.get(method)
-            if route is None:
-                raise MethodNotAllowed(f"{method} is not supported on a stream")
             return await route()
         except ProtocolError as error:
             return error_response(error)
+
+    async def _stream(self, request: Request, name: str) -> Response:
+        handlers = self.handlers
+        assert handlers is not None
+        method = request.method
+        if method == "GET":
+            return await handlers.read(request, name)
+        if method == "HEAD":
+            return await handlers.head(name)
+        if method == "PUT":
+            return await handlers.create(request, name)
+        if method == "POST":
+            return await handlers.append(request, name)
+        if method == "DELETE":
+            return await handlers.delete(name)
+        raise MethodNotAllowed(f"{method} is not supported on a stream")
+
+    async def _sub_resource(self, request: Request, name: str, resource: str, token: str | None) -> Response:
+        extensions = self.extensions
+        assert extensions is not None
+        method = request.method
+        if resource == "bootstrap" and method == "GET":
+            return await extensions.bootstrap(request, name)
+        if resource == "snapshot" and token is None and method == "GET":
+            return extensions.latest_snapshot(request, name)
+        if resource == "snapshot" and token is not None:
+            if method == "PUT":
+                return await extensions.publish_snapshot(request, name, token)
+            if method == "GET":
+                return await extensions.read_snapshot(name, token)
+            if method == "DELETE":
+                return extensions.delete_snapshot(name, token)
+        raise MethodNotAllowed(f"{method} is not supported on {request.url.path}")
 
 
 def create_app(config: ServerConfig | None = None) -> Starlette:

@@ -22,7 +22,7 @@ from ..protocol.cursor import response_cursor
 from ..protocol.errors import BadRequest, PayloadTooLarge
 from ..protocol.json_mode import frame
 from ..protocol.offsets import BEGINNING_SENTINEL, NOW_SENTINEL, Offset, encode_seq, parse_offset
-from . import sse
+from . import multipart, sse
 from .limits import HttpLimits
 
 _SUB_OFFSET_HEADER_RE = re.compile(r"^(0|[1-9][0-9]*)$")
@@ -128,6 +128,8 @@ class StreamHandlers:
             headers[h.STREAM_EXPIRES_AT] = stream.expires_at
         if stream.visible_closed:
             headers[h.STREAM_CLOSED] = "true"
+        if stream.snapshot_seq is not None:
+            headers[h.STREAM_SNAPSHOT_OFFSET] = encode_seq(stream.snapshot_seq)
         return Response(status_code=200, headers=headers)
 
     # -- GET: catch-up, long-poll, SSE --------------------------------------------------
@@ -159,16 +161,19 @@ class StreamHandlers:
         cursor = params.get("cursor")
         if live == "sse":
             return sse.response(self.engine, stream, start, cursor, self.limits)
-        result = await reads.read(self.engine, stream, start, self.limits.max_read_bytes)
+        # Extension: "Accept: multipart/mixed" frames each message as its own MIME part.
+        framed = multipart.wants_multipart(request.headers.get("accept"))
+        limit = self.limits.max_read_bytes
+        result = await reads.read(self.engine, stream, start, limit, whole=framed)
         if live == "long-poll" and not result.chunks:
             if not result.closed:
                 await reads.wait_for_change(stream, start.seq, self.limits.long_poll_timeout_s)
                 stream = self.engine.get_live(name)
                 self.engine.touch(stream)
-                result = await reads.read(self.engine, stream, start, self.limits.max_read_bytes)
+                result = await reads.read(self.engine, stream, start, limit, whole=framed)
             if not result.chunks:
                 return self._long_poll_empty(result, cursor)
-        return self._data_response(request, result, offset_raw or BEGINNING_SENTINEL, live, cursor)
+        return self._data_response(request, result, offset_raw or BEGINNING_SENTINEL, live, cursor, framed)
 
     def _now_response(self, stream: Stream) -> Response:
         headers = {
@@ -195,16 +200,23 @@ class StreamHandlers:
         return Response(status_code=204, headers=headers)
 
     def _data_response(
-        self, request: Request, result: ReadResult, start_token: str, live: str | None, cursor: str | None
+        self,
+        request: Request,
+        result: ReadResult,
+        start_token: str,
+        live: str | None,
+        cursor: str | None,
+        framed: bool,
     ) -> Response:
         stream = result.stream
         next_token = result.next.encode()
-        etag = _etag(stream, start_token, next_token, result.closed)
+        etag = _etag(stream, start_token, next_token, result.closed, framed)
         headers = {
             "Content-Type": stream.content_type,
             h.STREAM_NEXT_OFFSET: next_token,
             "ETag": etag,
             "Cache-Control": CACHEABLE,
+            "Vary": "Accept",
         }
         if result.up_to_date:
             headers[h.STREAM_UP_TO_DATE] = "true"
@@ -214,12 +226,17 @@ class StreamHandlers:
             headers[h.STREAM_CURSOR] = response_cursor(cursor, time.time())
         if request.headers.get("if-none-match") == etag:
             return Response(status_code=304, headers={"ETag": etag, "Cache-Control": CACHEABLE})
+        if framed:
+            boundary = multipart.new_boundary()
+            headers["Content-Type"] = multipart.content_type(boundary)
+            parts = multipart.message_parts(boundary, stream.content_type, result.start, result.chunks, result.stamps)
+            return Response(parts + multipart.closing(boundary), status_code=200, headers=headers)
         body = frame(result.chunks) if h.is_json(stream.content_type) else b"".join(result.chunks)
         return Response(body, status_code=200, headers=headers)
 
 
-def _etag(stream: Stream, start: str, end: str, closed: bool) -> str:
-    return f'"{stream.uid}:{start}:{end}{":c" if closed else ""}"'
+def _etag(stream: Stream, start: str, end: str, closed: bool, framed: bool = False) -> str:
+    return f'"{stream.uid}:{start}:{end}{":c" if closed else ""}{":m" if framed else ""}"'
 
 
 def _append_headers(outcome: AppendOutcome) -> dict[str, str]:

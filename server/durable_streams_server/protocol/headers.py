@@ -32,6 +32,9 @@ PRODUCER_SEQ = "Producer-Seq"
 PRODUCER_EXPECTED_SEQ = "Producer-Expected-Seq"
 PRODUCER_RECEIVED_SEQ = "Producer-Received-Seq"
 SSE_DATA_ENCODING = "Stream-SSE-Data-Encoding"
+STREAM_SNAPSHOT_OFFSET = "Stream-Snapshot-Offset"
+STREAM_OFFSET = "Stream-Offset"
+STREAM_TIMESTAMP = "Stream-Timestamp"
 
 MAX_SAFE_INTEGER = 2**53 - 1
 

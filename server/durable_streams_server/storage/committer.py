@@ -30,11 +30,12 @@ import itertools
 import logging
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from ..protocol.errors import ServiceUnavailable
+from .compaction import CompactionConfig, CompactionReport, Compactor
 from .delta_log import DeltaLog, StoredMessage
 from .records import Record, RecordKind, encode
 from .wal import WriteAheadLog
@@ -52,6 +53,7 @@ class StorageConfig:
     durability: Durability = "wal"
     flush_interval_s: float = 1.0
     flush_bytes: int = 8 * 1024 * 1024
+    compaction: CompactionConfig = field(default_factory=CompactionConfig)
 
 
 class StateView(Protocol):
@@ -62,6 +64,10 @@ class StateView(Protocol):
     def on_durable(self, lsn: int) -> None: ...
 
     def on_flushed(self, states: Mapping[int, dict[str, Any]]) -> None: ...
+
+    def retention_plan(self) -> dict[int, int]:
+        """uid -> first retained seq, for streams whose older messages nothing reads."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +96,10 @@ class Storage:
         self._failure: BaseException | None = None
         self._closing = False
         self._tasks: list[asyncio.Task[None]] = []
+        self.compactor = Compactor(self.delta.uri, config.storage_options, config.compaction)
+        self._removed_uids: set[int] = set()
+        self._retention_done: dict[int, int] = {}
+        self._compaction_lock = asyncio.Lock()
 
     # -- recovery ---------------------------------------------------------------------
 
@@ -125,6 +135,8 @@ class Storage:
         if self.wal is not None:
             self._tasks.append(asyncio.create_task(self._wal_writer(), name="wal-writer"))
         self._tasks.append(asyncio.create_task(self._flusher(), name="delta-flusher"))
+        if self.config.compaction.interval_s > 0:
+            self._tasks.append(asyncio.create_task(self._compaction_loop(), name="delta-compaction"))
 
     async def close(self) -> None:
         """Stop the background tasks after a final flush of everything submitted."""
@@ -132,7 +144,10 @@ class Storage:
         self._wal_wakeup.set()
         self._flush_wakeup.set()
         for task in self._tasks:
-            with contextlib.suppress(Exception):  # already logged where it happened
+            if task.get_name() == "delta-compaction":
+                task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(Exception, asyncio.CancelledError):  # logged where it happened
                 await task
         if self.wal is not None:
             if not self._unflushed and self._failure is None:
@@ -265,14 +280,53 @@ class Storage:
         )
         if self.wal is None:
             self._mark_durable(cut)
+        self._removed_uids.update(uid for uid, state in states.items() if state.get("deleted"))
         self._view.on_flushed(states)
         if self.wal is not None:
             await asyncio.to_thread(self.wal.drop_through, cut)
+
+    # -- compaction -------------------------------------------------------------------
+
+    async def _compaction_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.compaction.interval_s)
+            try:
+                await self.compact()
+            except Exception as error:  # the next pass retries; the table stays consistent
+                log.warning("compaction pass failed", extra={"error": str(error)})
+
+    async def compact(self) -> CompactionReport:
+        """One compaction pass over what has been flushed; runs beside appends and reads."""
+        assert self._view is not None
+        async with self._compaction_lock:
+            removed = set(self._removed_uids)
+            retention = {
+                uid: seq for uid, seq in self._view.retention_plan().items() if seq > self._retention_done.get(uid, 0)
+            }
+            report = await asyncio.to_thread(self.compactor.run_once, removed, retention, self.delta.refresh)
+            self._removed_uids -= removed
+            self._retention_done.update(retention)
+            self.delta.refresh()
+        log.info(
+            "compacted",
+            extra={
+                "files_before": report.files_before,
+                "files_after": report.files_after,
+                "purged_streams": report.purged_uids,
+                "retention_purges": report.retention_purges,
+                "vacuumed_files": report.vacuumed_files,
+                "seconds": report.seconds,
+            },
+        )
+        return report
 
     # -- history reads ----------------------------------------------------------------
 
     async def read_messages(self, uid: int, start_seq: int, end_seq: int) -> list[StoredMessage]:
         return await asyncio.to_thread(self.delta.read_messages, uid, start_seq, end_seq)
+
+    async def read_snapshot(self, uid: int, seq: int) -> tuple[str, bytes] | None:
+        return await asyncio.to_thread(self.delta.read_snapshot, uid, seq)
 
 
 def _write_and_rotate(wal: WriteAheadLog, before: list[bytes], rotate_at: int | None, after: list[bytes]) -> None:

@@ -7,11 +7,13 @@ column        type                meaning
 ============  ==================  ===========================================================
 stream        string              the stream's path, e.g. ``v1/stream/orders``
 stream_uid    int64               the stream's incarnation (a re-created path gets a new one)
-kind          string              ``message`` or ``state``
-seq           int64               message: its sequence number; state: the stream's tail
+kind          string              ``message``, ``state`` or ``snapshot``
+seq           int64               message: its sequence number; state: the stream's tail;
+                                  snapshot: the offset (sequence number) it was taken at
 ts            timestamp[us, UTC]  when the message was appended / the state was written
-data          binary              the message bytes (null for state rows)
-meta          string              the stream's state as JSON (null for message rows)
+data          binary              the message bytes / the snapshot blob (null for state rows)
+meta          string              state: the stream's (or bucket's) state as JSON;
+                                  snapshot: its content type; message: batch length
 lsn           int64               WAL position of the record that wrote the row
 ============  ==================  ===========================================================
 
@@ -36,7 +38,7 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
-from .records import Record
+from .records import Record, RecordKind
 
 APP_ID = "durable-streams-server"
 TABLE_NAME = "streams"
@@ -56,6 +58,7 @@ SCHEMA = pa.schema(
 
 KIND_MESSAGE = "message"
 KIND_STATE = "state"
+KIND_SNAPSHOT = "snapshot"
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +102,15 @@ class DeltaLog:
         with self._lock:
             return self._table.version()
 
+    def refresh(self) -> None:
+        """Move to the newest table version (after another handle, e.g. compaction, committed)."""
+        with self._lock:
+            self._table.update_incremental()
+
+    def file_count(self) -> int:
+        with self._lock:
+            return len(self._table.file_uris())
+
     def load_states(self) -> dict[int, dict[str, Any]]:
         """The newest state of every stream incarnation, by uid."""
         table = self._scan(["stream_uid", "lsn", "meta"], f"kind = '{KIND_STATE}'")
@@ -114,58 +126,32 @@ class DeltaLog:
         return {uid: json.loads(meta) for uid, (_, meta) in newest.items()}
 
     def commit(self, records: Iterable[Record], states: Mapping[int, dict[str, Any]], through_lsn: int) -> None:
-        """Write the records' messages and the given stream states in one commit."""
-        streams: list[str] = []
-        uids: list[int] = []
-        kinds: list[str] = []
-        seqs: list[int] = []
-        stamps: list[int] = []
-        datas: list[bytes | None] = []
-        metas: list[str | None] = []
-        lsns: list[int] = []
+        """Write the records' messages and snapshots plus the given states in one commit."""
+        rows = _Rows()
         names = {uid: state["name"] for uid, state in states.items()}
         for record in records:
             if not record.messages:
                 continue
             name = names.get(record.uid) or record.header.get("name", "")
-            first_seq = record.header["first_seq"]
             ts_us = record.header["ts"] * 1000
+            if record.kind is RecordKind.SNAPSHOT:
+                meta = json.dumps({"content_type": record.header["content_type"]})
+                rows.add(
+                    name, record.uid, KIND_SNAPSHOT, record.header["seq"], ts_us, record.messages[0], meta, record.lsn
+                )
+                continue
+            first_seq = record.header["first_seq"]
             batch_starts = _batch_starts(record.header.get("batches") or [len(record.messages)])
             for index, message in enumerate(record.messages):
-                streams.append(name)
-                uids.append(record.uid)
-                kinds.append(KIND_MESSAGE)
-                seqs.append(first_seq + index)
-                stamps.append(ts_us)
-                datas.append(message)
                 size = batch_starts.get(index, 1)
-                metas.append(f'{{"batch":{size}}}' if size > 1 else None)
-                lsns.append(record.lsn)
+                batch_meta = f'{{"batch":{size}}}' if size > 1 else None
+                rows.add(name, record.uid, KIND_MESSAGE, first_seq + index, ts_us, message, batch_meta, record.lsn)
         for uid, state in states.items():
-            streams.append(state["name"])
-            uids.append(uid)
-            kinds.append(KIND_STATE)
-            seqs.append(state["tail"])
-            stamps.append(state["written_ms"] * 1000)
-            datas.append(None)
-            metas.append(json.dumps(state, separators=(",", ":")))
-            lsns.append(through_lsn)
-        table = pa.Table.from_arrays(
-            [
-                pa.array(streams, pa.string()),
-                pa.array(uids, pa.int64()),
-                pa.array(kinds, pa.string()),
-                pa.array(seqs, pa.int64()),
-                pa.array(stamps, pa.timestamp("us", tz="UTC")),
-                pa.array(datas, pa.binary()),
-                pa.array(metas, pa.string()),
-                pa.array(lsns, pa.int64()),
-            ],
-            schema=SCHEMA,
-        )
+            meta = json.dumps(state, separators=(",", ":"))
+            rows.add(state["name"], uid, KIND_STATE, state["tail"], state["written_ms"] * 1000, None, meta, through_lsn)
         properties = CommitProperties(app_transactions=[Transaction(app_id=APP_ID, version=through_lsn)])
         with self._lock:
-            write_deltalake(self._table, table, mode="append", commit_properties=properties)
+            write_deltalake(self._table, rows.to_table(), mode="append", commit_properties=properties)
             self._table.update_incremental()
 
     def _scan(self, columns: list[str], predicate: str) -> pa.Table:
@@ -188,6 +174,32 @@ class DeltaLog:
             StoredMessage(seq, data, ts // 1000, json.loads(meta)["batch"] if meta else 1)
             for seq, data, ts, meta in zip(seqs, datas, stamps, metas, strict=True)
         ]
+
+    def read_snapshot(self, uid: int, seq: int) -> tuple[str, bytes] | None:
+        """The newest snapshot blob published for ``seq`` of stream ``uid``."""
+        predicate = f"stream_uid = {uid} AND kind = '{KIND_SNAPSHOT}' AND seq = {seq}"
+        table = self._scan(["lsn", "data", "meta"], predicate)
+        if table.num_rows == 0:
+            return None
+        newest = table.sort_by([("lsn", "descending")]).slice(0, 1)
+        return json.loads(newest["meta"][0].as_py())["content_type"], newest["data"][0].as_py()
+
+
+class _Rows:
+    """Column buffers for one commit's rows."""
+
+    def __init__(self) -> None:
+        self.columns: list[list[Any]] = [[] for _ in SCHEMA]
+
+    def add(
+        self, stream: str, uid: int, kind: str, seq: int, ts_us: int, data: bytes | None, meta: str | None, lsn: int
+    ) -> None:
+        for column, value in zip(self.columns, (stream, uid, kind, seq, ts_us, data, meta, lsn), strict=True):
+            column.append(value)
+
+    def to_table(self) -> pa.Table:
+        arrays = [pa.array(values, field.type) for values, field in zip(self.columns, SCHEMA, strict=True)]
+        return pa.Table.from_arrays(arrays, schema=SCHEMA)
 
 
 def _batch_starts(sizes: list[int]) -> dict[int, int]:

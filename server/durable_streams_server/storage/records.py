@@ -28,6 +28,9 @@ class RecordKind(IntEnum):
     CREATE = 1
     APPEND = 2
     DELETE = 3
+    SNAPSHOT = 4
+    BUCKET_CREATE = 5
+    BUCKET_DELETE = 6
 
 
 @dataclass(frozen=True, slots=True)
