@@ -126,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add(parser, "--flush-interval-ms", 1_000, "WAL mode: how often the WAL is flushed into Delta", type=int)
     _add(parser, "--tail-cache-bytes", 4 * 1024 * 1024, "flushed bytes kept in memory per stream", type=int)
     _add(parser, "--compaction-interval-s", 600.0, "seconds between compaction passes; 0 turns it off", type=float)
-    _add(parser, "--vacuum-retention-hours", 1.0, "unreferenced data files older than this are deleted", type=float)
+    _add(parser, "--vacuum-retention-hours", 1, "unreferenced data files older than this are deleted", type=int)
     _add(
         parser,
         "--log-level",

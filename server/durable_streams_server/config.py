@@ -24,7 +24,7 @@ class ServerConfig:
     tail_cache_bytes: int = 4 * 1024 * 1024
     compaction_interval_s: float = 600.0
     """Seconds between background compaction passes; 0 turns compaction off."""
-    vacuum_retention_hours: float = 1.0
+    vacuum_retention_hours: int = 1
 
     @property
     def resolved_storage_uri(self) -> str:

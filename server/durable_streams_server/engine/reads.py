@@ -70,24 +70,29 @@ async def _gather(engine: Engine, stream: Stream, start: int, end: int, budget: 
         budget -= sum(len(data) for data, _ in gathered)
         if start < stream.fork_seq or budget <= 0:
             return gathered
-    if start < min(end, stream.mem_base):
-        history_end = min(end, stream.mem_base, start + max(1, budget // 64 + 1))
-        for stored in await engine.storage.read_messages(stream.uid, start, history_end):
-            if gathered and budget <= 0:
-                return gathered
-            gathered.append((stored.data, stored.ts_ms))
-            budget -= len(stored.data)
-            start += 1
+    # History below mem_base is in Delta, the rest in memory; a flush may move mem_base
+    # while a Delta read is awaited, so re-check it on every round.
+    while start < end and (not gathered or budget > 0):
         if start < stream.mem_base:
-            return gathered
-    offset = start - stream.mem_base
-    limit = end - stream.mem_base
-    messages, stamps = stream.messages, stream.stamps
-    while offset < limit and (not gathered or budget > 0):
-        message = messages[offset]
-        gathered.append((message, stamps[offset]))
-        budget -= len(message)
-        offset += 1
+            history_end = min(end, stream.mem_base, start + max(1, budget // 64 + 1))
+            stored = await engine.storage.read_messages(stream.uid, start, history_end)
+            if not stored or stored[0].seq != start or stored[-1].seq != start + len(stored) - 1:
+                raise RuntimeError(f"stream {stream.name!r}: messages from {start} missing from Delta")
+            for message in stored:
+                if gathered and budget <= 0:
+                    return gathered
+                gathered.append((message.data, message.ts_ms))
+                budget -= len(message.data)
+                start += 1
+            continue
+        offset, limit = start - stream.mem_base, end - stream.mem_base
+        messages, stamps = stream.messages, stream.stamps
+        while offset < limit and (not gathered or budget > 0):
+            message = messages[offset]
+            gathered.append((message, stamps[offset]))
+            budget -= len(message)
+            offset += 1
+        break
     return gathered
 
 

@@ -303,7 +303,7 @@ class Storage:
             retention = {
                 uid: seq for uid, seq in self._view.retention_plan().items() if seq > self._retention_done.get(uid, 0)
             }
-            report = await asyncio.to_thread(self.compactor.run_once, removed, retention, self.delta.refresh)
+            report = await asyncio.to_thread(self.compactor.run_once, removed, retention, self.delta.vacuum)
             self._removed_uids -= removed
             self._retention_done.update(retention)
             self.delta.refresh()

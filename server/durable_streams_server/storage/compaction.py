@@ -12,9 +12,13 @@ is left:
 3. **checkpoint** the log and clean up old log entries;
 4. **vacuum** data files that no version newer than ``vacuum_retention_hours`` uses.
 
-The compactor works on its own ``DeltaTable`` handle and never takes the flusher's lock:
-appends keep committing while it runs (Delta resolves an append against a concurrent
-optimize or delete without conflict). Its own commits are retried on conflict.
+Steps 1-3 work on the compactor's own ``DeltaTable`` handle and never take the flusher's
+lock: appends keep committing while they run (Delta resolves an append against a
+concurrent optimize or delete without conflict), and its own commits are retried on
+conflict. Vacuum is different: it deletes every file the handle's snapshot does not
+reference, so a file committed by the flusher a moment earlier would look unreferenced.
+It therefore runs through the flusher's handle, under its lock, after a refresh
+(``vacuum`` callback).
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ _ATTEMPTS = 5
 class CompactionConfig:
     interval_s: float = 600.0
     target_file_bytes: int = 128 * 1024 * 1024
-    vacuum_retention_hours: float = 1.0
+    vacuum_retention_hours: int = 1
 
 
 @dataclass
@@ -60,10 +64,10 @@ class Compactor:
         self.config = config
 
     def run_once(
-        self, removed_uids: Iterable[int], retention: Mapping[int, int], before_vacuum: Callable[[], None]
+        self, removed_uids: Iterable[int], retention: Mapping[int, int], vacuum: Callable[[int], int]
     ) -> CompactionReport:
         """One maintenance pass (blocking). ``retention`` maps uid -> first retained seq;
-        ``before_vacuum`` lets readers move to the new version before old files go."""
+        ``vacuum(retention_hours)`` vacuums through the writer's handle (see above)."""
         started = time.perf_counter()
         table = DeltaTable(self.uri, storage_options=self.storage_options)
         report = CompactionReport(files_before=len(table.file_uris()))
@@ -82,14 +86,8 @@ class Compactor:
             report.steps.append("clustered")
         table.create_checkpoint()
         table.cleanup_metadata()
-        before_vacuum()
-        vacuumed = table.vacuum(
-            retention_hours=int(self.config.vacuum_retention_hours),
-            enforce_retention_duration=False,
-            dry_run=False,
-        )
+        report.vacuumed_files = vacuum(self.config.vacuum_retention_hours)
         table.update_incremental()
-        report.vacuumed_files = len(vacuumed)
         report.files_after = len(table.file_uris())
         report.seconds = round(time.perf_counter() - started, 3)
         return report

@@ -107,6 +107,18 @@ class DeltaLog:
         with self._lock:
             self._table.update_incremental()
 
+    def vacuum(self, retention_hours: int) -> int:
+        """Delete unreferenced data files older than ``retention_hours``; return how many.
+
+        Under the write lock and on a refreshed snapshot, so no file committed by this
+        server can look unreferenced."""
+        with self._lock:
+            self._table.update_incremental()
+            removed = self._table.vacuum(
+                retention_hours=retention_hours, enforce_retention_duration=False, dry_run=False
+            )
+        return len(removed)
+
     def file_count(self) -> int:
         with self._lock:
             return len(self._table.file_uris())
