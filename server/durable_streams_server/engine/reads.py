@@ -78,19 +78,19 @@ async def _gather(engine: Engine, stream: Stream, start: int, end: int, budget: 
             stored = await engine.storage.read_messages(stream.uid, start, history_end)
             if not stored or stored[0].seq != start or stored[-1].seq != start + len(stored) - 1:
                 raise RuntimeError(f"stream {stream.name!r}: messages from {start} missing from Delta")
-            for message in stored:
+            for row in stored:
                 if gathered and budget <= 0:
                     return gathered
-                gathered.append((message.data, message.ts_ms))
-                budget -= len(message.data)
+                gathered.append((row.data, row.ts_ms))
+                budget -= len(row.data)
                 start += 1
             continue
         offset, limit = start - stream.mem_base, end - stream.mem_base
         messages, stamps = stream.messages, stream.stamps
         while offset < limit and (not gathered or budget > 0):
-            message = messages[offset]
-            gathered.append((message, stamps[offset]))
-            budget -= len(message)
+            data = messages[offset]
+            gathered.append((data, stamps[offset]))
+            budget -= len(data)
             offset += 1
         break
     return gathered
