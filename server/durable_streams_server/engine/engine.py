@@ -32,12 +32,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..protocol import producers
-from ..protocol.errors import BadRequest, Conflict, Forbidden, Gone, NotFound
+from ..protocol.errors import Conflict, Gone, NotFound
 from ..protocol.headers import DEFAULT_CONTENT_TYPE, is_json, normalize_content_type
 from ..protocol.json_mode import split_messages
 from ..protocol.offsets import encode_seq
 from ..storage.committer import Recovery, Storage
 from ..storage.records import Record, RecordKind
+from . import forks
 from .buckets import Bucket, Buckets, bucket_of
 from .stream import Stream
 from .types import AppendOutcome, AppendRequest, CreateOutcome, CreateRequest
@@ -210,7 +211,8 @@ class Engine:
         if existing is not None:
             if existing.soft_deleted:
                 raise Conflict(f"stream {request.name!r} was deleted and still has forks", code="STREAM_DELETED")
-            if not self._same_config(existing, request):
+            source = self.by_uid.get(existing.fork_of) if existing.fork_of is not None else None
+            if not forks.same_config(existing, request, source):
                 raise Conflict(f"stream {request.name!r} already exists with a different configuration")
             return CreateOutcome(False, existing, existing.tail)
         located = bucket_of(request.name)
@@ -220,10 +222,10 @@ class Engine:
         content_type = request.content_type or (source.content_type if source else DEFAULT_CONTENT_TYPE)
         if source is not None and normalize_content_type(content_type) != normalize_content_type(source.content_type):
             raise Conflict("a fork's content type must match its source's", code="CONTENT_TYPE_MISMATCH")
-        ttl_s, expires_at, expires_at_ms = self._effective_expiry(request, source)
+        ttl_s, expires_at, expires_at_ms = forks.effective_expiry(request, source)
         fork_seq, messages, batches = 0, [], []
         if source is not None:
-            fork_seq, prefix = self._resolve_fork_point(source, request, sliced)
+            fork_seq, prefix = forks.resolve_fork_point(source, request, sliced, self.earliest_readable(source))
             if prefix is not None:
                 messages.append(prefix)
                 batches.append(1)
@@ -261,65 +263,6 @@ class Engine:
         if source.soft_deleted:
             raise Conflict(f"fork source {request.fork_from!r} was deleted", code="STREAM_DELETED")
         return source
-
-    def _effective_expiry(
-        self, request: CreateRequest, source: Stream | None
-    ) -> tuple[int | None, str | None, int | None]:
-        """A fork without its own TTL or expiry copies its source's (never capped by it)."""
-        if request.ttl_s is not None or request.expires_at is not None or source is None:
-            return request.ttl_s, request.expires_at, request.expires_at_ms
-        if source.ttl_s is not None:
-            return source.ttl_s, None, None
-        return None, source.expires_at, source.expires_at_ms
-
-    def _same_config(self, stream: Stream, request: CreateRequest) -> bool:
-        """Whether a repeated PUT asks for what the stream was created with (forks compare
-        the values they resolved at creation, inherited content type and expiry included)."""
-        source = self.by_uid.get(stream.fork_of) if stream.fork_of is not None else None
-        requested_type = request.content_type or (source.content_type if source else DEFAULT_CONTENT_TYPE)
-        ttl_s, _, expires_at_ms = self._effective_expiry(request, source)
-        return (
-            normalize_content_type(requested_type) == normalize_content_type(stream.content_type)
-            and ttl_s == stream.ttl_s
-            and expires_at_ms == stream.expires_at_ms
-            and request.closed == stream.closed
-            and request.fork_from == (source.name if source else None)
-            and (request.fork_offset is None or request.fork_offset.encode() == stream.fork_offset)
-            and (request.fork_sub_offset or 0) == stream.fork_sub_offset
-        )
-
-    def _resolve_fork_point(
-        self, source: Stream, request: CreateRequest, sliced: tuple[bytes, int] | None
-    ) -> tuple[int, bytes | None]:
-        """The fork's first own sequence number, and the sliced prefix message if any."""
-        offset = request.fork_offset
-        if offset is None:
-            fork_seq = source.visible_tail
-        else:
-            if offset.within != 0 or offset.seq > source.visible_tail:
-                raise BadRequest(f"fork offset {offset} is not a message boundary of the source", code="INVALID_OFFSET")
-            fork_seq = offset.seq
-        if fork_seq < self.earliest_readable(source):
-            raise Gone(f"fork offset {offset} is older than the source's earliest retained offset", code="OFFSET_GONE")
-        sub = request.fork_sub_offset or 0
-        if sub == 0:
-            return fork_seq, None
-        if fork_seq >= source.visible_tail or sliced is None:
-            raise BadRequest(
-                "Stream-Fork-Sub-Offset needs a message at the fork offset", code="INVALID_FORK_SUB_OFFSET"
-            )
-        first, batch = sliced
-        if is_json(source.content_type):
-            if sub > batch:
-                raise BadRequest(
-                    "Stream-Fork-Sub-Offset overshoots the batch at the fork offset", code="INVALID_FORK_SUB_OFFSET"
-                )
-            return fork_seq + sub, None
-        if sub > len(first):
-            raise BadRequest(
-                "Stream-Fork-Sub-Offset overshoots the message at the fork offset", code="INVALID_FORK_SUB_OFFSET"
-            )
-        return fork_seq, first[:sub]
 
     async def message_at(self, stream: Stream, seq: int) -> tuple[bytes, int]:
         """Message ``seq`` as ``stream`` sees it, and the length of the append batch it starts."""
@@ -392,25 +335,10 @@ class Engine:
             )
         producer_state = None
         if producer is not None:
-            decision = producers.decide(stream.producers.get(producer.producer_id), producer)
+            decision = producers.admit(stream.producers.get(producer.producer_id), producer)
             if isinstance(decision, producers.Duplicate):
                 return AppendOutcome(204, stream.tail, False, producer.epoch, decision.last_seq, include_offset=False)
-            if isinstance(decision, producers.Fenced):
-                raise Forbidden(
-                    "stale producer epoch", code="STALE_EPOCH", headers={"Producer-Epoch": str(decision.current_epoch)}
-                )
-            if isinstance(decision, producers.EpochMustStartAtZero):
-                raise BadRequest("a new producer epoch must start at Producer-Seq 0", code="INVALID_EPOCH_SEQ")
-            if isinstance(decision, producers.Gap):
-                raise Conflict(
-                    "producer sequence gap",
-                    code="SEQUENCE_GAP",
-                    headers={
-                        "Producer-Expected-Seq": str(decision.expected_seq),
-                        "Producer-Received-Seq": str(decision.received_seq),
-                    },
-                )
-            producer_state = decision.state
+            producer_state = decision
         if (
             request.stream_seq is not None
             and stream.stream_seq is not None

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .headers import ProducerHeaders
+from .errors import BadRequest, Conflict, Forbidden
+from .headers import PRODUCER_EPOCH, PRODUCER_EXPECTED_SEQ, PRODUCER_RECEIVED_SEQ, ProducerHeaders
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,3 +78,23 @@ def decide(current: ProducerState | None, request: ProducerHeaders) -> Decision:
     if seq == current.last_seq + 1:
         return Accepted(ProducerState(epoch, seq))
     return Gap(expected_seq=current.last_seq + 1, received_seq=seq)
+
+
+def admit(current: ProducerState | None, request: ProducerHeaders) -> ProducerState | Duplicate:
+    """``decide``, with the refusals raised as the protocol errors (and headers) they answer."""
+    decision = decide(current, request)
+    if isinstance(decision, Accepted):
+        return decision.state
+    if isinstance(decision, Duplicate):
+        return decision
+    if isinstance(decision, Fenced):
+        raise Forbidden(
+            "stale producer epoch", code="STALE_EPOCH", headers={PRODUCER_EPOCH: str(decision.current_epoch)}
+        )
+    if isinstance(decision, EpochMustStartAtZero):
+        raise BadRequest("a new producer epoch must start at Producer-Seq 0", code="INVALID_EPOCH_SEQ")
+    raise Conflict(
+        "producer sequence gap",
+        code="SEQUENCE_GAP",
+        headers={PRODUCER_EXPECTED_SEQ: str(decision.expected_seq), PRODUCER_RECEIVED_SEQ: str(decision.received_seq)},
+    )

@@ -1,0 +1,74 @@
+"""Fork and re-create rules: what a fork inherits, where it starts, when a PUT repeats one.
+
+Pure decisions over stream state (no I/O); the engine applies them.
+"""
+
+from __future__ import annotations
+
+from ..protocol.errors import BadRequest, Gone
+from ..protocol.headers import DEFAULT_CONTENT_TYPE, is_json, normalize_content_type
+from .stream import Stream
+from .types import CreateRequest
+
+
+def effective_expiry(request: CreateRequest, source: Stream | None) -> tuple[int | None, str | None, int | None]:
+    """A fork without its own TTL or expiry copies its source's (never capped by it)."""
+    if request.ttl_s is not None or request.expires_at is not None or source is None:
+        return request.ttl_s, request.expires_at, request.expires_at_ms
+    if source.ttl_s is not None:
+        return source.ttl_s, None, None
+    return None, source.expires_at, source.expires_at_ms
+
+
+def same_config(stream: Stream, request: CreateRequest, source: Stream | None) -> bool:
+    """Whether a repeated PUT asks for what ``stream`` was created with. A fork compares the
+    values it resolved at creation (inherited content type and expiry included) against
+    ``source``, its fork source."""
+    requested_type = request.content_type or (source.content_type if source else DEFAULT_CONTENT_TYPE)
+    ttl_s, _, expires_at_ms = effective_expiry(request, source)
+    return (
+        normalize_content_type(requested_type) == normalize_content_type(stream.content_type)
+        and ttl_s == stream.ttl_s
+        and expires_at_ms == stream.expires_at_ms
+        and request.closed == stream.closed
+        and request.fork_from == (source.name if source else None)
+        and (request.fork_offset is None or request.fork_offset.encode() == stream.fork_offset)
+        and (request.fork_sub_offset or 0) == stream.fork_sub_offset
+    )
+
+
+def resolve_fork_point(
+    source: Stream, request: CreateRequest, sliced: tuple[bytes, int] | None, source_earliest: int
+) -> tuple[int, bytes | None]:
+    """The fork's first own sequence number, and the prefix message a sub-offset slices.
+
+    ``sliced`` is the source's message at the fork offset with the length of the append
+    batch it starts: a binary sub-offset keeps that many bytes of it (materialized as the
+    fork's first own message); a JSON sub-offset keeps that many values of the batch
+    (inherited as they are, so the fork point simply moves past them)."""
+    offset = request.fork_offset
+    if offset is None:
+        fork_seq = source.visible_tail
+    else:
+        if offset.within != 0 or offset.seq > source.visible_tail:
+            raise BadRequest(f"fork offset {offset} is not a message boundary of the source", code="INVALID_OFFSET")
+        fork_seq = offset.seq
+    if fork_seq < source_earliest:
+        raise Gone(f"fork offset {offset} is older than the source's earliest retained offset", code="OFFSET_GONE")
+    sub = request.fork_sub_offset or 0
+    if sub == 0:
+        return fork_seq, None
+    if fork_seq >= source.visible_tail or sliced is None:
+        raise BadRequest("Stream-Fork-Sub-Offset needs a message at the fork offset", code="INVALID_FORK_SUB_OFFSET")
+    first, batch = sliced
+    if is_json(source.content_type):
+        if sub > batch:
+            raise BadRequest(
+                "Stream-Fork-Sub-Offset overshoots the batch at the fork offset", code="INVALID_FORK_SUB_OFFSET"
+            )
+        return fork_seq + sub, None
+    if sub > len(first):
+        raise BadRequest(
+            "Stream-Fork-Sub-Offset overshoots the message at the fork offset", code="INVALID_FORK_SUB_OFFSET"
+        )
+    return fork_seq, first[:sub]
