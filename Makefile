@@ -9,7 +9,7 @@ HOST   ?= 127.0.0.1
 PORT   ?= 4437
 DATA   ?= ./data
 
-.PHONY: serve test install install-test lint unit conformance clean
+.PHONY: serve test install install-test lint unit conformance bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,9 @@ unit: install-test
 
 conformance: install-test
 	$(BIN)/python -m pytest tests/test_conformance.py -v
+
+bench: install-test
+	$(BIN)/python bench/server_bench.py
 
 clean:
 	rm -rf $(VENV) tests/conformance/node_modules .pytest_cache .mypy_cache .ruff_cache
