@@ -19,7 +19,6 @@ import http.client
 import json
 import multiprocessing
 import shutil
-import statistics
 import sys
 import tempfile
 import threading
@@ -160,26 +159,25 @@ def long_poll_wake(target: Target, readers: int, rounds: int) -> dict[str, float
     path = f"/v1/stream/lp-{uuid.uuid4().hex}"
     _create(target, path)
     writer = target.connection()
-    _, headers, _ = _request(writer, "HEAD", path)
     latencies: list[float] = []
     lock = threading.Lock()
+
+    def reader(tail: str, ready: threading.Barrier, sent_at: list[float]) -> None:
+        conn = target.connection()
+        conn.request("GET", f"{path}?offset={tail}&live=long-poll")
+        ready.wait()
+        response = conn.getresponse()
+        response.read()
+        arrived = time.perf_counter()
+        with lock:
+            latencies.append(arrived - sent_at[0])
+
     for _ in range(rounds):
         _, headers, _ = _request(writer, "HEAD", path)
-        tail = headers["stream-next-offset"]
         sent_at: list[float] = []
         ready = threading.Barrier(readers + 1)
-
-        def reader() -> None:
-            conn = target.connection()
-            conn.request("GET", f"{path}?offset={tail}&live=long-poll")
-            ready.wait()
-            response = conn.getresponse()
-            response.read()
-            arrived = time.perf_counter()
-            with lock:
-                latencies.append(arrived - sent_at[0])
-
-        threads = [threading.Thread(target=reader) for _ in range(readers)]
+        args = (headers["stream-next-offset"], ready, sent_at)
+        threads = [threading.Thread(target=reader, args=args) for _ in range(readers)]
         for thread in threads:
             thread.start()
         ready.wait()
@@ -254,7 +252,7 @@ def main() -> None:
         reference.stop()
         shutil.rmtree(work, ignore_errors=True)
     print()
-    print(f"| scenario | metric | ours | reference | ours/reference | better |")
+    print("| scenario | metric | ours | reference | ours/reference | better |")
     print("|---|---|---:|---:|---:|---|")
     for title, metric, ours_value, ref_value, ratio in rows:
         better = "higher" if metric in HIGHER_IS_BETTER else "lower"
