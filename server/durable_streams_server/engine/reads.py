@@ -24,16 +24,8 @@ async def read(engine: Engine, stream: Stream, start: Offset, max_bytes: int, *,
     A first message larger than ``max_bytes`` is sliced (the next offset then points inside
     it) unless ``whole`` asks for complete messages, as message-framed responses need.
     """
+    check_start(engine, stream, start)
     tail = stream.visible_tail
-    earliest = engine.earliest_readable(stream)
-    if start.seq < earliest:
-        raise Gone(
-            f"offset {start} is older than the earliest retained offset {encode_seq(earliest)}: "
-            "re-initialize from /bootstrap",
-            code="OFFSET_GONE",
-        )
-    if start.seq > tail or (start.seq == tail and start.within != 0):
-        raise BadRequest(f"offset {start} is beyond the tail of the stream", code="OFFSET_OUT_OF_RANGE")
     chunks: list[bytes] = []
     stamps: list[int] = []
     next_offset = start
@@ -57,6 +49,20 @@ async def read(engine: Engine, stream: Stream, start: Offset, max_bytes: int, *,
         up_to_date=at_tail,
         closed=at_tail and stream.visible_closed,
     )
+
+
+def check_start(engine: Engine, stream: Stream, start: Offset) -> None:
+    """410 below the retained history, 400 beyond the tail: before any response starts."""
+    earliest = engine.earliest_readable(stream)
+    if start.seq < earliest:
+        raise Gone(
+            f"offset {start} is older than the earliest retained offset {encode_seq(earliest)}: "
+            "re-initialize from /bootstrap",
+            code="OFFSET_GONE",
+        )
+    tail = stream.visible_tail
+    if start.seq > tail or (start.seq == tail and start.within != 0):
+        raise BadRequest(f"offset {start} is beyond the tail of the stream", code="OFFSET_OUT_OF_RANGE")
 
 
 async def _gather(engine: Engine, stream: Stream, start: int, end: int, budget: int) -> list[tuple[bytes, int]]:

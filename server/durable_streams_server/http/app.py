@@ -117,21 +117,18 @@ class DurableStreamsApp:
     # -- routing ----------------------------------------------------------------------
 
     async def _base_endpoint(self, request: Request) -> Response:
-        """``/v1/stream/{path}``: stream paths may contain '/', so ``…/snapshot[/offset]`` and
-        ``…/bootstrap`` are sub-resources only when the path itself is not a stream but its
-        prefix is."""
+        """``/v1/stream/{path}``: stream paths may contain '/', so paths ending in
+        ``/bootstrap``, ``/snapshot`` or ``/snapshot/{offset}`` are reserved for those
+        sub-resources of the stream before them (and cannot name streams)."""
         name = BASE_PREFIX + request.path_params["path"]
 
         async def route() -> Response:
-            assert self.engine is not None
-            streams = self.engine.streams
-            if name not in streams:
-                prefix, _, last = name.rpartition("/")
-                if last in ("bootstrap", "snapshot") and prefix in streams:
-                    return await self._sub_resource(request, prefix, last, None)
-                prefix, _, token = name.rpartition("/snapshot/")
-                if prefix in streams and token and "/" not in token:
-                    return await self._sub_resource(request, prefix, "snapshot", token)
+            prefix, _, last = name.rpartition("/")
+            if last in ("bootstrap", "snapshot") and prefix.startswith(BASE_PREFIX):
+                return await self._sub_resource(request, prefix, last, None)
+            prefix, _, token = name.rpartition("/snapshot/")
+            if prefix.startswith(BASE_PREFIX) and token and "/" not in token:
+                return await self._sub_resource(request, prefix, "snapshot", token)
             return await self._stream(request, name)
 
         return await self._guarded(request, route)
@@ -211,7 +208,7 @@ class DurableStreamsApp:
     async def _sub_resource(self, request: Request, name: str, resource: str, token: str | None) -> Response:
         extensions = self.extensions
         assert extensions is not None
-        method = request.method
+        method = "GET" if request.method == "HEAD" else request.method  # HEAD: GET without a body
         if resource == "bootstrap" and method == "GET":
             return await extensions.bootstrap(request, name)
         if resource == "snapshot" and token is None and method == "GET":

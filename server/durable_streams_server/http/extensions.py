@@ -19,6 +19,7 @@ from ..protocol.errors import BadRequest, Conflict, NotFound
 from ..protocol.offsets import Offset, encode_seq, parse_offset
 from . import multipart
 from .streams import StreamHandlers
+from .streams import location as streams_location
 
 MAX_LIST_LIMIT = 1000
 
@@ -86,7 +87,7 @@ class ExtensionHandlers:
         stream = self.engine.get_live(name)
         if stream.snapshot_seq is None:
             raise NotFound("the stream has no snapshot", code="SNAPSHOT_NOT_FOUND")
-        location = f"{request.url.replace(query='')}/{encode_seq(stream.snapshot_seq)}"
+        location = streams_location(request, f"/{encode_seq(stream.snapshot_seq)}")
         return Response(status_code=307, headers={"Location": location, "Cache-Control": "no-store"})
 
     async def read_snapshot(self, name: str, offset_token: str) -> Response:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import time
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -82,7 +82,7 @@ class StreamHandlers:
         stream = outcome.stream
         response_headers = {"Content-Type": stream.content_type, h.STREAM_NEXT_OFFSET: encode_seq(outcome.tail)}
         if outcome.created:
-            response_headers["Location"] = str(request.url.replace(query=""))
+            response_headers["Location"] = location(request)
         if stream.closed:
             response_headers[h.STREAM_CLOSED] = "true"
         return Response(status_code=201 if outcome.created else 200, headers=response_headers)
@@ -160,6 +160,7 @@ class StreamHandlers:
             start = Offset(0)
         cursor = params.get("cursor")
         if live == "sse":
+            reads.check_start(self.engine, stream, start)
             return sse.response(self.engine, stream, start, cursor, self.limits)
         # Extension: "Accept: multipart/mixed" frames each message as its own MIME part.
         framed = multipart.wants_multipart(request.headers.get("accept"))
@@ -250,6 +251,12 @@ def _append_headers(outcome: AppendOutcome) -> dict[str, str]:
     if outcome.producer_seq is not None:
         headers[h.PRODUCER_SEQ] = str(outcome.producer_seq)
     return headers
+
+
+def location(request: Request, suffix: str = "") -> str:
+    """This request's URL (plus ``suffix``) for a Location header: percent-encoded, since
+    stream ids may be any UTF-8 and header values must be ASCII."""
+    return quote(str(request.url.replace(query="")) + suffix, safe=":/")
 
 
 def stream_name_from_reference(reference: str) -> str:

@@ -21,8 +21,8 @@ def validate_bucket_id(bucket_id: str) -> str:
 
 def validate_stream_id(bucket_id: str, stream_id: str) -> str:
     """A bucket-local stream id; returns the stream's key ``{bucket_id}/{stream_id}``."""
-    if not stream_id or stream_id in (".", ".."):
-        raise BadRequest(f"invalid stream id {stream_id!r}", code="INVALID_STREAM_ID")
+    if not stream_id or stream_id == "." or ".." in stream_id:
+        raise BadRequest(f"invalid stream id {stream_id!r}: empty, '.' or containing '..'", code="INVALID_STREAM_ID")
     if "/" in stream_id or "\0" in stream_id:
         raise BadRequest("a stream id must not contain '/' or NUL", code="INVALID_STREAM_ID")
     if stream_id in RESERVED_STREAM_IDS:
