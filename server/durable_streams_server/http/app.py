@@ -22,7 +22,7 @@ from starlette.routing import Route
 
 from ..config import ServerConfig
 from ..engine.engine import Engine, EngineConfig
-from ..protocol.errors import MethodNotAllowed, NotFound, ProtocolError
+from ..protocol.errors import BadRequest, MethodNotAllowed, NotFound, ProtocolError
 from ..protocol.ids import validate_bucket_id, validate_stream_id
 from ..storage.committer import Storage, StorageConfig
 from ..storage.compaction import CompactionConfig
@@ -167,6 +167,9 @@ class DurableStreamsApp:
         async def route() -> Response:
             assert self.engine is not None
             bucket_id = validate_bucket_id(params["bucket_id"])
+            if b"%2f" in request.scope.get("raw_path", b"").lower():
+                # Decoded before routing, an encoded slash would look like a sub-resource.
+                raise BadRequest("a stream id must not contain '/' (also not as %2F)", code="INVALID_STREAM_ID")
             name = validate_stream_id(bucket_id, params["stream_id"])
             self.engine.buckets.get(bucket_id)
             resource = params.get("resource")

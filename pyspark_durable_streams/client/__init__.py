@@ -1,0 +1,83 @@
+"""Python client for the Durable Streams protocol (sync, ``requests`` + ``sseclient-py``).
+
+from pyspark_durable_streams.client import Client
+
+with Client("http://127.0.0.1:4437", token="...") as client:
+    stream = client.stream("v1/stream/orders")
+    stream.create("application/json")
+    stream.append_json({"id": 1})
+    for message in stream.read("-1"):
+        print(message.offset, message.json())
+"""
+
+from ._client import Client
+from ._http import DEFAULT_TIMEOUT, Backoff, Timeout
+from .bootstrap import Bootstrap
+from .buckets import Bucket, BucketInfo, StreamInfo
+from .errors import (
+    BadRequest,
+    Conflict,
+    ConnectError,
+    DurableStreamsError,
+    Forbidden,
+    Gone,
+    HTTPStatusError,
+    NotFound,
+    PayloadTooLarge,
+    ProducerClosed,
+    ProducerFenced,
+    RateLimited,
+    ResponseError,
+    SequenceGap,
+    ServerError,
+    StreamClosed,
+    TimeoutError,
+    TransportError,
+    Unauthorized,
+)
+from .models import AppendResult, CreateResult, Message, Snapshot, StreamMetadata
+from .producer import Producer, ProducerStats
+from .reading import StreamReader
+from .snapshots import Snapshots
+from .stream import Stream, encode_json_batch
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "AppendResult",
+    "Backoff",
+    "BadRequest",
+    "Bootstrap",
+    "Bucket",
+    "BucketInfo",
+    "Client",
+    "Conflict",
+    "ConnectError",
+    "CreateResult",
+    "DurableStreamsError",
+    "Forbidden",
+    "Gone",
+    "HTTPStatusError",
+    "Message",
+    "NotFound",
+    "PayloadTooLarge",
+    "Producer",
+    "ProducerClosed",
+    "ProducerFenced",
+    "ProducerStats",
+    "RateLimited",
+    "ResponseError",
+    "SequenceGap",
+    "ServerError",
+    "Snapshot",
+    "Snapshots",
+    "Stream",
+    "StreamClosed",
+    "StreamInfo",
+    "StreamMetadata",
+    "StreamReader",
+    "Timeout",
+    "TimeoutError",
+    "TransportError",
+    "Unauthorized",
+    "encode_json_batch",
+]

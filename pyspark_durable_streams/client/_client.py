@@ -1,0 +1,62 @@
+"""The entry point: a ``Client`` holds the transport that every handle it makes shares."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import TracebackType
+
+import requests
+
+from ._http import DEFAULT_TIMEOUT, Auth, Backoff, Timeout, Transport
+from .buckets import Bucket
+from .stream import Stream
+
+
+class Client:
+    """A Durable Streams server at ``base_url``.
+
+    ``token`` sends ``Authorization: Bearer <token>``; ``auth`` takes anything requests
+    accepts (Basic, Digest, custom); ``headers`` are added to every request; ``timeout``
+    is the default for every call (each method can override headers and timeout).
+    ``session`` is the transport seam: pass your own ``requests.Session`` for proxies,
+    TLS settings or connection-pool sizes. ``backoff`` governs how long readers and
+    producers keep retrying a server that is unreachable or answering 5xx / 429.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        token: str | None = None,
+        auth: Auth = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: Timeout = DEFAULT_TIMEOUT,
+        session: requests.Session | None = None,
+        backoff: Backoff | None = None,
+    ) -> None:
+        self._owns_session = session is None
+        self.transport = Transport(base_url, session=session, token=token, auth=auth, headers=headers, timeout=timeout)
+        self.backoff = backoff or Backoff()
+
+    def __repr__(self) -> str:
+        return f"Client({self.transport.base_url!r})"
+
+    def stream(self, path: str, *, content_type: str | None = None) -> Stream:
+        """A handle on the stream at ``path`` (relative to the base URL) or at a full URL."""
+        return Stream(self.transport, self.transport.url(path), content_type=content_type, backoff=self.backoff)
+
+    def bucket(self, bucket_id: str) -> Bucket:
+        return Bucket(self.transport, bucket_id, backoff=self.backoff)
+
+    def close(self) -> None:
+        """Close the connection pool, unless the session was passed in (its owner closes it)."""
+        if self._owns_session:
+            self.transport.session.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

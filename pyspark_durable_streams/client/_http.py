@@ -1,0 +1,165 @@
+"""The transport seam: one ``requests.Session`` plus the defaults every call shares.
+
+Everything that touches the network goes through ``Transport.request`` so that
+authentication, default headers, timeouts and the mapping of failures onto the error
+hierarchy happen in one place. Tests and applications inject their own session (proxies,
+TLS settings, adapters with bigger pools) instead of the client growing options for each.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+from collections.abc import Collection, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+from urllib.parse import quote, urljoin
+
+import requests
+import urllib3.exceptions
+from requests.auth import AuthBase
+
+from . import errors
+
+Timeout: TypeAlias = float | tuple[float, float] | None
+"""requests' timeout: seconds for both phases, ``(connect, read)``, or None for no limit."""
+
+Auth: TypeAlias = AuthBase | tuple[str, str] | None
+"""Anything ``requests`` accepts as ``auth=`` (Basic with a tuple, Digest, custom AuthBase)."""
+
+DEFAULT_TIMEOUT: Timeout = (10.0, 90.0)
+"""The read timeout outlasts a long-poll (30 s on our server) and an SSE connection (~60 s)."""
+
+_ERROR_BODY_LIMIT = 64 * 1024
+
+
+class UseDefault:
+    """Marks a per-call argument as "not given": None already means "no timeout"."""
+
+    def __repr__(self) -> str:
+        return "USE_DEFAULT"
+
+
+USE_DEFAULT = UseDefault()
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Exponential backoff with jitter for retrying what is safe to retry.
+
+    ``deadline_s`` bounds the total time spent retrying one operation, so a server that
+    stays down turns into an error instead of a hang.
+    """
+
+    initial_s: float = 0.05
+    max_s: float = 2.0
+    deadline_s: float = 60.0
+
+    def delays(self) -> Iterator[float]:
+        """Delays before each retry, until the deadline is spent."""
+        deadline = time.monotonic() + self.deadline_s
+        delay = self.initial_s
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            yield min(remaining, delay * (0.5 + random.random() / 2))
+            delay = min(self.max_s, delay * 2)
+
+
+class Transport:
+    """A session, a base URL and the client-wide defaults (auth, headers, timeout)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        session: requests.Session | None = None,
+        token: str | None = None,
+        auth: Auth = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: Timeout = DEFAULT_TIMEOUT,
+    ) -> None:
+        self.base_url = base_url.rstrip("/") + "/"
+        self.session = session if session is not None else requests.Session()
+        self.auth = auth
+        self.headers = dict(headers or {})
+        if token is not None:
+            self.headers["Authorization"] = f"Bearer {token}"
+        self.timeout = timeout
+
+    def url(self, path: str) -> str:
+        """An absolute URL: full URLs pass through, paths are taken relative to the base URL."""
+        if "://" in path:
+            return path
+        return urljoin(self.base_url, path.lstrip("/"))
+
+    def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        ok: Collection[int],
+        params: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+        content: bytes | None = None,
+        timeout: Timeout | UseDefault = USE_DEFAULT,
+        stream: bool = False,
+    ) -> requests.Response:
+        """Send one request; any status outside ``ok`` raises the matching ``HTTPStatusError``.
+
+        With ``stream=True`` the body is left unread so callers can iterate it with bounded
+        memory; they must close the response (it is a context manager).
+        """
+        merged = {**self.headers, **(headers or {})}
+        with guard(method, url):
+            response = self.session.request(
+                method,
+                url,
+                params=params,
+                headers=merged,
+                data=content,
+                auth=self.auth,
+                timeout=self.timeout if isinstance(timeout, UseDefault) else timeout,
+                stream=stream,
+            )
+        if response.status_code in ok:
+            return response
+        with response, guard(method, url):
+            body = response.raw.read(_ERROR_BODY_LIMIT, decode_content=True) if stream else response.content
+        # HEAD answers have no body: the reason phrase is the only message there is.
+        body = body or (response.reason or "").encode("latin-1", errors="replace")
+        raise errors.error_for_status(
+            method=method, url=response.url or url, status=response.status_code, headers=response.headers, body=body
+        )
+
+
+@contextlib.contextmanager
+def guard(method: str, url: str) -> Iterator[None]:
+    """Translate requests' exceptions (also those raised while a body streams) into ours."""
+    try:
+        yield
+    except requests.Timeout as exc:
+        raise errors.TimeoutError(str(exc), method=method, url=url) from exc
+    except requests.ConnectionError as exc:
+        raise errors.ConnectError(str(exc), method=method, url=url) from exc
+    except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
+        if isinstance(exc, urllib3.exceptions.TimeoutError):
+            raise errors.TimeoutError(str(exc), method=method, url=url) from exc
+        raise errors.TransportError(str(exc), method=method, url=url) from exc
+
+
+def quote_segment(value: str) -> str:
+    """URL-encode one path segment (offsets, bucket stream ids): nothing is left unescaped."""
+    return quote(value, safe="")
+
+
+def header(response: requests.Response, name: str) -> str | None:
+    value: Any = response.headers.get(name)
+    return str(value) if value is not None else None
+
+
+def flag(response: requests.Response, name: str) -> bool:
+    """Presence headers such as Stream-Closed count only when their value is ``true``."""
+    return (header(response, name) or "").strip().lower() == "true"

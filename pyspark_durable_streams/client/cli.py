@@ -1,0 +1,333 @@
+"""``durable-streams``: the operator's command line over the Python client.
+
+Streams are named by a full URL or by a path relative to ``--url`` / ``DURABLE_STREAMS_URL``
+(e.g. ``v1/stream/orders`` on our server, ``my-bucket/orders`` on the bucketed surface).
+Output conventions: JSON streams print one compact JSON value per line; byte and text
+streams print their bytes unchanged; summaries and offsets go to stderr so stdout stays data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from typing import BinaryIO, Protocol
+
+from tqdm import tqdm  # type: ignore[import-untyped]  # tqdm ships no type information
+
+from ._client import Client
+from .errors import DurableStreamsError, NotFound
+from .models import Message, is_json
+from .producer import Producer
+
+_CHUNK_BYTES = 1024 * 1024
+
+
+class _ProgressBar(Protocol):
+    """The part of ``tqdm`` used here (tqdm ships without type information)."""
+
+    def update(self, n: float = 1) -> bool | None: ...
+
+    def __enter__(self) -> _ProgressBar: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+_PROGRESS_MIN_BYTES = 1024 * 1024
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        with Client(_base_url(args, parser), token=args.token, timeout=args.timeout) as client:
+            command: Callable[[Client, argparse.Namespace], int] = args.command
+            return command(client, args)
+    except DurableStreamsError as exc:
+        print(f"durable-streams: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # e.g. `durable-streams tail -f s | head`
+        sys.stderr.close()
+        return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    # Connection options are accepted before or after the sub-command; the copy on each
+    # sub-command defaults to SUPPRESS so it never overwrites a value given earlier.
+    parser = argparse.ArgumentParser(prog="durable-streams", description="Operate Durable Streams from the shell.")
+    _connection_options(parser, defaults=True)
+    shared = argparse.ArgumentParser(add_help=False)
+    _connection_options(shared, defaults=False)
+    commands = parser.add_subparsers(title="commands", required=True, metavar="COMMAND")
+
+    def command(name: str, handler: Callable[[Client, argparse.Namespace], int], text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, parents=[shared], help=text, description=text)
+        sub.set_defaults(command=handler)
+        return sub
+
+    create = command("create", _create, "Create a stream, or check that it exists with this configuration.")
+    create.add_argument("stream")
+    create.add_argument("--content-type", "-t", default="application/octet-stream")
+    create.add_argument("--ttl", type=int, help="seconds of inactivity before the stream expires")
+    create.add_argument("--expires-at", help="absolute expiry, RFC 3339")
+    create.add_argument("--closed", action="store_true", help="create it closed (the body is all it will hold)")
+    create.add_argument("--data", help="initial content (text)")
+    create.add_argument("--file", type=argparse.FileType("rb"), help="initial content from a file")
+    create.add_argument("--fork-from", help="fork this source stream (URL path)")
+    create.add_argument("--fork-offset", help="fork at this offset of the source (default: its tail)")
+
+    append = command("append", _append, "Append stdin or a file (idempotent producer, retried on failures).")
+    append.add_argument("stream")
+    append.add_argument("file", nargs="?", type=argparse.FileType("rb"), default="-", help="input (default stdin)")
+    append.add_argument("--json-lines", action="store_true", help="append each non-empty line as one JSON message")
+    append.add_argument("--close", action="store_true", help="close the stream after appending")
+    append.add_argument("--producer-id", help="default: a fresh random id for this run")
+    append.add_argument("--epoch", type=int, default=0, help="producer epoch (raise it when reusing an id)")
+    append.add_argument("--chunk-size", type=int, default=_CHUNK_BYTES, help="bytes per request for byte streams")
+    append.add_argument("--progress", action=argparse.BooleanOptionalAction, help="progress bar (default: if a TTY)")
+
+    cat = command("cat", _cat, "Print a stream from an offset up to its current end.")
+    cat.add_argument("stream")
+    cat.add_argument("--offset", default="-1", help="start offset (-1 = beginning, now = current end)")
+    cat.add_argument("--print-offset", action="store_true", help="print the offset to resume from to stderr")
+
+    tail = command("tail", _tail, "Print new messages; with -f keep following until the stream is closed.")
+    tail.add_argument("stream")
+    tail.add_argument("-f", "--follow", action="store_true", help="keep reading as messages arrive")
+    tail.add_argument("--offset", default="now", help="start offset (default now; -1 = from the beginning)")
+    tail.add_argument("--live", choices=("sse", "long-poll"), default="sse", help="how to follow (default sse)")
+
+    head = command("head", _head, "Show a stream's metadata (tail offset, content type, TTL, closed).")
+    head.add_argument("stream")
+    head.add_argument("--json", action="store_true", help="print one JSON object")
+
+    rm = command("rm", _rm, "Delete a stream.")
+    rm.add_argument("stream")
+    rm.add_argument("--force", "-f", action="store_true", help="succeed if the stream does not exist")
+
+    ls = command("ls", _ls, "List the streams of a bucket.")
+    ls.add_argument("bucket")
+    ls.add_argument("--prefix", help="only stream ids starting with this")
+    ls.add_argument("--long", "-l", action="store_true", help="also show status, content type and next offset")
+
+    snapshot = command("snapshot", _snapshot, "Publish or fetch a stream snapshot.")
+    snapshot.add_argument("action", choices=("publish", "get"))
+    snapshot.add_argument("stream")
+    snapshot.add_argument("--offset", help="publish: required (a Stream-Next-Offset); get: default latest")
+    snapshot.add_argument("--file", help="publish: read from (default stdin); get: write to (default stdout)")
+    snapshot.add_argument("--content-type", default="application/octet-stream", help="publish: the blob's type")
+
+    bootstrap = command("bootstrap", _bootstrap, "Fetch snapshot + retained messages (/bootstrap).")
+    bootstrap.add_argument("stream")
+    bootstrap.add_argument("--snapshot-file", help="write the snapshot here (default: not written)")
+    return parser
+
+
+def _connection_options(parser: argparse.ArgumentParser, *, defaults: bool) -> None:
+    def default(value: object) -> object:
+        return value if defaults else argparse.SUPPRESS
+
+    env = os.environ
+    parser.add_argument("--url", default=default(env.get("DURABLE_STREAMS_URL")), help="server base URL")
+    parser.add_argument("--token", default=default(env.get("DURABLE_STREAMS_TOKEN")), help="bearer token")
+    parser.add_argument("--timeout", type=float, default=default(90.0), help="seconds per request (default 90)")
+
+
+def _base_url(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str:
+    target = str(getattr(args, "stream", None) or getattr(args, "bucket", ""))
+    if args.url:
+        return str(args.url)
+    if "://" in target:
+        return target
+    parser.error("no server: pass --url or set DURABLE_STREAMS_URL (or name the stream by its full URL)")
+
+
+# -- commands --------------------------------------------------------------------------------
+
+
+def _create(client: Client, args: argparse.Namespace) -> int:
+    stream = client.stream(args.stream)
+    data = args.file.read() if args.file else args.data
+    result = stream.create(
+        args.content_type,
+        data=data,
+        ttl_seconds=args.ttl,
+        expires_at=args.expires_at,
+        closed=args.closed,
+        forked_from=args.fork_from,
+        fork_offset=args.fork_offset,
+    )
+    print(f"{'created' if result.created else 'exists'} {stream.url} next-offset {result.next_offset}")
+    return 0
+
+
+def _append(client: Client, args: argparse.Namespace) -> int:
+    stream = client.stream(args.stream)
+    source: BinaryIO = args.file
+    if is_json(stream.resolve_content_type()) and not args.json_lines:
+        # A JSON document is one request: the server needs it whole to flatten a top-level array.
+        result = stream.append(source.read())
+        print(f"appended 1 request; next-offset {result.next_offset}", file=sys.stderr)
+    else:
+        producer_id = args.producer_id or f"cli-{uuid.uuid4()}"
+        producer = Producer(stream, producer_id, epoch=args.epoch, max_batch_bytes=args.chunk_size)
+        with producer, _progress(source, args.progress) as bar:
+            for item in _lines(source) if args.json_lines else _chunks(source, args.chunk_size):
+                producer.send(item.strip() if args.json_lines else item)
+                bar.update(len(item))
+        stats = producer.stats()
+        print(
+            f"appended {stats.messages_acked} messages in {stats.batches_acked} requests "
+            f"({stats.duplicates} deduplicated retries); next-offset {stats.last_offset}",
+            file=sys.stderr,
+        )
+    if args.close:
+        stream.close()
+    return 0
+
+
+def _cat(client: Client, args: argparse.Namespace) -> int:
+    with client.stream(args.stream).read(args.offset) as reader:
+        _write_messages(reader)
+        if args.print_offset:
+            print(f"next-offset {reader.offset}", file=sys.stderr)
+    return 0
+
+
+def _tail(client: Client, args: argparse.Namespace) -> int:
+    with client.stream(args.stream).read(args.offset, live=args.live if args.follow else None) as reader:
+        _write_messages(reader, flush_each=True)
+    return 0
+
+
+def _head(client: Client, args: argparse.Namespace) -> int:
+    stream = client.stream(args.stream)
+    meta = stream.metadata()
+    fields = {
+        "url": stream.url,
+        "content_type": meta.content_type,
+        "next_offset": meta.next_offset,
+        "closed": meta.closed,
+        "ttl_seconds": meta.ttl_seconds,
+        "expires_at": meta.expires_at,
+        "snapshot_offset": meta.snapshot_offset,
+    }
+    if args.json:
+        print(json.dumps(fields))
+    else:
+        for name, value in fields.items():
+            if value is not None:
+                print(f"{name}: {str(value).lower() if isinstance(value, bool) else value}")
+    return 0
+
+
+def _rm(client: Client, args: argparse.Namespace) -> int:
+    try:
+        client.stream(args.stream).delete()
+    except NotFound:
+        if not args.force:
+            raise
+    return 0
+
+
+def _ls(client: Client, args: argparse.Namespace) -> int:
+    for info in client.bucket(args.bucket).streams(args.prefix):
+        if args.long:
+            offset = info.raw.get("next_offset", info.tail_offset)
+            print(f"{info.stream_id}\t{info.status}\t{info.content_type}\t{offset}")
+        else:
+            print(info.stream_id)
+    return 0
+
+
+def _snapshot(client: Client, args: argparse.Namespace) -> int:
+    snapshots = client.stream(args.stream).snapshots
+    if args.action == "publish":
+        if not args.offset:
+            raise SystemExit("durable-streams snapshot publish: --offset is required")
+        with _open_in(args.file) as source:
+            snapshots.publish(args.offset, source.read(), content_type=args.content_type)
+        print(f"published snapshot at {args.offset}", file=sys.stderr)
+        return 0
+    snapshot = snapshots.get(args.offset) if args.offset else snapshots.latest()
+    if snapshot is None:
+        print("durable-streams: the stream has no snapshot", file=sys.stderr)
+        return 1
+    _write_file(args.file, snapshot.data)
+    print(f"snapshot-offset {snapshot.offset} content-type {snapshot.content_type}", file=sys.stderr)
+    return 0
+
+
+def _bootstrap(client: Client, args: argparse.Namespace) -> int:
+    with client.stream(args.stream).bootstrap() as boot:
+        if boot.snapshot is not None and args.snapshot_file:
+            _write_file(args.snapshot_file, boot.snapshot.data)
+        _write_messages(boot.messages)
+        offset = boot.snapshot.offset if boot.snapshot is not None else "-1"
+        print(f"snapshot-offset {offset} next-offset {boot.next_offset}", file=sys.stderr)
+    return 0
+
+
+# -- input and output --------------------------------------------------------------------------
+
+
+def _write_messages(messages: Iterable[Message], *, flush_each: bool = False) -> None:
+    out = sys.stdout.buffer
+    for message in messages:
+        if is_json(message.content_type):
+            out.write(json.dumps(message.json(), separators=(",", ":")).encode("utf-8") + b"\n")
+        else:
+            out.write(message.data)
+        if flush_each:
+            out.flush()
+    out.flush()
+
+
+def _chunks(source: BinaryIO, size: int) -> Iterable[bytes]:
+    while chunk := source.read(size):
+        yield chunk
+
+
+def _lines(source: BinaryIO) -> Iterable[bytes]:
+    for number, line in enumerate(source, start=1):
+        if line.strip():
+            try:
+                json.loads(line)
+            except ValueError as exc:
+                raise SystemExit(f"durable-streams append: line {number} is not JSON: {exc}") from None
+            yield line
+
+
+def _progress(source: BinaryIO, enabled: bool | None) -> _ProgressBar:
+    try:
+        total: int | None = os.fstat(source.fileno()).st_size or None
+    except (OSError, ValueError):
+        total = None
+    if enabled is None and total is not None and total < _PROGRESS_MIN_BYTES:
+        enabled = False
+    # disable=None lets tqdm decide: shown on a terminal, silent in pipes and logs.
+    bar: _ProgressBar = tqdm(total=total, unit="B", unit_scale=True, disable=None if enabled is None else not enabled)
+    return bar
+
+
+def _open_in(path: str | None) -> contextlib.AbstractContextManager[BinaryIO]:
+    return open(path, "rb") if path and path != "-" else contextlib.nullcontext(sys.stdin.buffer)
+
+
+def _write_file(path: str | None, data: bytes) -> None:
+    if path and path != "-":
+        with open(path, "wb") as target:
+            target.write(data)
+    else:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,232 @@
+"""Every error the client raises, written out once.
+
+    DurableStreamsError
+    ├── TransportError              the request never got an HTTP answer
+    │   ├── ConnectError            could not connect (refused, DNS, TLS)
+    │   └── TimeoutError            connect or read timeout
+    ├── ResponseError               an answer that breaks the protocol (missing header, bad framing)
+    ├── ProducerClosed              ``send`` on a producer that was closed or has failed
+    └── HTTPStatusError             the server answered with an error status
+        ├── BadRequest              400  malformed request (offset, headers, body)
+        ├── Unauthorized            401
+        ├── Forbidden               403
+        │   └── ProducerFenced      403 + Producer-Epoch: a newer epoch owns the producer id
+        ├── NotFound                404  no such stream / bucket / snapshot
+        ├── Conflict                409  config mismatch, Stream-Seq regression, bucket not empty
+        │   ├── StreamClosed        409 + Stream-Closed: the stream no longer accepts appends
+        │   └── SequenceGap         409 + Producer-Expected-Seq: a producer batch arrived early
+        ├── Gone                    410  offset before the retained history: rebuild from /bootstrap
+        ├── PayloadTooLarge         413
+        ├── RateLimited             429  (``retry_after`` seconds when the server said)
+        └── ServerError             5xx
+
+Status errors carry the method, URL, status, the server's message (our server's JSON body
+``{"error": {"code", "message"}}`` or a text body such as the reference server's) and the
+protocol headers a caller may need to react (``Stream-Next-Offset`` on a closed stream,
+``Producer-Epoch`` on fencing), so callers branch on types, never on message text.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+from collections.abc import Mapping
+
+__all__ = [
+    "BadRequest",
+    "Conflict",
+    "ConnectError",
+    "DurableStreamsError",
+    "Forbidden",
+    "Gone",
+    "HTTPStatusError",
+    "NotFound",
+    "PayloadTooLarge",
+    "ProducerClosed",
+    "ProducerFenced",
+    "RateLimited",
+    "ResponseError",
+    "SequenceGap",
+    "ServerError",
+    "StreamClosed",
+    "TimeoutError",
+    "TransportError",
+    "Unauthorized",
+    "error_for_status",
+]
+
+_MAX_MESSAGE_CHARS = 500
+
+
+class DurableStreamsError(Exception):
+    """Base of every error raised by this client."""
+
+
+class TransportError(DurableStreamsError):
+    """No HTTP answer: the connection failed or timed out. Safe to retry idempotent calls."""
+
+    def __init__(self, message: str, *, method: str, url: str) -> None:
+        super().__init__(f"{method} {url}: {message}")
+        self.method = method
+        self.url = url
+
+
+class ConnectError(TransportError):
+    pass
+
+
+class TimeoutError(TransportError, builtins.TimeoutError):
+    pass
+
+
+class ResponseError(DurableStreamsError):
+    """The server answered, but not as the protocol says it must (e.g. a read without Stream-Next-Offset)."""
+
+
+class ProducerClosed(DurableStreamsError):
+    """The producer was closed, or stopped after an error it could not recover from (see ``__cause__``)."""
+
+
+class HTTPStatusError(DurableStreamsError):
+    """The server answered with a status the operation does not accept."""
+
+    status: int = 0
+
+    def __init__(
+        self, *, method: str, url: str, status: int, message: str, code: str | None, headers: Mapping[str, str]
+    ) -> None:
+        self.method = method
+        self.url = url
+        self.status = status
+        self.message = message
+        self.code = code
+        self.headers = dict(headers)
+        detail = f" [{code}]" if code else ""
+        super().__init__(f"{status}{detail} for {method} {url}: {message or '(no message)'}")
+
+
+class BadRequest(HTTPStatusError):
+    status = 400
+
+
+class Unauthorized(HTTPStatusError):
+    status = 401
+
+
+class Forbidden(HTTPStatusError):
+    status = 403
+
+
+class ProducerFenced(Forbidden):
+    """A producer with this id and a newer epoch exists; ``current_epoch`` is the server's epoch."""
+
+    @property
+    def current_epoch(self) -> int | None:
+        return _int_header(self.headers, "Producer-Epoch")
+
+
+class NotFound(HTTPStatusError):
+    status = 404
+
+
+class Conflict(HTTPStatusError):
+    status = 409
+
+
+class StreamClosed(Conflict):
+    """Appending to a closed stream; ``final_offset`` is its tail."""
+
+    @property
+    def final_offset(self) -> str | None:
+        return _lower(self.headers).get("stream-next-offset")
+
+
+class SequenceGap(Conflict):
+    """A producer batch arrived before its predecessor; ``expected_seq`` is what the server wants next."""
+
+    @property
+    def expected_seq(self) -> int | None:
+        return _int_header(self.headers, "Producer-Expected-Seq")
+
+    @property
+    def received_seq(self) -> int | None:
+        return _int_header(self.headers, "Producer-Received-Seq")
+
+
+class Gone(HTTPStatusError):
+    status = 410
+
+
+class PayloadTooLarge(HTTPStatusError):
+    status = 413
+
+
+class RateLimited(HTTPStatusError):
+    status = 429
+
+    @property
+    def retry_after(self) -> float | None:
+        """Seconds from the Retry-After header (delay-seconds form only), or None."""
+        raw = _lower(self.headers).get("retry-after", "")
+        try:
+            return max(0.0, float(raw))
+        except ValueError:
+            return None
+
+
+class ServerError(HTTPStatusError):
+    status = 500
+
+
+_BY_STATUS: dict[int, type[HTTPStatusError]] = {
+    400: BadRequest,
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    410: Gone,
+    413: PayloadTooLarge,
+    429: RateLimited,
+}
+
+
+def error_for_status(*, method: str, url: str, status: int, headers: Mapping[str, str], body: bytes) -> HTTPStatusError:
+    """The most specific error for an error answer; protocol headers pick the 403/409 subtypes."""
+    lowered = _lower(headers)
+    cls: type[HTTPStatusError]
+    if status == 403 and "producer-epoch" in lowered:
+        cls = ProducerFenced
+    elif status == 409 and lowered.get("stream-closed", "").lower() == "true":
+        cls = StreamClosed
+    elif status == 409 and "producer-expected-seq" in lowered:
+        cls = SequenceGap
+    elif status >= 500:
+        cls = ServerError
+    else:
+        cls = _BY_STATUS.get(status, HTTPStatusError)
+    code, message = _parse_body(body)
+    return cls(method=method, url=url, status=status, message=message, code=code, headers=headers)
+
+
+def _parse_body(body: bytes) -> tuple[str | None, str]:
+    """(code, message) from ``{"error": {"code", "message"}}``, else the body as text."""
+    text = body[: _MAX_MESSAGE_CHARS * 4].decode("utf-8", errors="replace").strip()
+    try:
+        error = json.loads(body).get("error")
+    except (ValueError, AttributeError):
+        error = None
+    if isinstance(error, dict):
+        code = error.get("code")
+        return (str(code) if code is not None else None), str(error.get("message", ""))[:_MAX_MESSAGE_CHARS]
+    if isinstance(error, str):
+        return None, error[:_MAX_MESSAGE_CHARS]
+    return None, text[:_MAX_MESSAGE_CHARS]
+
+
+def _lower(headers: Mapping[str, str]) -> dict[str, str]:
+    return {name.lower(): value for name, value in headers.items()}
+
+
+def _int_header(headers: Mapping[str, str], name: str) -> int | None:
+    raw = _lower(headers).get(name.lower())
+    return int(raw) if raw is not None and raw.isdigit() else None

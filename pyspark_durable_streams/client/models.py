@@ -1,0 +1,95 @@
+"""The values operations return: messages, stream metadata, and the outcomes of writes."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+JSON_CONTENT_TYPE = "application/json"
+DEFAULT_CONTENT_TYPE = "application/octet-stream"
+
+
+def media_type(content_type: str | None) -> str:
+    """The media type without parameters, lower-cased: how the protocol compares content types."""
+    return (content_type or "").split(";", 1)[0].strip().lower()
+
+
+def is_json(content_type: str | None) -> bool:
+    return media_type(content_type) == JSON_CONTENT_TYPE
+
+
+@dataclass(frozen=True)
+class Message:
+    """One item read from a stream, and where it sits.
+
+    ``data`` is exact bytes: one JSON value for JSON streams; for byte streams one message
+    when the server exposes boundaries (multipart reads), otherwise one chunk as served.
+
+    ``offset`` is the item's own offset and ``next_offset`` the offset just after it, each
+    None where the server did not expose a boundary. That happens inside a JSON batch
+    without multipart support: the first item of a response starts at the request's
+    offset and the last ends at the response's ``Stream-Next-Offset``, but the items in
+    between have no offsets of their own. Checkpoint the latest non-None ``next_offset``
+    (or ``StreamReader.offset``, which tracks exactly that): resuming there never skips a
+    message and repeats at most the rest of one response.
+    """
+
+    data: bytes
+    content_type: str
+    offset: str | None
+    next_offset: str | None
+    timestamp_ms: int | None = None
+
+    def text(self) -> str:
+        return self.data.decode("utf-8")
+
+    def json(self) -> Any:
+        return json.loads(self.data)
+
+
+@dataclass(frozen=True)
+class StreamMetadata:
+    """What HEAD says about a stream (spec 5.5; ``snapshot_offset`` from the extensions)."""
+
+    content_type: str
+    next_offset: str
+    closed: bool
+    ttl_seconds: int | None
+    expires_at: str | None
+    snapshot_offset: str | None
+
+
+@dataclass(frozen=True)
+class CreateResult:
+    """``created`` is False when the stream already existed with the same configuration."""
+
+    created: bool
+    content_type: str
+    next_offset: str | None
+    closed: bool
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    """The tail after an append or close; ``duplicate`` when a producer retry was deduplicated.
+
+    ``next_offset`` can be None only for a producer duplicate (servers need not repeat it).
+    """
+
+    next_offset: str | None
+    closed: bool
+    duplicate: bool = False
+    producer_epoch: int | None = None
+    producer_seq: int | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A published snapshot: the folded state of the stream before ``offset``."""
+
+    offset: str
+    content_type: str
+    data: bytes
+    next_offset: str | None = None
+    up_to_date: bool = False

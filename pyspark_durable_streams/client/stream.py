@@ -1,0 +1,282 @@
+"""A handle on one stream URL: create, append, close, delete, metadata, forks, reads.
+
+A ``Stream`` is cheap and holds no connection; it is the URL plus the client's transport.
+Every method takes ``headers=`` (e.g. a different ``Authorization``) and ``timeout=`` to
+override the client's defaults for that call only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypedDict
+from urllib.parse import urlsplit
+
+import requests
+
+from ._http import USE_DEFAULT, Backoff, Timeout, Transport, UseDefault, flag, header
+from .errors import ResponseError
+from .models import AppendResult, CreateResult, Message, Snapshot, StreamMetadata, is_json
+from .reading import BEGINNING, LiveMode, StreamReader
+from .snapshots import Snapshots
+
+if TYPE_CHECKING:
+    from typing import Unpack
+
+    from .bootstrap import Bootstrap
+
+
+class AppendOptions(TypedDict, total=False):
+    """The keyword options shared by the append methods."""
+
+    seq: str | None
+    close: bool
+    headers: Mapping[str, str] | None
+    timeout: Timeout | UseDefault
+
+
+def encode_json_batch(values: Iterable[Any]) -> bytes:
+    """One POST body holding each value as its own message.
+
+    The server flattens exactly one level of a JSON array, so every value (arrays
+    included) is wrapped: ``[1, 2]`` sent through here arrives as the one message ``[1, 2]``.
+    """
+    items = [json.dumps(value, separators=(",", ":"), allow_nan=False) for value in values]
+    if not items:
+        raise ValueError("a JSON append needs at least one value (the protocol rejects an empty array)")
+    return ("[" + ",".join(items) + "]").encode("utf-8")
+
+
+class Stream:
+    def __init__(self, transport: Transport, url: str, *, content_type: str | None = None, backoff: Backoff) -> None:
+        self.url = url
+        self.content_type = content_type
+        """The stream's content type once known (given, created, or learned from HEAD)."""
+        self.transport = transport
+        self._backoff = backoff
+        self.snapshots = Snapshots(transport, url)
+        """Publish, read and delete snapshots (protocol extensions)."""
+
+    def __repr__(self) -> str:
+        return f"Stream({self.url!r})"
+
+    @property
+    def path(self) -> str:
+        """The URL path, which is how ``Stream-Forked-From`` names a source."""
+        return urlsplit(self.url).path
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def create(
+        self,
+        content_type: str | None = None,
+        *,
+        data: bytes | str | None = None,
+        ttl_seconds: int | None = None,
+        expires_at: datetime | str | None = None,
+        closed: bool = False,
+        forked_from: Stream | str | None = None,
+        fork_offset: str | None = None,
+        fork_sub_offset: int | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: Timeout | UseDefault = USE_DEFAULT,
+    ) -> CreateResult:
+        """Create the stream, or ensure it exists with this configuration (PUT is idempotent).
+
+        ``created`` tells the two apart; a different existing configuration raises
+        ``Conflict``. With ``forked_from`` the new stream shares the source's messages up to
+        ``fork_offset`` (default: the source's tail) and continues on its own after them.
+        """
+        request: dict[str, str] = {}
+        if content_type is not None:
+            request["Content-Type"] = content_type
+        if ttl_seconds is not None:
+            request["Stream-TTL"] = str(ttl_seconds)
+        if expires_at is not None:
+            request["Stream-Expires-At"] = expires_at.isoformat() if isinstance(expires_at, datetime) else expires_at
+        if closed:
+            request["Stream-Closed"] = "true"
+        if forked_from is not None:
+            request["Stream-Forked-From"] = forked_from.path if isinstance(forked_from, Stream) else forked_from
+        if fork_offset is not None:
+            request["Stream-Fork-Offset"] = fork_offset
+        if fork_sub_offset is not None:
+            request["Stream-Fork-Sub-Offset"] = str(fork_sub_offset)
+        response = self._send("PUT", (200, 201), _body(data), request, headers, timeout)
+        self.content_type = header(response, "Content-Type") or content_type or self.content_type
+        return CreateResult(
+            created=response.status_code == 201,
+            content_type=self.content_type or "",
+            next_offset=header(response, "Stream-Next-Offset"),
+            closed=flag(response, "Stream-Closed"),
+        )
+
+    def delete(self, *, headers: Mapping[str, str] | None = None, timeout: Timeout | UseDefault = USE_DEFAULT) -> None:
+        self._send("DELETE", (200, 204), None, {}, headers, timeout)
+
+    def metadata(
+        self, *, headers: Mapping[str, str] | None = None, timeout: Timeout | UseDefault = USE_DEFAULT
+    ) -> StreamMetadata:
+        """HEAD: tail offset, content type, TTL / expiry, closure, latest snapshot offset."""
+        response = self._send("HEAD", (200,), None, {}, headers, timeout)
+        next_offset = header(response, "Stream-Next-Offset")
+        if next_offset is None:
+            raise ResponseError(f"HEAD {self.url} answered without Stream-Next-Offset")
+        ttl = header(response, "Stream-TTL")
+        self.content_type = header(response, "Content-Type") or ""
+        return StreamMetadata(
+            content_type=self.content_type,
+            next_offset=next_offset,
+            closed=flag(response, "Stream-Closed"),
+            ttl_seconds=int(ttl) if ttl is not None and ttl.isdigit() else None,
+            expires_at=header(response, "Stream-Expires-At"),
+            snapshot_offset=header(response, "Stream-Snapshot-Offset"),
+        )
+
+    # -- writes --------------------------------------------------------------------------
+
+    def append(
+        self,
+        data: bytes | str,
+        *,
+        seq: str | None = None,
+        close: bool = False,
+        headers: Mapping[str, str] | None = None,
+        timeout: Timeout | UseDefault = USE_DEFAULT,
+    ) -> AppendResult:
+        """Append bytes (str is sent as UTF-8) as one message; ``close=True`` also closes the stream.
+
+        ``seq`` is the protocol's ``Stream-Seq`` (lexicographic, strictly increasing). For
+        retry-safe, batched writes use a ``Producer``.
+        """
+        body = _body(data)
+        if not body:
+            raise ValueError("an append needs data; use close() to close without appending")
+        request = {"Content-Type": self.resolve_content_type()}
+        if seq is not None:
+            request["Stream-Seq"] = seq
+        if close:
+            request["Stream-Closed"] = "true"
+        return append_result(self._send("POST", (200, 204), body, request, headers, timeout))
+
+    def append_json(self, value: Any, **options: Unpack[AppendOptions]) -> AppendResult:
+        """Append one JSON value as one message (arrays too: it is wrapped, see ``encode_json_batch``)."""
+        return self.append(encode_json_batch([value]), **options)
+
+    def append_json_batch(self, values: Iterable[Any], **options: Unpack[AppendOptions]) -> AppendResult:
+        """Append each value as its own message, atomically, in one request."""
+        return self.append(encode_json_batch(values), **options)
+
+    def close(
+        self,
+        data: bytes | str | None = None,
+        *,
+        headers: Mapping[str, str] | None = None,
+        timeout: Timeout | UseDefault = USE_DEFAULT,
+    ) -> AppendResult:
+        """Close the stream (EOF for readers), appending ``data`` as the final message if given.
+
+        Closing a closed stream without data succeeds again; with data it raises ``StreamClosed``.
+        """
+        if data is not None:
+            return self.append(data, close=True, headers=headers, timeout=timeout)
+        return append_result(self._send("POST", (200, 204), None, {"Stream-Closed": "true"}, headers, timeout))
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def read(
+        self,
+        offset: str = BEGINNING,
+        *,
+        live: LiveMode | None = None,
+        boundaries: bool = True,
+        cursor: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: Timeout | UseDefault = USE_DEFAULT,
+    ) -> StreamReader:
+        """Messages from ``offset`` (``"-1"`` = the beginning, ``"now"`` = the current tail).
+
+        ``live=None`` stops once caught up; ``"long-poll"`` or ``"sse"`` follow the stream
+        until it is closed. ``boundaries`` asks for one item per message (multipart reads)
+        where the server supports it; other servers give JSON items or byte chunks.
+        """
+        return StreamReader(
+            self.transport,
+            self.url,
+            offset=offset,
+            live=live,
+            boundaries=boundaries,
+            content_type=self.content_type,
+            cursor=cursor,
+            headers=headers,
+            timeout=timeout,
+            backoff=self._backoff,
+        )
+
+    def bootstrap(
+        self, *, headers: Mapping[str, str] | None = None, timeout: Timeout | UseDefault = USE_DEFAULT
+    ) -> Bootstrap:
+        """``GET /bootstrap``: the latest snapshot plus every retained message after it."""
+        from .bootstrap import Bootstrap
+
+        return Bootstrap.fetch(self.transport, self.url, headers=headers, timeout=timeout)
+
+    def follow(
+        self,
+        offset: str = BEGINNING,
+        *,
+        on_snapshot: Callable[[Snapshot | None], None],
+        live: LiveMode | None = "sse",
+        headers: Mapping[str, str] | None = None,
+        timeout: Timeout | UseDefault = USE_DEFAULT,
+    ) -> Iterator[Message]:
+        """Like ``read``, but a ``410 Gone`` (history before ``offset`` was dropped) rebuilds
+        from ``/bootstrap`` instead of failing: ``on_snapshot`` is called with the snapshot
+        (None if there is none) so the caller can reset its state, the messages after the
+        snapshot are yielded, and reading continues from the bootstrap's next offset."""
+        from .bootstrap import follow
+
+        return follow(self, offset, on_snapshot=on_snapshot, live=live, headers=headers, timeout=timeout)
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    def resolve_content_type(self) -> str:
+        """The content type appends must carry: known already, or learned with one HEAD."""
+        if self.content_type is None:
+            self.metadata()
+        assert self.content_type is not None
+        return self.content_type
+
+    @property
+    def is_json(self) -> bool:
+        return is_json(self.resolve_content_type())
+
+    def _send(
+        self,
+        method: str,
+        ok: tuple[int, ...],
+        body: bytes | None,
+        request_headers: Mapping[str, str],
+        headers: Mapping[str, str] | None,
+        timeout: Timeout | UseDefault,
+    ) -> requests.Response:
+        merged = {**request_headers, **(headers or {})}
+        return self.transport.request(method, self.url, ok=ok, headers=merged, content=body, timeout=timeout)
+
+
+def append_result(response: requests.Response, *, producer: bool = False) -> AppendResult:
+    epoch, seq = header(response, "Producer-Epoch"), header(response, "Producer-Seq")
+    return AppendResult(
+        next_offset=header(response, "Stream-Next-Offset"),
+        closed=flag(response, "Stream-Closed"),
+        duplicate=producer and response.status_code == 204,
+        producer_epoch=int(epoch) if epoch is not None and epoch.isdigit() else None,
+        producer_seq=int(seq) if seq is not None and seq.isdigit() else None,
+    )
+
+
+def _body(data: bytes | str | None) -> bytes | None:
+    if data is None:
+        return None
+    return data.encode("utf-8") if isinstance(data, str) else data

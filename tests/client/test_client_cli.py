@@ -1,0 +1,124 @@
+"""The ``durable-streams`` command line, run as real subprocesses against a real server."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from client_support import REPO_ROOT, cli, unique
+from servers import ServerProcess
+
+from pyspark_durable_streams.client import Client
+from pyspark_durable_streams.client.cli import build_parser
+
+SUBCOMMANDS = ["create", "append", "cat", "tail", "head", "rm", "ls", "snapshot", "bootstrap"]
+
+
+def test_every_subcommand_is_covered_here() -> None:
+    parser = build_parser()
+    actions = [a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction"]
+    assert sorted(actions[0].choices) == sorted(SUBCOMMANDS)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("command", [None, *SUBCOMMANDS])
+def test_help(command: str | None) -> None:
+    result = cli(*([command] if command else []), "--help")
+    assert result.returncode == 0, result.stderr
+    assert b"usage: durable-streams" in result.stdout and b"--url" in result.stdout
+
+
+def test_create_append_cat_head_rm(ours: ServerProcess, tmp_path: Path) -> None:
+    path = f"v1/stream/{unique('cli')}"
+    created = cli("create", path, "--content-type", "text/plain", "--data", "one\n", url=ours.url)
+    assert created.returncode == 0 and created.stdout.startswith(b"created "), created.stderr
+    assert cli("create", path, "--content-type", "text/plain", url=ours.url).stdout.startswith(b"exists ")
+    assert cli("append", path, url=ours.url, stdin=b"two\n").returncode == 0
+    big = tmp_path / "input.txt"
+    big.write_bytes(b"".join(f"line {i}\n".encode() for i in range(200_000)))  # ~2 MB: several requests
+    appended = cli("append", path, str(big), "--chunk-size", "262144", "--progress", url=ours.url)
+    assert appended.returncode == 0, appended.stderr
+    assert b"appended" in appended.stderr and b"100%" in appended.stderr  # summary and tqdm bar
+    cat = cli("cat", path, "--print-offset", url=ours.url)
+    assert cat.returncode == 0
+    assert cat.stdout == b"one\ntwo\n" + big.read_bytes()
+    assert b"next-offset " in cat.stderr
+    head = cli("head", path, "--json", url=ours.url)
+    meta = json.loads(head.stdout)
+    assert meta["content_type"] == "text/plain" and meta["closed"] is False
+    assert meta["next_offset"] == cat.stderr.decode().split()[-1]
+    assert b"content_type: text/plain" in cli("head", path, url=ours.url).stdout
+    assert cli("rm", path, url=ours.url).returncode == 0
+    missing = cli("rm", path, url=ours.url)
+    assert missing.returncode == 1 and b"404" in missing.stderr and path.encode() in missing.stderr
+    assert cli("rm", path, "--force", url=ours.url).returncode == 0
+
+
+def test_json_lines_and_full_urls_and_missing_server(ours: ServerProcess) -> None:
+    url = f"{ours.url}/v1/stream/{unique('cli-json')}"
+    assert cli("create", url, "-t", "application/json").returncode == 0  # a full URL needs no --url
+    lines = b"".join(json.dumps({"i": i}).encode() + b"\n" for i in range(1000)) + b"\n[1,2]\n"
+    appended = cli("append", url, "--json-lines", "--close", stdin=lines)
+    assert appended.returncode == 0 and b"appended 1001 messages" in appended.stderr, appended.stderr
+    out = cli("cat", url).stdout.decode().splitlines()
+    assert [json.loads(line) for line in out] == [{"i": i} for i in range(1000)] + [[1, 2]]
+    assert json.loads(cli("head", url, "--json").stdout)["closed"] is True
+    bad = cli("append", url, "--json-lines", stdin=b"{not json}\n")
+    assert bad.returncode == 1 and b"line 1 is not JSON" in bad.stderr
+    nowhere = cli("cat", "v1/stream/x")
+    assert nowhere.returncode == 2 and b"DURABLE_STREAMS_URL" in nowhere.stderr
+
+
+def test_tail_follow_prints_lines_as_they_arrive(ours: ServerProcess) -> None:
+    path = f"v1/stream/{unique('cli-tail')}"
+    stream = Client(ours.url).stream(path)
+    stream.create("application/json", data='["history"]')
+    env = {**os.environ, "DURABLE_STREAMS_URL": ours.url}
+    command = [sys.executable, "-m", "pyspark_durable_streams.client.cli", "tail", "-f", path]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, env=env, cwd=REPO_ROOT) as proc:
+        assert proc.stdout is not None
+        time.sleep(1.0)  # let it connect at "now"
+        for i in range(3):
+            stream.append_json({"live": i})
+        lines = [json.loads(proc.stdout.readline()) for _ in range(3)]
+        proc.send_signal(signal.SIGKILL)
+    assert lines == [{"live": 0}, {"live": 1}, {"live": 2}]
+
+
+def test_tail_without_follow_and_long_poll_follow_until_closed(ours: ServerProcess) -> None:
+    path = f"v1/stream/{unique('cli-tail-eof')}"
+    stream = Client(ours.url).stream(path)
+    stream.create("text/plain", data="a")
+    stream.close("b")
+    assert cli("tail", path, "--offset", "-1", url=ours.url).stdout == b"ab"
+    followed = cli("tail", path, "-f", "--live", "long-poll", "--offset", "-1", url=ours.url, timeout=10)
+    assert followed.returncode == 0 and followed.stdout == b"ab"  # EOF ends a follow
+
+
+def test_ls_snapshot_and_bootstrap(ours: ServerProcess, tmp_path: Path) -> None:
+    client = Client(ours.url)
+    bucket = client.bucket(unique("cli-bkt"))
+    bucket.create()
+    stream = bucket.stream("events")
+    stream.create("application/json", data='[{"n":1},{"n":2}]')
+    bucket.stream("other").create("text/plain")
+    listing = cli("ls", bucket.bucket_id, url=ours.url)
+    assert listing.stdout.decode().split() == ["events", "other"]
+    long = cli("ls", bucket.bucket_id, "--long", "--prefix", "ev", url=ours.url).stdout.decode()
+    assert long.startswith("events\tOpen\tapplication/json\t")
+    path = f"{bucket.bucket_id}/events"
+    offset = stream.metadata().next_offset
+    published = cli("snapshot", "publish", path, "--offset", offset, url=ours.url, stdin=b'{"total":3}')
+    assert published.returncode == 0, published.stderr
+    stream.append_json({"n": 3})
+    got = cli("snapshot", "get", path, url=ours.url)
+    assert got.stdout == b'{"total":3}' and offset.encode() in got.stderr
+    boot = cli("bootstrap", path, "--snapshot-file", str(tmp_path / "snap"), url=ours.url)
+    assert boot.returncode == 0 and boot.stdout == b'{"n":3}\n'
+    assert (tmp_path / "snap").read_bytes() == b'{"total":3}'
+    assert f"snapshot-offset {offset}".encode() in boot.stderr
