@@ -21,6 +21,14 @@ setup(
         "tqdm>=4.60",
     ],
     extras_require={
+        "spark": [
+            "pyspark>=4.0",
+            "pyarrow>=16",
+            "pandas>=2,<3",
+        ],
+        "delta": [
+            "delta-spark>=4.0",
+        ],
         "server": [
             "deltalake>=1.2,<2",
             "pyarrow>=16",
@@ -38,6 +46,8 @@ setup(
             "httpx>=0.27",
             "ruff>=0.6",
             "mypy>=1.10",
+            "pyspark>=4.0",
+            "pandas>=2,<3",
         ],
     },
     entry_points={

@@ -1,0 +1,89 @@
+"""Offset arithmetic for the source: pure functions, no I/O.
+
+A Spark offset of this source is a JSON object ``{stream key: protocol offset}`` where the
+protocol offset is the *next* offset to read in that stream. Protocol offsets are opaque
+strings whose string order is stream order (true of our server and of the reference
+server), and ``-1`` (the beginning) sorts before every real offset.
+
+Our server's offsets are ``SSSSSSSSSSSSSSSS_BBBBBBBBBBBBBBBB``: a message sequence number
+and a byte position inside that message. On that server (and only there) ranges are split
+and counted by sequence number without reading anything.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from .options import EARLIEST
+
+SEQ_OFFSET = re.compile(r"^(\d{16})_(\d{16})$")
+
+
+def is_seq_offset(offset: str) -> bool:
+    return offset == EARLIEST or SEQ_OFFSET.match(offset) is not None
+
+
+def seq_of(offset: str) -> int:
+    """The message sequence number an offset points at (``-1`` is message 0)."""
+    if offset == EARLIEST:
+        return 0
+    match = SEQ_OFFSET.match(offset)
+    if match is None:
+        raise ValueError(f"not a sequence offset: {offset!r}")
+    return int(match.group(1))
+
+
+def seq_offset(seq: int) -> str:
+    return f"{seq:016d}_0000000000000000"
+
+
+def pending_messages(start: str, end: str) -> int:
+    """How many messages start at or after ``start`` and before ``end`` (sequence offsets)."""
+    if end <= start:
+        return 0
+    first = seq_of(start)
+    match = SEQ_OFFSET.match(start)
+    if match is not None and int(match.group(2)) != 0:
+        first += 1  # ``start`` points inside a message that was already read up to there
+    return max(0, seq_of(end) - first)
+
+
+def split_range(start: str, end: str, pieces: int) -> list[tuple[str, str]]:
+    """``[start, end)`` cut into at most ``pieces`` ranges at message boundaries, in order.
+
+    A pure function of its arguments, so planning the same batch twice gives the same cuts.
+    """
+    first, last = seq_of(start), seq_of(end)
+    count = last - first
+    pieces = max(1, min(pieces, count))
+    if pieces == 1:
+        return [(start, end)]
+    bounds = [first + (count * i) // pieces for i in range(1, pieces)]
+    edges = [start, *(seq_offset(b) for b in bounds), end]
+    return [(edges[i], edges[i + 1]) for i in range(pieces) if edges[i] < edges[i + 1]]
+
+
+def allocate_rows(lags: Mapping[str, int], budget: int) -> dict[str, int]:
+    """Share ``budget`` messages among streams fairly (water-filling): streams with a small
+    backlog take all of it, the rest split what remains evenly. Deterministic: ties go to
+    streams in key order."""
+    taken = {key: 0 for key in lags}
+    remaining = budget
+    open_keys = sorted(key for key, lag in lags.items() if lag > 0)
+    while remaining > 0 and open_keys:
+        share = max(1, remaining // len(open_keys))
+        for key in list(open_keys):
+            give = min(share, lags[key] - taken[key], remaining)
+            taken[key] += give
+            remaining -= give
+            if taken[key] >= lags[key]:
+                open_keys.remove(key)
+            if remaining == 0:
+                break
+    return taken
+
+
+def sorted_offsets(offsets: Mapping[str, str]) -> dict[str, str]:
+    """Spark compares offsets by their JSON text: always emit keys in the same order."""
+    return {key: offsets[key] for key in sorted(offsets)}
