@@ -6,7 +6,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from servers import MotoServer, ServerProcess
+import requests
+from servers import MotoServer, ServerProcess, session
 
 
 @pytest.fixture
@@ -35,3 +36,9 @@ def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
     server = MotoServer().start(tmp_path_factory.mktemp("moto"))
     yield server
     server.stop()
+
+
+@pytest.fixture
+def http() -> requests.Session:
+    """A requests session that ignores proxy settings (all servers are on loopback)."""
+    return session()

@@ -160,6 +160,16 @@ class MotoServer:
         return args
 
 
+def append_all(http: requests.Session, url: str, headers: dict[str, str], messages: list[bytes]) -> list[str]:
+    """Append each message on its own; the tail after each."""
+    tails = []
+    for message in messages:
+        response = http.post(url, headers=headers, data=message)
+        assert response.status_code == 204, response.text
+        tails.append(response.headers["Stream-Next-Offset"])
+    return tails
+
+
 def wait_for(predicate: object, timeout_s: float = 10.0, interval_s: float = 0.05) -> None:
     """Poll ``predicate()`` until it is truthy."""
     assert callable(predicate)

@@ -23,7 +23,7 @@ from multipart_parsing import (
     read_all_bytes,
     read_all_parts,
 )
-from servers import ServerProcess, session, wait_for
+from servers import ServerProcess, append_all, session, wait_for
 
 TEXT = {"Content-Type": "text/plain"}
 BINARY = {"Content-Type": "application/octet-stream"}
@@ -58,11 +58,6 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     server.kill()
 
 
-@pytest.fixture
-def http() -> requests.Session:
-    return session()
-
-
 @pytest.fixture(params=["bucket", "base"])
 def new_url(request: pytest.FixtureRequest, shared: ServerProcess) -> Callable[[], str]:
     def make() -> str:
@@ -78,16 +73,6 @@ def create(http: requests.Session, url: str, headers: dict[str, str]) -> str:
     response = http.put(url, headers=headers)
     assert response.status_code == 201, response.text
     return response.headers["Stream-Next-Offset"]
-
-
-def append_all(http: requests.Session, url: str, headers: dict[str, str], messages: list[bytes]) -> list[str]:
-    """Append each message on its own; the tail after each."""
-    tails = []
-    for message in messages:
-        response = http.post(url, headers=headers, data=message)
-        assert response.status_code == 204, response.text
-        tails.append(response.headers["Stream-Next-Offset"])
-    return tails
 
 
 # -- the parser itself -----------------------------------------------------------------------

@@ -36,11 +36,6 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     server.kill()
 
 
-@pytest.fixture
-def http() -> requests.Session:
-    return session()
-
-
 def new_bucket(http: requests.Session, server: ServerProcess) -> str:
     bucket_id = f"bk-{uuid.uuid4().hex[:12]}"
     response = http.put(f"{server.url}/{bucket_id}")

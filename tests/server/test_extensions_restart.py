@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import requests
 from multipart_parsing import Bootstrap, get_bootstrap
-from servers import ServerProcess, session, wait_for
+from servers import ServerProcess, append_all, session, wait_for
 
 TEXT = {"Content-Type": "text/plain"}
 BINARY = {"Content-Type": "application/octet-stream"}
@@ -38,15 +38,6 @@ def _wait_until_flushed(data_dir: Path, before: list[Path]) -> None:
         return len(segments) == 1 and segments != before and segments[0].stat().st_size == 0
 
     wait_for(flushed, timeout_s=20)
-
-
-def _append(http: requests.Session, url: str, headers: dict[str, str], messages: list[bytes]) -> list[str]:
-    tails = []
-    for message in messages:
-        response = http.post(url, headers=headers, data=message)
-        assert response.status_code == 204, response.text
-        tails.append(response.headers["Stream-Next-Offset"])
-    return tails
 
 
 def _publish(http: requests.Session, url: str, offset: str, blob: bytes, content_type: str | None) -> None:
@@ -73,7 +64,7 @@ class Fixture:
             assert http.put(f"{url}/{bucket_id}").status_code == 201
 
         assert http.put(self.text, headers=TEXT).status_code == 201
-        text_tails = _append(http, self.text, TEXT, [b"t0", b"t1", b"t2", b"t3", b"t4", b"t5"])
+        text_tails = append_all(http, self.text, TEXT, [b"t0", b"t1", b"t2", b"t3", b"t4", b"t5"])
         _publish(http, self.text, text_tails[2], b"\x00T0T1T2\r\n--", "application/x-snap")
         _publish(http, self.text, text_tails[3], b"\x00T0..T3\r\n--ds-", "application/x-snap")  # supersedes
         self.offsets["text"] = text_tails
@@ -86,7 +77,7 @@ class Fixture:
         assert http.post(self.closed, headers={"Stream-Closed": "true"}).status_code == 204
 
         assert http.put(self.binary, headers=BINARY).status_code == 201
-        binary_tails = _append(http, self.binary, BINARY, TRICKY)
+        binary_tails = append_all(http, self.binary, BINARY, TRICKY)
         _publish(http, self.binary, binary_tails[-1], b"".join(TRICKY), None)  # at the tail
         self.offsets["bin"] = binary_tails
         for name in ("x1", "x2", "x3"):
@@ -94,7 +85,7 @@ class Fixture:
         assert http.delete(f"{url}/beta-2/x3").status_code == 204
 
         assert http.put(self.base, headers=TEXT).status_code == 201
-        base_tails = _append(http, self.base, TEXT, [b"b0", b"b1", b"b2"])
+        base_tails = append_all(http, self.base, TEXT, [b"b0", b"b1", b"b2"])
         _publish(http, self.base, base_tails[0], b"B0", "text/x-base")
         self.offsets["base"] = base_tails
 
@@ -278,7 +269,7 @@ def test_retention_and_deletes_survive_compaction_and_restart(server_factory: Ca
     stream = f"{url}/kept/s"
     assert http.put(stream, headers=BINARY).status_code == 201
     messages = [b"m%02d\r\n--" % index for index in range(20)]
-    tails = _append(http, stream, BINARY, messages)
+    tails = append_all(http, stream, BINARY, messages)
     _publish(http, stream, tails[9], b"first ten", None)  # retains messages 10..19
     assert http.put(f"{url}/purged/p", headers=TEXT, data="p").status_code == 201
     assert http.delete(f"{url}/purged/p").status_code == 204
@@ -305,6 +296,6 @@ def test_retention_and_deletes_survive_compaction_and_restart(server_factory: Ca
     server.kill()
     server.start()
     check()
-    more = _append(http, stream, BINARY, [b"after restart"])
+    more = append_all(http, stream, BINARY, [b"after restart"])
     assert http.get(stream, params={"offset": tails[-1]}).content == b"after restart"
     assert get_bootstrap(http, stream).next_offset == more[-1]

@@ -43,11 +43,6 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     server.kill()
 
 
-@pytest.fixture
-def http() -> requests.Session:
-    return session()
-
-
 @dataclass
 class Surface:
     """Where new streams go: a bucket, or the base ``/v1/stream/`` surface."""

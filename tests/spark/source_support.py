@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -48,12 +47,3 @@ def parquet_rows(spark: SparkSession, out: Path) -> list[dict[str, Any]]:
 
 def batches_with_rows(query: StreamingQuery) -> int:
     return sum(1 for progress in query.recentProgress if progress["numInputRows"] > 0)
-
-
-def wait_until(predicate: Any, timeout_s: float = 60, interval_s: float = 0.2) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(interval_s)
-    raise AssertionError(f"condition not met within {timeout_s}s")

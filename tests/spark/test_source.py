@@ -14,14 +14,13 @@ from pathlib import Path
 import pytest
 from conformance.runner import start_reference_server
 from pyspark.sql import SparkSession
-from servers import ServerProcess
+from servers import ServerProcess, wait_for
 from source_support import (
     batches_with_rows,
     parquet_rows,
     read_stream,
     run_to_parquet,
     server_messages,
-    wait_until,
 )
 
 from pyspark_durable_streams.client import Client
@@ -144,7 +143,7 @@ def test_sigkill_mid_batch_then_restart_is_exactly_once(
     proc = subprocess.Popen([*script, "slow"], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
         # Kill while batch 1 is planned (its offsets are logged) but not committed.
-        wait_until(
+        wait_for(
             lambda: (checkpoint / "offsets" / "1").exists() and proc.poll() is None, timeout_s=120, interval_s=0.02
         )
         assert not (checkpoint / "commits" / "1").exists()
@@ -209,11 +208,11 @@ def test_bucket_subscription_picks_up_new_streams(
         .start()
     )
     try:
-        wait_until(lambda: spark.table("subscription").count() == 3)
+        wait_for(lambda: spark.table("subscription").count() == 3, timeout_s=60)
         bucket.stream("user-2").create("application/json")
         bucket.stream("user-2").append_json_batch([{"u": 2, "i": i} for i in range(4)])
         bucket.stream("user-1").append_json({"u": 1, "i": 3})
-        wait_until(lambda: spark.table("subscription").count() == 8)
+        wait_for(lambda: spark.table("subscription").count() == 8, timeout_s=60)
         time.sleep(1)
         rows = spark.table("subscription").collect()
     finally:
