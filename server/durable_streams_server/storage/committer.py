@@ -304,9 +304,9 @@ class Storage:
                 uid: seq for uid, seq in self._view.retention_plan().items() if seq > self._retention_done.get(uid, 0)
             }
             report = await asyncio.to_thread(self.compactor.run_once, removed, retention, self.delta.vacuum)
+            # (vacuum refreshed the writer's handle after the pass's last commit)
             self._removed_uids -= removed
             self._retention_done.update(retention)
-            self.delta.refresh()
         log.info(
             "compacted",
             extra={

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TypeVar
 
 from deltalake import DeltaTable
@@ -54,7 +54,6 @@ class CompactionReport:
     retention_purges: int = 0
     vacuumed_files: int = 0
     seconds: float = 0.0
-    steps: list[str] = field(default_factory=list)
 
 
 class Compactor:
@@ -83,7 +82,6 @@ class Compactor:
         if report.files_before > 1 or uids or below:
             target = self.config.target_file_bytes
             self._retrying(table, lambda: table.optimize.z_order(["stream_uid"], target_size=target))
-            report.steps.append("clustered")
         table.create_checkpoint()
         table.cleanup_metadata()
         report.vacuumed_files = vacuum(self.config.vacuum_retention_hours)

@@ -98,15 +98,6 @@ class DeltaLog:
         with self._lock:
             return self._table.transaction_version(APP_ID) or 0
 
-    def version(self) -> int:
-        with self._lock:
-            return self._table.version()
-
-    def refresh(self) -> None:
-        """Move to the newest table version (after another handle, e.g. compaction, committed)."""
-        with self._lock:
-            self._table.update_incremental()
-
     def vacuum(self, retention_hours: int) -> int:
         """Delete unreferenced data files older than ``retention_hours``; return how many.
 
@@ -118,10 +109,6 @@ class DeltaLog:
                 retention_hours=retention_hours, enforce_retention_duration=False, dry_run=False
             )
         return len(removed)
-
-    def file_count(self) -> int:
-        with self._lock:
-            return len(self._table.file_uris())
 
     def load_states(self) -> dict[int, dict[str, Any]]:
         """The newest state of every stream incarnation, by uid."""
