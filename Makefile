@@ -9,7 +9,7 @@ HOST   ?= 127.0.0.1
 PORT   ?= 4437
 DATA   ?= ./data
 
-.PHONY: serve test install install-test lint unit conformance bench clean
+.PHONY: serve test install install-test lint unit conformance bench bench-server bench-spark clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -45,8 +45,13 @@ unit: install-test
 conformance: install-test
 	$(BIN)/python -m pytest tests/test_conformance.py -v
 
-bench: install-test
+bench: bench-server bench-spark
+
+bench-server: install-test
 	$(BIN)/python bench/server_bench.py
+
+bench-spark: install-test
+	$(BIN)/python bench/spark_bench.py
 
 clean:
 	rm -rf $(VENV) tests/conformance/node_modules .pytest_cache .mypy_cache .ruff_cache

@@ -1,20 +1,23 @@
 """Side-by-side benchmark: our server against the reference Node server, same load, one run.
 
 Both servers run on this machine at the same time (ours with its defaults: WAL durability,
-local Delta storage; the reference with its file-backed store), and every scenario is run
-against each in turn; the table reports both and the ratio ours/reference. The numbers
-are noisy on a shared 2-core machine: read the ratios, not the absolute values.
+local Delta storage; the reference ``@durable-streams/server`` with its file-backed store, on
+loopback), and every scenario is run against each in turn; the table reports both and the
+ratio ours/reference. The numbers are noisy on a shared 2-core machine: read the ratios, not
+the absolute values.
 
-    python bench/server_bench.py [--quick]
+    python bench/server_bench.py [--quick] [--only seq,conc1,conc32,catchup,lp1,lp32,sse,memory]
 
 The load generator uses ``http.client`` keep-alive connections (lighter than requests) and
-several processes for the concurrent scenarios, so that it is less of a bottleneck than
-the servers it measures.
+several processes for the concurrent scenarios, so that it is less of a bottleneck than the
+servers it measures. Latencies across processes compare ``time.monotonic()`` stamps, which on
+Linux is one system-wide clock.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import multiprocessing
@@ -27,23 +30,29 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "conformance")]
+sys.path += [str(REPO / "tests"), str(REPO / "tests" / "conformance")]
 
+from benchkit import Result, Target, at_least, at_most, percentile, progress, report  # noqa: E402
 from runner import start_reference_server  # noqa: E402
 from servers import ServerProcess  # noqa: E402
 
 PAYLOAD = b"x" * 100
+PROCESSES = 4  # load-generator processes for the concurrent scenarios
+OCTETS = {"Content-Type": "application/octet-stream"}
+SSE_IDLE_TIMEOUT_S = 30  # a reader that hears nothing this long counts the rest as missing
 
 
 @dataclass
-class Target:
+class Server:
     name: str
     port: int
+    pid: int
 
-    def connection(self) -> http.client.HTTPConnection:
-        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+    def connection(self, timeout: float = 60) -> http.client.HTTPConnection:
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
 
 
 def _request(
@@ -59,39 +68,89 @@ def _request(
     return response.status, {k.lower(): v for k, v in response.getheaders()}, data
 
 
-def _create(target: Target, path: str, content_type: str = "application/octet-stream") -> None:
-    status, _, _ = _request(target.connection(), "PUT", path, headers={"Content-Type": content_type})
+def _create(server: Server, path: str, content_type: str = "application/octet-stream") -> None:
+    status, _, _ = _request(server.connection(), "PUT", path, headers={"Content-Type": content_type})
     assert status in (200, 201), status
 
 
-def _percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+def _tail(conn: http.client.HTTPConnection, path: str) -> str:
+    _, headers, _ = _request(conn, "HEAD", path)
+    return headers["stream-next-offset"]
+
+
+def _in_process(target: Callable[..., Any], args: tuple[Any, ...], results: multiprocessing.Queue[Any]) -> None:
+    try:
+        results.put((True, target(*args)))
+    except BaseException as exc:
+        results.put((False, f"{type(exc).__name__}: {exc}"))
+
+
+def _gather(results: multiprocessing.Queue[Any], count: int, timeout_s: float) -> list[Any]:
+    """One value per worker process; a worker's failure fails the scenario (no silent zeros)."""
+    collected = []
+    for _ in range(count):
+        ok, value = results.get(timeout=timeout_s)
+        if not ok:
+            raise RuntimeError(f"a load-generator process failed: {value}")
+        collected.append(value)
+    return collected
+
+
+def _spawn(target: Callable[..., Any], args_per_process: list[tuple[Any, ...]]) -> list[Any]:
+    """``target(*args)`` in one process per argument tuple; their return values."""
+    context = multiprocessing.get_context("spawn")
+    results: multiprocessing.Queue[Any] = context.Queue()
+    workers = [context.Process(target=_in_process, args=(target, args, results)) for args in args_per_process]
+    for worker in workers:
+        worker.start()
+    collected = _gather(results, len(workers), 600)
+    for worker in workers:
+        worker.join()
+    return collected
 
 
 # -- scenarios ---------------------------------------------------------------------------
 
 
-def sequential_appends(target: Target, count: int) -> dict[str, float]:
+def sequential_appends(server: Server, count: int) -> dict[str, float]:
     path = f"/v1/stream/seq-{uuid.uuid4().hex}"
-    _create(target, path)
-    conn = target.connection()
+    _create(server, path)
+    conn = server.connection()
     latencies = []
     started = time.perf_counter()
     for _ in range(count):
         t0 = time.perf_counter()
-        status, _, _ = _request(conn, "POST", path, PAYLOAD, {"Content-Type": "application/octet-stream"})
+        status, _, _ = _request(conn, "POST", path, PAYLOAD, OCTETS)
         latencies.append(time.perf_counter() - t0)
         assert status == 204, status
     elapsed = time.perf_counter() - started
     return {
         "appends/s": count / elapsed,
-        "p50 ms": 1000 * _percentile(latencies, 0.5),
-        "p99 ms": 1000 * _percentile(latencies, 0.99),
+        "p50 ms": 1000 * percentile(latencies, 0.5),
+        "p99 ms": 1000 * percentile(latencies, 0.99),
     }
 
 
-def _append_worker(port: int, paths: list[str], seconds: float, results: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+def _threads(work: Callable[[Any], None], items: list[Any]) -> None:
+    """``work(item)`` for each item in its own thread; the first failure is raised here."""
+    errors: list[BaseException] = []
+
+    def guarded(item: Any) -> None:
+        try:
+            work(item)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(item,)) for item in items]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+
+
+def _append_worker(port: int, paths: list[str], seconds: float) -> int:
     counts = []
 
     def loop(path: str) -> None:
@@ -99,47 +158,33 @@ def _append_worker(port: int, paths: list[str], seconds: float, results: multipr
         done = 0
         deadline = time.perf_counter() + seconds
         while time.perf_counter() < deadline:
-            status, _, _ = _request(conn, "POST", path, PAYLOAD, {"Content-Type": "application/octet-stream"})
+            status, _, _ = _request(conn, "POST", path, PAYLOAD, OCTETS)
             assert status == 204, status
             done += 1
         counts.append(done)
 
-    threads = [threading.Thread(target=loop, args=(path,)) for path in paths]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    results.put(sum(counts))
+    _threads(loop, paths)
+    return sum(counts)
 
 
-def concurrent_appends(target: Target, clients: int, streams: int, seconds: float) -> dict[str, float]:
+def concurrent_appends(server: Server, clients: int, streams: int, seconds: float) -> dict[str, float]:
     paths = [f"/v1/stream/conc-{uuid.uuid4().hex}" for _ in range(streams)]
     for path in paths:
-        _create(target, path)
+        _create(server, path)
     per_client = [paths[i % streams] for i in range(clients)]
-    processes = 4
-    context = multiprocessing.get_context("spawn")
-    results: multiprocessing.Queue = context.Queue()  # type: ignore[type-arg]
-    workers = [
-        context.Process(target=_append_worker, args=(target.port, per_client[i::processes], seconds, results))
-        for i in range(processes)
-    ]
-    for worker in workers:
-        worker.start()
-    total = sum(results.get(timeout=seconds + 60) for _ in workers)
-    for worker in workers:
-        worker.join()
-    return {"appends/s": total / seconds}
+    counts = _spawn(_append_worker, [(server.port, per_client[i::PROCESSES], seconds) for i in range(PROCESSES)])
+    return {"appends/s": sum(counts) / seconds}
 
 
-def catch_up_read(target: Target, mebibytes: int) -> dict[str, float]:
+def catch_up_read(server: Server, mebibytes: int) -> dict[str, float]:
     path = f"/v1/stream/read-{uuid.uuid4().hex}"
-    _create(target, path)
-    conn = target.connection()
+    _create(server, path)
+    conn = server.connection()
     chunk = b"r" * (1024 * 1024)
     for _ in range(mebibytes):
-        status, _, _ = _request(conn, "POST", path, chunk, {"Content-Type": "application/octet-stream"})
+        status, _, _ = _request(conn, "POST", path, chunk, OCTETS)
         assert status == 204
+    time.sleep(2)  # past a WAL flush (every second by default): read history at rest, not mid-flush
     received = 0
     offset = "-1"
     started = time.perf_counter()
@@ -155,15 +200,15 @@ def catch_up_read(target: Target, mebibytes: int) -> dict[str, float]:
     return {"MiB/s": mebibytes / elapsed}
 
 
-def long_poll_wake(target: Target, readers: int, rounds: int) -> dict[str, float]:
+def long_poll_wake(server: Server, readers: int, rounds: int) -> dict[str, float]:
     path = f"/v1/stream/lp-{uuid.uuid4().hex}"
-    _create(target, path)
-    writer = target.connection()
+    _create(server, path)
+    writer = server.connection()
     latencies: list[float] = []
     lock = threading.Lock()
 
     def reader(tail: str, ready: threading.Barrier, sent_at: list[float]) -> None:
-        conn = target.connection()
+        conn = server.connection()
         conn.request("GET", f"{path}?offset={tail}&live=long-poll")
         ready.wait()
         response = conn.getresponse()
@@ -173,29 +218,154 @@ def long_poll_wake(target: Target, readers: int, rounds: int) -> dict[str, float
             latencies.append(arrived - sent_at[0])
 
     for _ in range(rounds):
-        _, headers, _ = _request(writer, "HEAD", path)
         sent_at: list[float] = []
         ready = threading.Barrier(readers + 1)
-        args = (headers["stream-next-offset"], ready, sent_at)
+        args = (_tail(writer, path), ready, sent_at)
         threads = [threading.Thread(target=reader, args=args) for _ in range(readers)]
         for thread in threads:
             thread.start()
         ready.wait()
         time.sleep(0.05)  # let the requests reach the server and park
         sent_at.append(time.perf_counter())
-        _request(writer, "POST", path, PAYLOAD, {"Content-Type": "application/octet-stream"})
+        _request(writer, "POST", path, PAYLOAD, OCTETS)
         for thread in threads:
             thread.join()
-    return {"p50 ms": 1000 * _percentile(latencies, 0.5), "p99 ms": 1000 * _percentile(latencies, 0.99)}
+    return {"p50 ms": 1000 * percentile(latencies, 0.5), "p99 ms": 1000 * percentile(latencies, 0.99)}
 
 
-def memory_for_streams(target: Target, pid: int, streams: int) -> dict[str, float]:
-    conn = target.connection()
-    before = _rss_mib(pid)
-    for index in range(streams):
-        status, _, _ = _request(conn, "PUT", f"/v1/stream/mem-{index}", PAYLOAD, {"Content-Type": "text/plain"})
-        assert status in (200, 201)
-    return {"RSS MiB": _rss_mib(pid), "growth MiB": _rss_mib(pid) - before}
+def _sse_stamps(event: bytes) -> list[float]:
+    """The append times carried by one SSE ``data`` event of a JSON stream (an array of messages)."""
+    kind, data = b"message", []
+    for line in event.split(b"\n"):
+        name, _, value = line.partition(b":")
+        value = value[1:] if value.startswith(b" ") else value
+        if name == b"event":
+            kind = value
+        elif name == b"data":
+            data.append(value)
+    if kind != b"data":
+        return []
+    return [float(message["t"]) for message in json.loads(b"\n".join(data))]
+
+
+def _sse_worker(
+    port: int, path: str, tail: str, readers: int, expected: int, ready: multiprocessing.Queue[Any]
+) -> list[float]:
+    """``readers`` SSE connections tailing ``path``; each notes when each message arrives.
+
+    Puts True on ``ready`` once every connection has its response headers (False if one failed).
+    """
+    latencies: list[float] = []
+    lock = threading.Lock()
+    connected = threading.Barrier(readers + 1, timeout=60)
+
+    def reader() -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=SSE_IDLE_TIMEOUT_S)
+        try:
+            conn.request("GET", f"{path}?offset={tail}&live=sse")
+            response = conn.getresponse()
+            assert response.status == 200, response.status
+        except BaseException:
+            connected.abort()
+            raise
+        connected.wait()
+        mine: list[float] = []
+        buffer = b""
+        try:
+            while len(mine) < expected:
+                chunk = response.read1(65536)
+                if not chunk:
+                    break
+                arrived = time.monotonic()
+                *events, buffer = (buffer + chunk).split(b"\n\n")
+                mine += [arrived - stamp for event in events for stamp in _sse_stamps(event)]
+        except TimeoutError:
+            pass  # counted as missing deliveries
+        conn.close()
+        with lock:
+            latencies.extend(mine)
+
+    def announce() -> None:
+        try:
+            connected.wait()
+            ready.put(True)
+        except threading.BrokenBarrierError:
+            ready.put(False)  # the failed reader raises its own error
+
+    def run(index: int) -> None:
+        if index == 0:
+            announce()
+        else:
+            reader()
+
+    _threads(run, list(range(readers + 1)))
+    return latencies
+
+
+def sse_fan_out(server: Server, readers: int, messages: int, interval_s: float) -> dict[str, float]:
+    """``readers`` SSE readers on one JSON stream; one writer appends stamped messages, pausing
+    ``interval_s`` after each acknowledgement (the reference server answers an append only after
+    reading it back from its file once per waiting reader, so its pace is slower)."""
+    path = f"/v1/stream/sse-{uuid.uuid4().hex}"
+    _create(server, path, "application/json")
+    writer = server.connection()
+    tail = _tail(writer, path)
+    context = multiprocessing.get_context("spawn")
+    ready: multiprocessing.Queue[Any] = context.Queue()
+    results: multiprocessing.Queue[Any] = context.Queue()
+    shares = [readers // PROCESSES + (i < readers % PROCESSES) for i in range(PROCESSES)]
+    workers = [
+        context.Process(
+            target=_in_process, args=(_sse_worker, (server.port, path, tail, share, messages, ready), results)
+        )
+        for share in shares
+        if share
+    ]
+    for worker in workers:
+        worker.start()
+    if not all([ready.get(timeout=90) for _ in workers]):
+        _gather(results, len(workers), 90)  # raises the failed worker's error
+    time.sleep(0.2)
+    pad = "x" * 70
+    for _ in range(messages):
+        body = json.dumps({"t": time.monotonic(), "pad": pad}).encode()
+        status, _, _ = _request(writer, "POST", path, body, {"Content-Type": "application/json"})
+        assert status == 204, status
+        time.sleep(interval_s)
+    latencies = [latency for share in _gather(results, len(workers), SSE_IDLE_TIMEOUT_S + 30) for latency in share]
+    for worker in workers:
+        worker.join()
+    if len(latencies) < readers * messages:
+        progress(f"  {server.name}: only {len(latencies)} of {readers * messages} SSE deliveries arrived")
+    return {"p50 ms": 1000 * percentile(latencies, 0.5), "p99 ms": 1000 * percentile(latencies, 0.99)}
+
+
+def _create_worker(port: int, names: list[str], clients: int) -> int:
+    def create(share: list[str]) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        for name in share:
+            status, _, body = _request(conn, "PUT", f"/v1/stream/{name}", None, {"Content-Type": "text/plain"})
+            assert status in (200, 201), (status, name, body)
+
+    _threads(create, [names[i::clients] for i in range(clients)])
+    return len(names)
+
+
+def memory_for_streams(server: Server, streams: int) -> dict[str, float]:
+    """RSS after creating ``streams`` empty streams from 32 concurrent clients.
+
+    Empty, because the reference server answers ``404`` to some appends (and to creates with a
+    body) right after concurrent creates of other streams; one by one it does not, but 10,000
+    sequential creates take long.
+    """
+    before = _rss_mib(server.pid)
+    names = [f"mem-{uuid.uuid4().hex[:8]}-{index}" for index in range(streams)]
+    started = time.perf_counter()
+    _spawn(_create_worker, [(server.port, names[i::PROCESSES], 32 // PROCESSES) for i in range(PROCESSES)])
+    elapsed = time.perf_counter() - started
+    time.sleep(2)  # past a WAL flush (every second by default), so that the flush's memory counts
+    after = _rss_mib(server.pid)
+    return {"creates/s": streams / elapsed, "RSS MiB": after, "growth MiB": after - before}
 
 
 def _rss_mib(pid: int) -> float:
@@ -207,57 +377,115 @@ def _rss_mib(pid: int) -> float:
 
 # -- the run -----------------------------------------------------------------------------
 
-HIGHER_IS_BETTER = {"appends/s", "MiB/s"}
+
+@dataclass(frozen=True)
+class Scenario:
+    key: str
+    title: str
+    run: Callable[[Server], dict[str, float]]
+    targets: dict[str, Target]
+
+
+def scenarios(scale: float) -> list[Scenario]:
+    seconds = 5 * scale + 1
+    streams = int(10_000 * scale)
+    mebibytes = max(5, int(50 * scale))
+    return [
+        Scenario(
+            "seq",
+            "sequential 100 B appends, 1 client",
+            lambda s: sequential_appends(s, int(3000 * scale)),
+            {"appends/s": at_least(1.5)},
+        ),
+        Scenario(
+            "conc1",
+            "32 clients, one stream",
+            lambda s: concurrent_appends(s, 32, 1, seconds),
+            {"appends/s": at_least(3)},
+        ),
+        Scenario(
+            "conc32",
+            "32 clients, 32 streams",
+            lambda s: concurrent_appends(s, 32, 32, seconds),
+            {"appends/s": at_least(3)},
+        ),
+        Scenario(
+            "catchup",
+            f"catch-up read, {mebibytes} MiB binary stream",
+            lambda s: catch_up_read(s, mebibytes),
+            {"MiB/s": at_least(1.5)},
+        ),
+        Scenario(
+            "lp1",
+            "long-poll wake, 1 reader",
+            lambda s: long_poll_wake(s, 1, int(50 * scale) + 5),
+            {"p50 ms": at_most(0.5)},
+        ),
+        Scenario(
+            "lp32",
+            "long-poll wake, 32 readers",
+            lambda s: long_poll_wake(s, 32, int(20 * scale) + 3),
+            {"p50 ms": at_most(0.5)},
+        ),
+        Scenario(
+            "sse",
+            "SSE fan-out, 100 readers on one stream",
+            lambda s: sse_fan_out(s, 100, int(50 * scale), 0.1),
+            {},
+        ),
+        Scenario(
+            "memory",
+            f"{streams:,} streams created (32 clients)",
+            lambda s: memory_for_streams(s, streams),
+            {},
+        ),
+    ]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="smaller loads (a smoke run)")
+    parser.add_argument("--only", help="comma-separated scenario keys (default: all)")
     args = parser.parse_args()
     scale = 0.2 if args.quick else 1.0
+    chosen = scenarios(scale)
+    keys = [scenario.key for scenario in chosen]
+    if args.only:
+        wanted = [key.strip() for key in args.only.split(",") if key.strip()]
+        unknown = sorted(set(wanted) - set(keys))
+        if unknown:
+            parser.error(f"unknown scenario(s) {', '.join(unknown)}: choose from {', '.join(keys)}")
+        chosen = [scenario for scenario in chosen if scenario.key in wanted]
+
     work = Path(tempfile.mkdtemp(prefix="ds-bench-"))
-    ours = ServerProcess(work / "ours").start()
-    reference = start_reference_server(work / "reference", long_poll_timeout_ms=30_000)
-    assert ours.proc is not None
-    targets = {
-        "ours": Target("ours", ours.port),
-        "reference": Target("reference", int(reference.url.rsplit(":", 1)[1])),
-    }
-    pids = {"ours": ours.proc.pid, "reference": reference.pid}
-    scenarios: list[tuple[str, Callable[[Target], dict[str, float]]]] = [
-        ("sequential 100 B appends, 1 client", lambda t: sequential_appends(t, int(3000 * scale))),
-        ("32 clients, one stream", lambda t: concurrent_appends(t, 32, 1, 5 * scale + 1)),
-        ("32 clients, 32 streams", lambda t: concurrent_appends(t, 32, 32, 5 * scale + 1)),
-        ("catch-up read, 50 MiB stream", lambda t: catch_up_read(t, max(5, int(50 * scale)))),
-        ("long-poll wake, 1 reader", lambda t: long_poll_wake(t, 1, int(50 * scale) + 5)),
-        ("long-poll wake, 32 readers", lambda t: long_poll_wake(t, 32, int(20 * scale) + 3)),
-    ]
-    rows = []
-    try:
-        for title, scenario in scenarios:
-            results = {name: scenario(target) for name, target in targets.items()}
-            for metric in results["ours"]:
-                ours_value, ref_value = results["ours"][metric], results["reference"][metric]
-                rows.append(
-                    (title, metric, ours_value, ref_value, ours_value / ref_value if ref_value else float("nan"))
-                )
-                print(f"{title:38} {metric:11} ours {ours_value:10.2f}  reference {ref_value:10.2f}", flush=True)
-        streams = int(10_000 * scale)
-        memory = {name: memory_for_streams(target, pids[name], streams) for name, target in targets.items()}
-        for metric in ("RSS MiB", "growth MiB"):
-            ours_value, ref_value = memory["ours"][metric], memory["reference"][metric]
-            rows.append((f"memory, {streams} streams", metric, ours_value, ref_value, ours_value / ref_value))
-    finally:
-        ours.kill()
-        reference.stop()
-        shutil.rmtree(work, ignore_errors=True)
-    print()
-    print("| scenario | metric | ours | reference | ours/reference | better |")
-    print("|---|---|---:|---:|---:|---|")
-    for title, metric, ours_value, ref_value, ratio in rows:
-        better = "higher" if metric in HIGHER_IS_BETTER else "lower"
-        print(f"| {title} | {metric} | {ours_value:.2f} | {ref_value:.2f} | {ratio:.2f}x | {better} |")
-    print(json.dumps({"rows": rows}), file=sys.stderr)
+    progress(f"starting our server and the reference server (work dir {work}; kept if the run fails)")
+    results: list[Result] = []
+    with contextlib.ExitStack() as running:
+        ours = ServerProcess(work / "ours").start()
+        running.callback(ours.kill)
+        reference = start_reference_server(work / "reference", long_poll_timeout_ms=30_000)
+        running.callback(reference.stop)
+        assert ours.proc is not None
+        servers = [
+            Server("ours", ours.port, ours.proc.pid),
+            Server("reference", int(reference.url.rsplit(":", 1)[1]), reference.pid),
+        ]
+        for scenario in chosen:
+            measured = {}
+            for server in servers:
+                progress(f"{scenario.title}: {server.name}")
+                measured[server.name] = scenario.run(server)
+                summary = ", ".join(f"{metric} {value:,.2f}" for metric, value in measured[server.name].items())
+                progress(f"  {server.name}: {summary}")
+            for metric, value in measured["ours"].items():
+                target = scenario.targets.get(metric)
+                results.append(Result(f"{scenario.title}: {metric}", value, measured["reference"][metric], target))
+    shutil.rmtree(work, ignore_errors=True)
+    complete = len(chosen) == len(keys)
+    stem = "server" + ("" if complete else "-" + "-".join(s.key for s in chosen)) + ("-quick" if args.quick else "")
+    settings = {"scenarios": "+".join(s.key for s in chosen), "quick": args.quick}
+    title = "Server benchmark (ours: WAL durability, local Delta; reference: @durable-streams/server, file-backed)"
+    report(stem, "server" if complete else None, title, "reference", results, settings)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from .options import EARLIEST
 
 SEQ_OFFSET = re.compile(r"^(\d{16})_(\d{16})$")
@@ -36,6 +39,21 @@ def seq_of(offset: str) -> int:
 
 def seq_offset(seq: int) -> str:
     return f"{seq:016d}_0000000000000000"
+
+
+def seq_offsets(seqs: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """``seq_offset`` of every element, computed by Arrow (no Python string per message)."""
+    digits = pc.utf8_lpad(pc.cast(seqs, pa.string()), width=16, padding="0")
+    return pc.binary_join_element_wise(digits, "_0000000000000000", "")
+
+
+def first_excluded(end: str) -> int:
+    """The first message whose own offset is at or after ``end`` (a sequence offset): the
+    message ``end`` points into still starts before it."""
+    match = SEQ_OFFSET.match(end)
+    if match is None:
+        raise ValueError(f"not a sequence offset: {end!r}")
+    return int(match.group(1)) + (1 if int(match.group(2)) else 0)
 
 
 def pending_messages(start: str, end: str) -> int:

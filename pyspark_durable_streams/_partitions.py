@@ -1,11 +1,15 @@
 """What one Spark task of the source does: read ``[start, end)`` of one stream into Arrow.
 
 Runs on executors. Everything it needs is in the partition and the (pickled) options, and
-nothing is kept between calls. Two ways of reading, chosen on the driver per server:
+nothing is kept between calls. Three ways of reading, chosen on the driver per server:
 
-* **boundaries** (our server: the ``multipart/mixed`` extension): every message arrives
-  with its own offset, so the range is read from ``start`` and cut exactly before the first
-  message whose offset is ``>= end``.
+* **arrow** (our server: the ``application/vnd.apache.arrow.stream`` extension): each
+  response is an Arrow table of (sequence number, append time, bytes), read with an ``end``
+  so the server sends nothing beyond the range, and the rows are built column-wise with
+  Arrow compute: no Python object per message.
+* **multipart** (the ``multipart/mixed`` extension): every message arrives with its own
+  offset, so the range is read from ``start`` and cut exactly before the first message whose
+  offset is ``>= end``.
 * **no boundaries** (e.g. the reference Node server): a response carries many messages and
   only its end offset, and runs to the tail as it is *now*. The range is recovered exactly
   by reading both from ``start`` and from ``end`` until both reads reach the same tail, and
@@ -19,14 +23,17 @@ import json
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, StructType
 
+from ._offsets import first_excluded, seq_offsets
 from .client import Client, Gone, Message, Stream
+from .client.arrow import ArrowSlice
 from .client.models import is_json
 from .options import EARLIEST, ConnectionOptions, ReadOptions
 
@@ -36,6 +43,11 @@ METADATA_COLUMNS = ("stream", "offset", "value", "content_type", "timestamp")
 _BATCH_ROWS = 8192
 _BATCH_BYTES = 16 * 1024 * 1024
 _CONVERGE_ATTEMPTS = 8
+
+
+Framing = Literal["arrow", "multipart", "plain"]
+"""How a server answers reads: Arrow or multipart (our extensions: every message with its
+own offset), or plain bodies (offsets only at response edges)."""
 
 
 class DataLossError(RuntimeError):
@@ -51,14 +63,19 @@ class StreamRange(InputPartition):
     url: str
     start: str
     end: str
-    boundaries: bool
+    framing: Framing
 
 
 def make_client(connection: ConnectionOptions, base_url: str | None = None) -> Client:
     """A client for full stream URLs (``base_url`` matters only for bucket listings)."""
     timeout = connection.timeout_s
     base = base_url or "http://127.0.0.1"
-    return Client(base, headers=dict(connection.headers), timeout=(min(10.0, timeout), timeout))
+    return Client(
+        base,
+        headers=dict(connection.headers),
+        timeout=(min(10.0, timeout), timeout),
+        verify=connection.ca_cert_file,
+    )
 
 
 def read_range(options: ReadOptions, schema: StructType, part: StreamRange) -> Iterator[pa.RecordBatch]:
@@ -67,10 +84,17 @@ def read_range(options: ReadOptions, schema: StructType, part: StreamRange) -> I
     client = make_client(options.connection)
     try:
         stream = client.stream(part.url)
-        messages = _with_boundaries(stream, part, options) if part.boundaries else _without_boundaries(stream, part)
+        items = (
+            _without_boundaries(stream, part) if part.framing == "plain" else _with_boundaries(stream, part, options)
+        )
         rows = RowBuilder(schema, part.key)
-        for message in messages:
-            rows.add(message)
+        for item in items:
+            if isinstance(item, ArrowSlice):
+                if rows.count:
+                    yield rows.flush()
+                yield from rows.arrow_batches(item, part.end)
+                continue
+            rows.add(item)
             if rows.full():
                 yield rows.flush()
         if rows.count:
@@ -82,7 +106,7 @@ def read_range(options: ReadOptions, schema: StructType, part: StreamRange) -> I
 # -- reading ---------------------------------------------------------------------------------
 
 
-def _with_boundaries(stream: Stream, part: StreamRange, options: ReadOptions) -> Iterator[Message]:
+def _with_boundaries(stream: Stream, part: StreamRange, options: ReadOptions) -> Iterator[Message | ArrowSlice]:
     track = _Position(part.start)
     try:
         yield from _until(stream, part.start, part, track)
@@ -119,15 +143,23 @@ class _Position:
         self.offset = offset
 
 
-def _until(stream: Stream, start: str, part: StreamRange, track: _Position) -> Iterator[Message]:
-    """Messages from ``start`` up to (not including) the first at or beyond ``part.end``."""
-    with stream.read(start) as reader:
-        for message in reader:
-            if message.offset is not None and message.offset >= part.end:
-                return
-            yield message
-            track.offset = message.next_offset or track.offset
-        reached = reader.offset
+def _until(stream: Stream, start: str, part: StreamRange, track: _Position) -> Iterator[Message | ArrowSlice]:
+    """Messages from ``start`` up to (not including) the first at or beyond ``part.end``
+    (Arrow responses may run past it: ``RowBuilder.arrow_batches`` cuts them)."""
+    if part.framing == "arrow":
+        arrow = stream.read_arrow(start, end=part.end)
+        for found in arrow:
+            yield found
+            track.offset = found.next_offset
+        reached = arrow.offset
+    else:
+        with stream.read(start) as reader:
+            for message in reader:
+                if message.offset is not None and message.offset >= part.end:
+                    return
+                yield message
+                track.offset = message.next_offset or track.offset
+            reached = reader.offset
     if reached < part.end:
         raise DataLossError(
             f"stream {part.key}: the batch needs messages up to offset {part.end} but the stream ends at "
@@ -209,14 +241,42 @@ class RowBuilder:
             ms = message.timestamp_ms
             columns["timestamp"].append(ms * 1000 if ms is not None else None)
         if self.parsed:
-            try:
-                document = json.loads(message.data)
-            except ValueError:
-                document = None
+            document = _document(message.data)
             for name in self.parsed:
-                columns[name].append(document.get(name) if isinstance(document, dict) else None)
+                columns[name].append(document.get(name))
         self.count += 1
         self.bytes += len(message.data)
+
+    def arrow_batches(self, found: ArrowSlice, end: str) -> Iterator[pa.RecordBatch]:
+        """The rows of an Arrow response before ``end``, built column by column."""
+        table = found.table
+        if table.num_rows:
+            first = table["seq"][0].as_py()
+            table = table.slice(0, max(0, first_excluded(end) - first)).combine_chunks()
+        if not table.num_rows:
+            return
+        count, data = table.num_rows, table["data"]
+        parsed = [_document(value) for value in data.to_pylist()] if self.parsed else []
+        arrays = []
+        for field in self.arrow_schema:
+            name = field.name
+            if name in ("stream", "content_type"):
+                constant = self.key if name == "stream" else found.content_type
+                arrays.append(pc.fill_null(pa.nulls(count, pa.string()), constant))
+            elif name == "offset":
+                offsets = seq_offsets(table["seq"])
+                if found.start != EARLIEST and not found.start.endswith("_0000000000000000"):
+                    # The first message was read from inside: its row starts where the read did.
+                    offsets = pa.concat_arrays([pa.array([found.start]), offsets.chunk(0)[1:]])
+                arrays.append(offsets)
+            elif name == "value":
+                arrays.append(data if self.value_binary else _utf8(data))
+            elif name == "timestamp":
+                arrays.append(table["ts"].cast(field.type))
+            else:
+                arrays.append(_array([document.get(name) for document in parsed], field.type))
+        batch = pa.RecordBatch.from_arrays([_one_chunk(array) for array in arrays], schema=self.arrow_schema)
+        yield from (batch.slice(at, _BATCH_ROWS) for at in range(0, count, _BATCH_ROWS))
 
     def full(self) -> bool:
         return self.count >= _BATCH_ROWS or self.bytes >= _BATCH_BYTES
@@ -226,6 +286,27 @@ class RowBuilder:
         batch = pa.RecordBatch.from_arrays(arrays, schema=self.arrow_schema)
         self._reset()
         return batch
+
+
+def _document(data: bytes) -> dict[str, Any]:
+    """The JSON object a message holds, or an empty one (its fields then read as null)."""
+    try:
+        document = json.loads(data)
+    except ValueError:
+        return {}
+    return document if isinstance(document, dict) else {}
+
+
+def _utf8(data: pa.ChunkedArray) -> pa.ChunkedArray | pa.Array:
+    """Binary as text; invalid UTF-8 decodes with replacement characters, as ``RowBuilder.add`` does."""
+    try:
+        return data.cast(pa.string())
+    except pa.ArrowInvalid:
+        return pa.array([value.decode("utf-8", errors="replace") for value in data.to_pylist()], pa.string())
+
+
+def _one_chunk(array: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return array.combine_chunks() if isinstance(array, pa.ChunkedArray) else array
 
 
 def arrow_schema(schema: StructType) -> pa.Schema:

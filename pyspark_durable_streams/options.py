@@ -26,18 +26,21 @@ class OptionError(ValueError):
 
 @dataclass(frozen=True)
 class ConnectionOptions:
-    """How to talk to the server: auth and timeouts."""
+    """How to talk to the server: auth, timeouts and the CA to trust for https://."""
 
     headers: tuple[tuple[str, str], ...] = ()
     timeout_s: float = 30.0
+    ca_cert_file: str | None = None
+    """A PEM CA bundle (or self-signed certificate) path valid on the driver and every executor."""
 
 
-CONNECTION_OPTIONS = ("token", "authheader", "requesttimeoutms")
+CONNECTION_OPTIONS = ("token", "authheader", "requesttimeoutms", "cacertfile")
 
 
 def parse_connection_options(options: Mapping[str, str]) -> ConnectionOptions:
-    """``token`` (sent as ``Authorization: Bearer …``), ``authHeader`` (a full ``Name: value``
-    header, for other schemes) and ``requestTimeoutMs``."""
+    """``token`` (sent as ``Authorization: Bearer …``; Spark redacts options named like
+    ``token`` in plans), ``authHeader`` (a full ``Name: value`` header, for other schemes),
+    ``requestTimeoutMs`` and ``caCertFile``."""
     lowered = {key.lower(): value for key, value in options.items()}
     headers: list[tuple[str, str]] = []
     if "token" in lowered and "authheader" in lowered:
@@ -54,7 +57,10 @@ def parse_connection_options(options: Mapping[str, str]) -> ConnectionOptions:
     timeout_s = 30.0
     if "requesttimeoutms" in lowered:
         timeout_s = positive_int(lowered, "requesttimeoutms", "requestTimeoutMs") / 1000
-    return ConnectionOptions(tuple(headers), timeout_s)
+    ca_cert_file = lowered.get("cacertfile")
+    if ca_cert_file is not None and not ca_cert_file.strip():
+        raise OptionError("option 'caCertFile' must not be empty")
+    return ConnectionOptions(tuple(headers), timeout_s, ca_cert_file.strip() if ca_cert_file else None)
 
 
 def positive_int(lowered: Mapping[str, str], key: str, display: str) -> int:
@@ -91,6 +97,7 @@ WRITE_OPTIONS = (
     "producerid",
     "producerepoch",
     "checkpointlocation",  # passed by Spark for streaming writes; read for the query id
+    "queryname",  # passed by Spark for streaming writes with .queryName(); not used
     "_testfailafterrequests",
 )
 

@@ -44,14 +44,16 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.sql import datasource as _ds
 from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType
 
 from ._producer_identity import BATCH_ID_PROPERTY, QUERY_ID_PROPERTY, JobIdentity, job_identity, task_identity
-from ._sink_encoding import RequestCutter, check_message, row_messages
+from ._sink_encoding import RequestCutter, checked_messages, row_messages
 from ._sink_sender import FailureHook, SinkError, TaskSender
 from .client import Client, errors
 from .client.models import DEFAULT_CONTENT_TYPE, JSON_CONTENT_TYPE, is_json, media_type
@@ -123,7 +125,9 @@ class _Sink:
 
     def _client(self, base_url: str) -> Client:
         connection = self.options.connection
-        return Client(base_url, headers=dict(connection.headers), timeout=connection.timeout_s)
+        return Client(
+            base_url, headers=dict(connection.headers), timeout=connection.timeout_s, verify=connection.ca_cert_file
+        )
 
     def _default_content_type(self) -> str:
         return self.options.content_type or (DEFAULT_CONTENT_TYPE if self.value_column else JSON_CONTENT_TYPE)
@@ -207,13 +211,7 @@ class _Sink:
         try:
             for batch in _record_batches(iterator):
                 messages = row_messages(batch, value_column=self.value_column, json_columns=self.json_columns)
-                names = batch.column(self.route_column).to_pylist() if self.route_column else None
-                for index, message in enumerate(messages):
-                    name = names[index] if names is not None else None
-                    target = targets.get(name)
-                    if target is None:
-                        target = self.target or self._resolve(client, self._route_url(name), option="server")
-                        targets[name] = target
+                for target, selected in self._by_target(client, targets, batch, messages):
                     cutter = cutters.get(target.url)
                     if cutter is None:
                         cutter = cutters[target.url] = RequestCutter(
@@ -221,8 +219,7 @@ class _Sink:
                             max_bytes=self.options.max_batch_bytes,
                             max_messages=self.options.max_batch_messages,
                         )
-                    body = check_message(message, json_stream=cutter.json, url=target.url)
-                    for request in cutter.add(body):
+                    for request in cutter.add(checked_messages(selected, json_stream=cutter.json, url=target.url)):
                         sender.send(target.url, target.content_type, request)
                 count += len(messages)
             content_types = {target.url: target.content_type for target in targets.values()}
@@ -247,6 +244,28 @@ class _Sink:
             bytes=stats.bytes,
             streams=list(cutters),
         )
+
+    def _by_target(
+        self, client: Client, targets: dict[str | None, _Target], batch: pa.RecordBatch, messages: pa.Array
+    ) -> Iterator[tuple[_Target, pa.Array]]:
+        """Each target's messages of ``batch``, in row order (targets are resolved on first sight)."""
+        if self.route_column is None:
+            assert self.target is not None
+            targets[None] = self.target
+            yield self.target, messages
+            return
+        names = batch.column(self.route_column)
+        distinct = pc.unique(names)
+        for name in distinct.to_pylist():
+            if name not in targets:
+                targets[name] = self._resolve(client, self._route_url(name), option="server")
+        urls = pa.array([targets[name].url for name in distinct.to_pylist()], pa.string())
+        rows = pa.table({"url": pc.take(urls, pc.index_in(names, value_set=distinct)), "row": np.arange(len(names))})
+        by_url = {target.url: target for target in targets.values()}
+        groups = rows.group_by("url", use_threads=False).aggregate([("row", "list")])
+        indices = groups["row_list"].combine_chunks()
+        for index, url in enumerate(groups["url"].to_pylist()):
+            yield by_url[url], messages.take(indices[index].values)
 
 
 def _record_batches(iterator: Iterator[Any]) -> Iterator[pa.RecordBatch]:

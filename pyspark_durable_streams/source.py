@@ -9,7 +9,7 @@ not expose message boundaries), ``value`` (binary, or string for text/JSON strea
 of the JSON message (null where missing or of another type).
 
 Spark offsets are ``{stream key: next protocol offset}``. The driver plans; tasks read (see
-``_partitions``). On our server (sequence offsets + the multipart boundaries extension) a
+``_partitions``). On our server (sequence offsets + the Arrow or multipart read extension) a
 large range of a stream is split by message sequence into several partitions, and
 ``maxMessagesPerTrigger`` is applied by offset arithmetic without reading. Elsewhere (e.g.
 the reference Node server) each stream is one partition per batch, and the limits are
@@ -48,8 +48,9 @@ from ._offsets import (
     sorted_offsets,
     split_range,
 )
-from ._partitions import DataLossError, StreamRange, make_client, read_range
+from ._partitions import DataLossError, Framing, StreamRange, make_client, read_range
 from .client import Bucket, Client, Gone, Stream
+from .client.arrow import ARROW_STREAM
 from .client.models import is_json, media_type
 from .options import EARLIEST, LATEST, ReadOptions
 
@@ -69,6 +70,8 @@ __all__ = ["DataLossError", "DurableStreamsReader", "DurableStreamsStreamReader"
 
 log = logging.getLogger("pyspark_durable_streams.source")
 _EMPTY_STREAM = "0000000000000000_0000000000000000"
+_PROBE_ACCEPT = f"{ARROW_STREAM}, multipart/mixed;q=0.5"
+_FRAMINGS: dict[str, Framing] = {ARROW_STREAM: "arrow", "multipart/mixed": "multipart"}
 
 
 def infer_schema(options: ReadOptions) -> StructType:
@@ -111,7 +114,7 @@ class _Streams:
             self.bucket = self.client.bucket(options.bucket)
         self._tails: dict[str, str] = {}
         self._tails_at = -math.inf
-        self._boundaries: dict[str, bool] = {}
+        self._framings: dict[str, Framing] = {}
 
     def url(self, key: str) -> str:
         return self.bucket.stream(key).url if self.bucket is not None else key
@@ -139,27 +142,26 @@ class _Streams:
     def cached_tails(self) -> dict[str, str] | None:
         return dict(self._tails) if self._tails_at > -math.inf else None
 
-    def boundaries(self, key: str) -> bool:
-        """Our server: sequence offsets, and reads in ``Accept: multipart/mixed`` answer multipart."""
+    def framing(self, key: str) -> Framing:
+        """Our server: sequence offsets, and reads that answer Arrow (or multipart) when asked."""
         url = self.url(key)
         parts = urlsplit(url)
         origin = f"{parts.scheme}://{parts.netloc}"
-        if origin not in self._boundaries:
+        if origin not in self._framings:
             tail = self.stream(key).metadata().next_offset
-            supported = SEQ_OFFSET.match(tail) is not None
-            if supported:
+            framing: Framing = "plain"
+            if SEQ_OFFSET.match(tail) is not None:
                 response = self.client.transport.request(
-                    "GET",
-                    url,
-                    ok=(200, 204),
-                    params={"offset": tail},
-                    headers={"Accept": "multipart/mixed"},
-                    stream=True,
+                    "GET", url, ok=(200, 204), params={"offset": tail}, headers={"Accept": _PROBE_ACCEPT}, stream=True
                 )
                 with response:
-                    supported = media_type(response.headers.get("Content-Type")) == "multipart/mixed"
-            self._boundaries[origin] = supported
-        return self._boundaries[origin]
+                    framing = _FRAMINGS.get(media_type(response.headers.get("Content-Type")), "plain")
+            self._framings[origin] = framing
+        return self._framings[origin]
+
+    def boundaries(self, key: str) -> bool:
+        """Every message arrives with its own offset (so ranges can be counted and split)."""
+        return self.framing(key) != "plain"
 
     def starting_offsets(self, tails: Mapping[str, str]) -> dict[str, str]:
         options = self.options
@@ -173,15 +175,19 @@ class _Streams:
 
     def plan(self, start: Mapping[str, str], end: Mapping[str, str]) -> list[StreamRange]:
         """Partitions of ``[start, end)``: a pure function of the two offsets (and the server kind)."""
-        ranges: list[tuple[str, str, str, bool]] = []
+        ranges: list[tuple[str, str, str, Framing]] = []
         for key in sorted(end):
             first, last = start.get(key, EARLIEST), end[key]
             if last > first:
-                ranges.append((key, first, last, self.boundaries(key)))
-        counts = {key: pending_messages(s, e) for key, s, e, b in ranges if b and is_seq_offset(s) and is_seq_offset(e)}
+                ranges.append((key, first, last, self.framing(key)))
+        counts = {
+            key: pending_messages(s, e)
+            for key, s, e, framing in ranges
+            if framing != "plain" and is_seq_offset(s) and is_seq_offset(e)
+        }
         total = max(1, sum(counts.values()))
         partitions = []
-        for key, first, last, boundaries in ranges:
+        for key, first, last, framing in ranges:
             if key in counts:
                 pieces = math.ceil(counts[key] / self.options.messages_per_partition)
                 if self.options.min_partitions:
@@ -189,7 +195,7 @@ class _Streams:
                 cuts = split_range(first, last, pieces)
             else:
                 cuts = [(first, last)]
-            partitions += [StreamRange(key, self.url(key), s, e, boundaries) for s, e in cuts]
+            partitions += [StreamRange(key, self.url(key), s, e, framing) for s, e in cuts]
         return partitions
 
     def read_forward(
@@ -255,7 +261,7 @@ class DurableStreamsReader(_Reader, DataSourceReader):
                 if key in end:
                     end[key] = tails[key] if offset == LATEST else offset
         planned = streams.plan(start, end)
-        return planned or [StreamRange("", "", EARLIEST, EARLIEST, False)]
+        return planned or [StreamRange("", "", EARLIEST, EARLIEST, "plain")]
 
 
 class DurableStreamsStreamReader(_Reader, DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -266,6 +272,7 @@ class DurableStreamsStreamReader(_Reader, DataSourceStreamReader, SupportsTrigge
         self._target: dict[str, str] | None = None
         self._last: dict[str, str] | None = None
         self._turn = 0
+        self._idle = False
 
     def initialOffset(self) -> dict[str, str]:
         return self.streams.starting_offsets(self.streams.tails())
@@ -287,10 +294,12 @@ class DurableStreamsStreamReader(_Reader, DataSourceStreamReader, SupportsTrigge
         return sorted_offsets(tails) if tails else None
 
     def latestOffset(self, start: dict[str, str] | None = None, limit: ReadLimit | None = None) -> dict[str, str]:
-        """The end of the next batch. Tails are cached for ``pollIntervalMs``: Spark asks often."""
+        """The end of the next batch. After a batch with data the tails are looked up afresh (the
+        stream is live: more is likely there already); while idle they are cached for
+        ``pollIntervalMs``, since Spark asks every few milliseconds then."""
         if start is None:  # pyspark < 4.2 calls latestOffset() without arguments
             start = self._last if self._last is not None else self.initialOffset()
-        tails = self.streams.tails(self._options.poll_interval_ms / 1000)
+        tails = self.streams.tails(self._options.poll_interval_ms / 1000 if self._idle else 0.0)
         if self._target is not None:
             tails = {key: min(tail, self._target[key]) for key, tail in tails.items() if key in self._target}
         end = dict(start)
@@ -299,6 +308,7 @@ class DurableStreamsStreamReader(_Reader, DataSourceStreamReader, SupportsTrigge
                 continue  # a new, still empty stream of a subscription: nothing to read yet
             end[key] = max(start.get(key, EARLIEST), tail)
         end = self._admit(start, end, limit)
+        self._idle = end == start
         self._last = sorted_offsets(end)
         return self._last
 

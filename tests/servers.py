@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,6 +49,8 @@ class ServerProcess:
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Extra environment variables for the server process (e.g. DURABLE_STREAMS_AUTH_TOKENS)."""
 
     @property
     def url(self) -> str:
@@ -76,7 +78,9 @@ class ServerProcess:
         with open(self.log_path, "ab") as log:
             log.write(f"\n--- start {self.starts} ---\n".encode())
             log.flush()
-            self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
+            self.proc = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env={**os.environ, **self.env}
+            )
         self.starts += 1
         _wait_until_listening(self.port, self.proc, self.log_path)
         return self

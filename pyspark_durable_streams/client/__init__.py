@@ -16,6 +16,7 @@ from .bootstrap import Bootstrap
 from .buckets import Bucket, BucketInfo, StreamInfo
 from .errors import (
     BadRequest,
+    CertificateError,
     Conflict,
     ConnectError,
     DurableStreamsError,
@@ -49,6 +50,7 @@ __all__ = [
     "Bootstrap",
     "Bucket",
     "BucketInfo",
+    "CertificateError",
     "Client",
     "Conflict",
     "ConnectError",

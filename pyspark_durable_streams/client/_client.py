@@ -7,7 +7,7 @@ from types import TracebackType
 
 import requests
 
-from ._http import DEFAULT_TIMEOUT, Auth, Backoff, Timeout, Transport
+from ._http import DEFAULT_TIMEOUT, Auth, Backoff, Timeout, Transport, Verify
 from .buckets import Bucket
 from .stream import Stream
 
@@ -15,9 +15,12 @@ from .stream import Stream
 class Client:
     """A Durable Streams server at ``base_url``.
 
-    ``token`` sends ``Authorization: Bearer <token>``; ``auth`` takes anything requests
-    accepts (Basic, Digest, custom); ``headers`` are added to every request; ``timeout``
-    is the default for every call (each method can override headers and timeout).
+    ``token`` sends ``Authorization: Bearer <token>`` with every request (reads, long-polls
+    and SSE included); ``auth`` takes anything requests accepts (Basic, Digest, custom);
+    ``headers`` are added to every request; ``timeout`` is the default for every call (each
+    method can override headers and timeout). ``verify`` is the TLS check of an ``https://``
+    server: a CA bundle path trusts a private CA or a self-signed certificate, False turns the
+    check off, None (the default) keeps the session's setting (the system CAs).
     ``session`` is the transport seam: pass your own ``requests.Session`` for proxies,
     TLS settings or connection-pool sizes. ``backoff`` governs how long readers and
     producers keep retrying a server that is unreachable or answering 5xx / 429.
@@ -33,9 +36,12 @@ class Client:
         timeout: Timeout = DEFAULT_TIMEOUT,
         session: requests.Session | None = None,
         backoff: Backoff | None = None,
+        verify: Verify = None,
     ) -> None:
         self._owns_session = session is None
-        self.transport = Transport(base_url, session=session, token=token, auth=auth, headers=headers, timeout=timeout)
+        self.transport = Transport(
+            base_url, session=session, token=token, auth=auth, headers=headers, timeout=timeout, verify=verify
+        )
         self.backoff = backoff or Backoff()
 
     def __repr__(self) -> str:

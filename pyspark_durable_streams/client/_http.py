@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import ssl
 import time
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
@@ -27,6 +28,10 @@ Timeout: TypeAlias = float | tuple[float, float] | None
 
 Auth: TypeAlias = AuthBase | tuple[str, str] | None
 """Anything ``requests`` accepts as ``auth=`` (Basic with a tuple, Digest, custom AuthBase)."""
+
+Verify: TypeAlias = bool | str | None
+"""TLS verification: True/False, a CA bundle file (e.g. a self-signed server's certificate),
+or None to keep the session's own setting (which verifies against the system CAs)."""
 
 DEFAULT_TIMEOUT: Timeout = (10.0, 90.0)
 """The read timeout outlasts a long-poll (30 s on our server) and an SSE connection (~60 s)."""
@@ -69,7 +74,7 @@ class Backoff:
 
 
 class Transport:
-    """A session, a base URL and the client-wide defaults (auth, headers, timeout)."""
+    """A session, a base URL and the client-wide defaults (auth, headers, timeout, TLS)."""
 
     def __init__(
         self,
@@ -80,6 +85,7 @@ class Transport:
         auth: Auth = None,
         headers: Mapping[str, str] | None = None,
         timeout: Timeout = DEFAULT_TIMEOUT,
+        verify: Verify = None,
     ) -> None:
         self.base_url = base_url.rstrip("/") + "/"
         self.session = session if session is not None else requests.Session()
@@ -88,6 +94,7 @@ class Transport:
         if token is not None:
             self.headers["Authorization"] = f"Bearer {token}"
         self.timeout = timeout
+        self.verify = verify
 
     def url(self, path: str) -> str:
         """An absolute URL: full URLs pass through, paths are taken relative to the base URL."""
@@ -121,6 +128,7 @@ class Transport:
                 headers=merged,
                 data=content,
                 auth=self.auth,
+                verify=self.verify,
                 timeout=self.timeout if isinstance(timeout, UseDefault) else timeout,
                 stream=stream,
             )
@@ -128,8 +136,10 @@ class Transport:
             return response
         with response, guard(method, url):
             body = response.raw.read(_ERROR_BODY_LIMIT, decode_content=True) if stream else response.content
-        # HEAD answers have no body: the reason phrase is the only message there is.
-        body = body or (response.reason or "").encode("latin-1", errors="replace")
+        if not body:  # HEAD answers have none: the reason phrase (and a 401/403's challenge) must do
+            challenge = response.headers.get("WWW-Authenticate")
+            reason = response.reason or ""
+            body = (f"{reason} ({challenge})" if challenge else reason).encode("latin-1", errors="replace")
         raise errors.error_for_status(
             method=method, url=response.url or url, status=response.status_code, headers=response.headers, body=body
         )
@@ -140,6 +150,10 @@ def guard(method: str, url: str) -> Iterator[None]:
     """Translate requests' exceptions (also those raised while a body streams) into ours."""
     try:
         yield
+    except requests.exceptions.SSLError as exc:
+        if _certificate_refused(exc):
+            raise errors.CertificateError(str(exc), method=method, url=url) from exc
+        raise errors.ConnectError(str(exc), method=method, url=url) from exc
     except requests.Timeout as exc:
         raise errors.TimeoutError(str(exc), method=method, url=url) from exc
     except requests.ConnectionError as exc:
@@ -148,6 +162,22 @@ def guard(method: str, url: str) -> Iterator[None]:
         if isinstance(exc, urllib3.exceptions.TimeoutError):
             raise errors.TimeoutError(str(exc), method=method, url=url) from exc
         raise errors.TransportError(str(exc), method=method, url=url) from exc
+
+
+def _certificate_refused(exc: BaseException) -> bool:
+    """Whether the TLS check refused the server's certificate (requests wraps the cause in
+    urllib3 errors, so the chain of causes, reasons and arguments is searched)."""
+    pending: list[BaseException] = [exc]
+    seen: set[int] = set()
+    while pending:
+        error = pending.pop()
+        if isinstance(error, ssl.SSLCertVerificationError):
+            return True
+        if id(error) not in seen:
+            seen.add(id(error))
+            linked = (error.__cause__, error.__context__, getattr(error, "reason", None), *error.args)
+            pending.extend(item for item in linked if isinstance(item, BaseException))
+    return False
 
 
 def quote_segment(value: str) -> str:

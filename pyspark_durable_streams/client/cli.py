@@ -20,7 +20,7 @@ from typing import BinaryIO, Protocol
 from tqdm import tqdm  # type: ignore[import-untyped]  # tqdm ships no type information
 
 from ._client import Client
-from .errors import DurableStreamsError, NotFound
+from .errors import DurableStreamsError, NotFound, Unauthorized
 from .models import Message, is_json
 from .producer import Producer
 
@@ -44,9 +44,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        with Client(_base_url(args, parser), token=args.token, timeout=args.timeout) as client:
+        client = Client(_base_url(args, parser), token=args.token, timeout=args.timeout, verify=args.ca_cert)
+        with client:
             command: Callable[[Client, argparse.Namespace], int] = args.command
             return command(client, args)
+    except Unauthorized as exc:
+        hint = "check --token / DURABLE_STREAMS_TOKEN" if args.token else "pass --token or set DURABLE_STREAMS_TOKEN"
+        print(f"durable-streams: {exc} ({hint})", file=sys.stderr)
+        return 1
     except DurableStreamsError as exc:
         print(f"durable-streams: {exc}", file=sys.stderr)
         return 1
@@ -135,7 +140,14 @@ def _connection_options(parser: argparse.ArgumentParser, *, defaults: bool) -> N
 
     env = os.environ
     parser.add_argument("--url", default=default(env.get("DURABLE_STREAMS_URL")), help="server base URL")
-    parser.add_argument("--token", default=default(env.get("DURABLE_STREAMS_TOKEN")), help="bearer token")
+    parser.add_argument(
+        "--token", default=default(env.get("DURABLE_STREAMS_TOKEN")), help="bearer token (env DURABLE_STREAMS_TOKEN)"
+    )
+    parser.add_argument(
+        "--ca-cert",
+        default=default(env.get("DURABLE_STREAMS_CA_CERT")),
+        help="PEM file of the CA (or self-signed certificate) to trust for https:// (env DURABLE_STREAMS_CA_CERT)",
+    )
     parser.add_argument("--timeout", type=float, default=default(90.0), help="seconds per request (default 90)")
 
 

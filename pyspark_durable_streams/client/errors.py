@@ -4,6 +4,7 @@
     ├── TransportError              the request never got an HTTP answer
     │   ├── ConnectError            could not connect (refused, DNS, TLS)
     │   └── TimeoutError            connect or read timeout
+    ├── CertificateError            the server's TLS certificate is not trusted (never retried)
     ├── ResponseError               an answer that breaks the protocol (missing header, bad framing)
     ├── ProducerClosed              ``send`` on a producer that was closed or has failed
     └── HTTPStatusError             the server answered with an error status
@@ -34,6 +35,7 @@ from collections.abc import Mapping
 
 __all__ = [
     "BadRequest",
+    "CertificateError",
     "Conflict",
     "ConnectError",
     "DurableStreamsError",
@@ -77,6 +79,20 @@ class ConnectError(TransportError):
 
 class TimeoutError(TransportError, builtins.TimeoutError):
     pass
+
+
+class CertificateError(DurableStreamsError):
+    """TLS verification refused the server's certificate. Not a ``TransportError``: retrying
+    cannot help, so readers and producers fail at once instead of backing off until their
+    deadline. Trust a private CA or a self-signed certificate with ``Client(verify=<file>)``."""
+
+    def __init__(self, message: str, *, method: str, url: str) -> None:
+        super().__init__(
+            f"{method} {url}: the server's TLS certificate is not trusted ({message}); pass the CA or "
+            "self-signed certificate file as verify= (CLI: --ca-cert, Spark: option caCertFile)"
+        )
+        self.method = method
+        self.url = url
 
 
 class ResponseError(DurableStreamsError):

@@ -94,19 +94,14 @@ class StreamReader(Iterator[Message]):
     # -- the loop ------------------------------------------------------------------------
 
     def _run(self) -> Generator[Message, None, None]:
-        delays: Iterator[float] | None = None
+        retry = Retrying(self._backoff)
         while not self.closed:
             try:
                 for message in self._one_request():
-                    delays = None  # progress: a later failure starts a fresh backoff
+                    retry.progressed()
                     yield message
-            except (errors.TransportError, errors.ServerError, errors.RateLimited) as exc:
-                delays = delays or self._backoff.delays()
-                delay = next(delays, None)
-                if delay is None:
-                    raise
-                retry_after = exc.retry_after if isinstance(exc, errors.RateLimited) else None
-                time.sleep(max(delay, retry_after or 0.0))
+            except Retrying.TRANSIENT as exc:
+                retry.pause(exc)
                 continue
             finally:
                 self._release()
@@ -204,6 +199,30 @@ class StreamReader(Iterator[Message]):
         self.cursor = control.cursor or self.cursor
         self.up_to_date = control.up_to_date
         self.closed = control.closed
+
+
+class Retrying:
+    """Backoff between the attempts of a read: connection failures, 5xx and 429 (after its
+    ``Retry-After``) are retried from the offset reached until the backoff's deadline;
+    progress starts a fresh backoff, so a long read survives a server restart."""
+
+    TRANSIENT = (errors.TransportError, errors.ServerError, errors.RateLimited)
+
+    def __init__(self, backoff: Backoff) -> None:
+        self._backoff = backoff
+        self._delays: Iterator[float] | None = None
+
+    def progressed(self) -> None:
+        self._delays = None
+
+    def pause(self, exc: errors.DurableStreamsError) -> None:
+        """Sleep before the next attempt; re-raise ``exc`` once the deadline is spent."""
+        self._delays = self._delays or self._backoff.delays()
+        delay = next(self._delays, None)
+        if delay is None:
+            raise exc
+        retry_after = exc.retry_after if isinstance(exc, errors.RateLimited) else None
+        time.sleep(max(delay, retry_after or 0.0))
 
 
 def part_messages(parts: Iterator[Part], content_type: str | None, end: str, url: str) -> Iterator[Message]:

@@ -24,6 +24,7 @@ from .snapshots import Snapshots
 if TYPE_CHECKING:
     from typing import Unpack
 
+    from .arrow import ArrowReader
     from .bootstrap import Bootstrap
 
 
@@ -212,6 +213,22 @@ class Stream:
             headers=headers,
             timeout=timeout,
             backoff=self._backoff,
+        )
+
+    def read_arrow(
+        self,
+        offset: str = BEGINNING,
+        *,
+        end: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: Timeout | UseDefault = USE_DEFAULT,
+    ) -> ArrowReader:
+        """Catch-up read in Arrow tables, up to the tail or to ``end`` (our server's
+        extension; needs ``pyarrow``)."""
+        from .arrow import ArrowReader
+
+        return ArrowReader(
+            self.transport, self.url, offset=offset, end=end, headers=headers, timeout=timeout, backoff=self._backoff
         )
 
     def bootstrap(

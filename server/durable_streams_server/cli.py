@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import logging
 import os
+import ssl
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,6 +16,8 @@ import uvicorn
 
 from .config import ServerConfig
 from .http.app import create_app
+from .http.auth import TOKENS_ENV, AuthConfigError, load_auth_config
+from .http.connections import guarded_h11
 
 ENV_PREFIX = "DURABLE_STREAMS_"
 
@@ -123,10 +127,54 @@ def build_parser() -> argparse.ArgumentParser:
     _add(parser, "--sse-reconnect-ms", 60_000, "SSE connections are closed after this long", type=int)
     _add(parser, "--max-body-bytes", 64 * 1024 * 1024, "larger request bodies get 413", type=int)
     _add(parser, "--max-read-bytes", 1024 * 1024, "about how many bytes one read response carries", type=int)
+    _add(parser, "--max-header-bytes", 16 * 1024, "a larger request line + headers gets 431; 0: no limit", type=int)
+    _add(
+        parser,
+        "--request-timeout-s",
+        30.0,
+        "a request head must arrive within this (else the connection is closed), a body too (else 408)",
+        type=float,
+    )
+    _add(parser, "--keep-alive-timeout-s", 5, "idle keep-alive connections are closed after this", type=int)
+    _add(parser, "--max-connections", 0, "more concurrent connections get uvicorn's 503; 0: no limit", type=int)
+    _add(parser, "--max-live-readers", 0, "more concurrent long-polls + SSE streams get 503; 0: no limit", type=int)
+    _add(parser, "--max-streams-per-bucket", 0, "creating a stream in a full bucket gets 409; 0: no limit", type=int)
+    _add(
+        parser,
+        "--rate-limit-rps",
+        0.0,
+        "requests/s per token (per client address without auth); more get 429 + Retry-After; 0: off",
+        type=float,
+    )
+    _add(parser, "--rate-limit-burst", 0, "requests a client may make at once; 0: one second's worth", type=int)
     _add(parser, "--flush-interval-ms", 1_000, "WAL mode: how often the WAL is flushed into Delta", type=int)
+    _add(
+        parser,
+        "--max-wal-bytes",
+        1024**3,
+        "WAL mode: while the WAL holds more than this (Delta unreachable), writes get 503 + Retry-After",
+        type=int,
+    )
     _add(parser, "--tail-cache-bytes", 4 * 1024 * 1024, "flushed bytes kept in memory per stream", type=int)
     _add(parser, "--compaction-interval-s", 600.0, "seconds between compaction passes; 0 turns it off", type=float)
     _add(parser, "--vacuum-retention-hours", 1, "unreferenced data files older than this are deleted", type=int)
+    _add(
+        parser,
+        "--auth-tokens-file",
+        None,
+        f"JSON list of bearer tokens with scopes (read|write|admin) and buckets/prefixes; turns auth on "
+        f"(or put the JSON in {TOKENS_ENV})",
+        type=Path,
+    )
+    _add(
+        parser,
+        "--allow-unauthenticated",
+        False,
+        "serve a non-loopback --host without tokens (e.g. behind an authenticating proxy)",
+        action="store_true",
+    )
+    _add(parser, "--tls-certfile", None, "serve HTTPS with this PEM certificate (chain); needs --tls-keyfile")
+    _add(parser, "--tls-keyfile", None, "the PEM private key of --tls-certfile (unencrypted)")
     _add(
         parser,
         "--log-level",
@@ -139,13 +187,53 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Numeric options whose zero would mean "nothing works" (every request times out, every body
+# is too large …) must be positive; the others may be 0, which documents "off" or "none".
+_POSITIVE = (
+    "port",
+    "long_poll_timeout_ms",
+    "sse_reconnect_ms",
+    "max_body_bytes",
+    "max_read_bytes",
+    "request_timeout_s",
+    "keep_alive_timeout_s",
+    "flush_interval_ms",
+    "max_wal_bytes",
+)
+_NON_NEGATIVE = (
+    "max_header_bytes",
+    "max_connections",
+    "max_live_readers",
+    "max_streams_per_bucket",
+    "rate_limit_rps",
+    "rate_limit_burst",
+    "tail_cache_bytes",
+    "compaction_interval_s",
+    "vacuum_retention_hours",
+)
+
+
+def check_ranges(args: argparse.Namespace) -> None:
+    for name in _POSITIVE:
+        if getattr(args, name) <= 0:
+            raise SystemExit(f"--{name.replace('_', '-')} must be greater than 0, got {getattr(args, name)}")
+    for name in _NON_NEGATIVE:
+        if getattr(args, name) < 0:
+            raise SystemExit(f"--{name.replace('_', '-')} must be 0 or more, got {getattr(args, name)}")
+
+
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
+    check_ranges(args)
     options: dict[str, str] = {}
     for item in args.storage_option:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise SystemExit(f"--storage-option expects KEY=VALUE, got {item!r}")
         options[key.strip()] = value
+    try:
+        auth = load_auth_config(args.auth_tokens_file, os.environ.get(TOKENS_ENV))
+    except AuthConfigError as exc:
+        raise SystemExit(str(exc)) from None
     return ServerConfig(
         data_dir=args.data_dir,
         storage_uri=args.storage_uri,
@@ -155,10 +243,18 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         sse_reconnect_ms=args.sse_reconnect_ms,
         max_body_bytes=args.max_body_bytes,
         max_read_bytes=args.max_read_bytes,
+        max_header_bytes=args.max_header_bytes,
+        request_timeout_s=args.request_timeout_s,
+        max_live_readers=args.max_live_readers,
+        max_streams_per_bucket=args.max_streams_per_bucket,
+        rate_limit_rps=args.rate_limit_rps,
+        rate_limit_burst=args.rate_limit_burst,
         flush_interval_ms=args.flush_interval_ms,
+        max_wal_bytes=args.max_wal_bytes,
         tail_cache_bytes=args.tail_cache_bytes,
         compaction_interval_s=args.compaction_interval_s,
         vacuum_retention_hours=args.vacuum_retention_hours,
+        auth=auth,
     )
 
 
@@ -170,12 +266,52 @@ def configure_logging(level: str, fmt: str) -> None:
     root.setLevel(level.upper())
 
 
+def check_exposure(host: str, config: ServerConfig, allow_unauthenticated: bool) -> None:
+    """Without tokens only loopback is served, unless the operator says the network is trusted."""
+    if config.auth is not None or allow_unauthenticated:
+        return
+    try:
+        loopback = ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        loopback = host.lower() == "localhost"
+    if not loopback:
+        raise SystemExit(
+            f"refusing to serve --host {host} without authentication: configure bearer tokens with "
+            f"--auth-tokens-file (or {TOKENS_ENV}), or pass --allow-unauthenticated if every client "
+            "that can reach this address may read and write all streams (e.g. behind an authenticating proxy)"
+        )
+
+
+def check_tls(certfile: str | None, keyfile: str | None) -> None:
+    """Fail at startup with a message naming the files, not later inside uvicorn."""
+    if (certfile is None) != (keyfile is None):
+        raise SystemExit("--tls-certfile and --tls-keyfile go together: give both or neither")
+    if certfile is not None:
+        try:  # the empty password makes an encrypted key fail here instead of prompting
+            ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(certfile, keyfile, password="")
+        except (OSError, ssl.SSLError) as exc:
+            raise SystemExit(
+                f"cannot serve HTTPS with --tls-certfile {certfile} and --tls-keyfile {keyfile}: {exc} "
+                "(both must be PEM files, the key unencrypted and matching the certificate)"
+            ) from None
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     configure_logging(args.log_level, args.log_format)
     config = config_from_args(args)
+    check_exposure(args.host, config, args.allow_unauthenticated)
+    check_tls(args.tls_certfile, args.tls_keyfile)
+    auth = config.auth
     logging.getLogger("durable_streams_server").info(
-        "starting", extra={"host": args.host, "port": args.port, "data_dir": str(config.data_dir)}
+        "starting",
+        extra={
+            "host": args.host,
+            "port": args.port,
+            "data_dir": str(config.data_dir),
+            "auth": ",".join(grant.name for grant in auth.grants) if auth is not None else "off",
+            "tls": args.tls_certfile is not None,
+        },
     )
     uvicorn.run(
         create_app(config),
@@ -184,6 +320,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         log_config=None,
         access_log=args.access_log,
         timeout_graceful_shutdown=5,
+        http=guarded_h11(config.request_timeout_s),
+        h11_max_incomplete_event_size=config.max_header_bytes or None,
+        timeout_keep_alive=args.keep_alive_timeout_s,
+        # uvicorn counts the connection asking, so its limit is one above the connections served
+        limit_concurrency=args.max_connections + 1 if args.max_connections else None,
+        ssl_certfile=args.tls_certfile,
+        ssl_keyfile=args.tls_keyfile,
     )
 
 

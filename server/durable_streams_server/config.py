@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .http.auth import AuthConfig
 from .storage.committer import Durability
 
 
@@ -20,11 +21,27 @@ class ServerConfig:
     sse_reconnect_ms: int = 60_000
     max_body_bytes: int = 64 * 1024 * 1024
     max_read_bytes: int = 1024 * 1024
+    max_header_bytes: int = 16 * 1024
+    """Request line + headers; larger requests get 431. 0: no limit."""
+    request_timeout_s: float = 30.0
+    """A request body must arrive within this (else 408); the CLI's server holds heads to it too."""
+    max_live_readers: int = 0
+    """Concurrent long-poll waits + SSE streams; more get 503. 0: no limit."""
+    max_streams_per_bucket: int = 0
+    """Creating a stream in a full bucket gets 409. 0: no limit."""
+    rate_limit_rps: float = 0.0
+    """Requests per second per token (or client address without auth); more get 429. 0: off."""
+    rate_limit_burst: int = 0
+    """How many requests a client may make at once; 0: one second's worth (at least 1)."""
     flush_interval_ms: int = 1_000
+    max_wal_bytes: int = 1024**3
+    """WAL mode: writes get 503 while the WAL (waiting for Delta) holds more than this."""
     tail_cache_bytes: int = 4 * 1024 * 1024
     compaction_interval_s: float = 600.0
     """Seconds between background compaction passes; 0 turns compaction off."""
     vacuum_retention_hours: int = 1
+    auth: AuthConfig | None = None
+    """Bearer tokens and what each may do; ``None`` serves every request without a token."""
 
     @property
     def resolved_storage_uri(self) -> str:

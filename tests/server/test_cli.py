@@ -67,3 +67,33 @@ def test_help_lists_the_options() -> None:
     for option in ["--host", "--port", "--data-dir", "--storage-uri", "--storage-option", "--durability"]:
         assert option in result.stdout
     assert "--long-poll-timeout-ms" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--request-timeout-s", "0"], "--request-timeout-s must be greater than 0, got 0.0"),
+        (["--max-body-bytes", "-1"], "--max-body-bytes must be greater than 0, got -1"),
+        (["--port", "0"], "--port must be greater than 0, got 0"),
+        (["--max-live-readers", "-3"], "--max-live-readers must be 0 or more, got -3"),
+        (["--rate-limit-rps", "-0.5"], "--rate-limit-rps must be 0 or more, got -0.5"),
+    ],
+)
+def test_out_of_range_numbers_are_refused_naming_the_option(flags: list[str], message: str) -> None:
+    with pytest.raises(SystemExit, match=message):
+        config_from_args(build_parser().parse_args(flags))
+
+
+def test_zero_means_off_where_the_help_says_so() -> None:
+    flags = [
+        "--max-connections",
+        "0",
+        "--max-live-readers",
+        "0",
+        "--rate-limit-rps",
+        "0",
+        "--compaction-interval-s",
+        "0",
+    ]
+    config = config_from_args(build_parser().parse_args(flags))
+    assert (config.max_live_readers, config.rate_limit_rps, config.compaction_interval_s) == (0, 0.0, 0.0)

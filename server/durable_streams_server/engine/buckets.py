@@ -93,6 +93,14 @@ class Buckets:
                 f"bucket {bucket.bucket_id!r} still holds {len(bucket.stream_ids)} stream(s)", code="BUCKET_NOT_EMPTY"
             )
 
+    def require_room(self, bucket: Bucket, cap: int) -> None:
+        """409 rather than 507 or 429: the bucket's state refuses the create, and deleting a
+        stream resolves it (a 5xx would read as a server fault, a 429 as "retry later")."""
+        if cap and len(bucket.stream_ids) >= cap:
+            raise Conflict(
+                f"bucket {bucket.bucket_id!r} already holds its maximum of {cap} streams", code="BUCKET_FULL"
+            )
+
     def stream_added(self, stream_name: str) -> None:
         located = bucket_of(stream_name)
         if located is not None and located[0] in self.by_id:

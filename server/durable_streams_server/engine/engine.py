@@ -8,7 +8,9 @@ All mutations run on the event loop. Each one validates the request against the
 ``await`` in between. That step is the per-stream (and per-producer) serialization the
 protocol requires, for free. Only then does the request await durability of the
 stream's newest record, so every answer (including duplicates and conflicts, which
-depend on state that may still be in flight) reflects durable state.
+depend on state that may still be in flight) reflects durable state. Before any of it,
+``storage.check_writable()`` refuses (503) writes storage could not make durable soon
+(object-store outage, full WAL), so a refused write changes nothing.
 
 The very same ``_apply_*`` functions replay records at recovery, so a replayed server is
 indistinguishable from the one that crashed.
@@ -49,6 +51,8 @@ log = logging.getLogger("durable_streams_server.engine")
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
     tail_cache_bytes: int = 4 * 1024 * 1024
+    max_streams_per_bucket: int = 0
+    """0: no limit."""
 
 
 def _now_ms() -> int:
@@ -164,10 +168,15 @@ class Engine:
         return earliest
 
     def retention_plan(self) -> dict[int, int]:
+        # Only once the messages below the snapshot are in Delta: a purge planned earlier
+        # would run before they land, and count as done.
         return {
             stream.uid: stream.snapshot_seq
             for stream in self.by_uid.values()
-            if stream.snapshot_seq and stream.forks == 0 and not stream.soft_deleted
+            if stream.snapshot_seq
+            and stream.forks == 0
+            and not stream.soft_deleted
+            and stream.flushed_tail >= stream.snapshot_seq
         }
 
     # -- lookups ----------------------------------------------------------------------
@@ -195,6 +204,7 @@ class Engine:
     # -- create -----------------------------------------------------------------------
 
     async def create(self, request: CreateRequest) -> CreateOutcome:
+        self.storage.check_writable()
         sliced = None
         if request.fork_from is not None and request.fork_sub_offset and request.fork_offset is not None:
             # History is immutable, so the message a sub-offset slices can be fetched
@@ -217,7 +227,8 @@ class Engine:
             return CreateOutcome(False, existing, existing.tail)
         located = bucket_of(request.name)
         if located is not None:
-            self.buckets.get(located[0])  # no implicit bucket creation
+            # no implicit bucket creation, and none past the cap
+            self.buckets.require_room(self.buckets.get(located[0]), self.config.max_streams_per_bucket)
         source = self._fork_source(request) if request.fork_from is not None else None
         content_type = request.content_type or (source.content_type if source else DEFAULT_CONTENT_TYPE)
         if source is not None and normalize_content_type(content_type) != normalize_content_type(source.content_type):
@@ -308,6 +319,7 @@ class Engine:
     # -- append / close ---------------------------------------------------------------
 
     async def append(self, name: str, request: AppendRequest) -> AppendOutcome:
+        self.storage.check_writable()
         stream = self.get_live(name)
         self.touch(stream)
         try:
@@ -393,6 +405,7 @@ class Engine:
     # -- delete -----------------------------------------------------------------------
 
     async def delete(self, name: str) -> None:
+        self.storage.check_writable()
         stream = self.get_live(name)
         self._submit_delete(stream)
         await self.storage.wait_durable(stream.last_lsn)
@@ -428,6 +441,7 @@ class Engine:
     # -- buckets ----------------------------------------------------------------------
 
     async def create_bucket(self, bucket_id: str) -> Bucket:
+        self.storage.check_writable()
         self.buckets.require_absent(bucket_id)
         header = {"bucket_id": bucket_id, "ts": self.clock()}
         record = self.storage.submit(RecordKind.BUCKET_CREATE, self.storage.next_lsn, header)
@@ -441,6 +455,7 @@ class Engine:
         return bucket
 
     async def delete_bucket(self, bucket_id: str) -> None:
+        self.storage.check_writable()
         bucket = self.buckets.get(bucket_id)
         for stream_id in list(bucket.stream_ids):
             self.find(f"{bucket_id}/{stream_id}")  # lets expired streams go first
@@ -453,6 +468,7 @@ class Engine:
     # -- snapshots ----------------------------------------------------------------------
 
     async def publish_snapshot(self, name: str, seq: int, content_type: str, blob: bytes) -> Stream:
+        self.storage.check_writable()
         stream = self.get_live(name)
         if seq > stream.visible_tail:
             raise Conflict("the snapshot offset is beyond the stream's tail", code="OFFSET_BEYOND_TAIL")

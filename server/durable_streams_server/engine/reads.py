@@ -5,17 +5,122 @@ fork's ``fork_seq`` belong to its source (recursively), the rest to the fork. Wi
 incarnation, messages below ``mem_base`` live only in Delta; the rest are in memory.
 A read gathers whole messages until a byte budget is spent; a single message larger than
 the budget is served in slices addressed by the offset's byte field.
+
+Gathering yields *runs* of consecutive messages in the form their tier holds them: Python
+lists from the memory tail, Arrow columns from Delta. Ordinary reads turn every run into
+lists of bytes; Arrow reads (``read_slice`` + ``Run.columns``) turn every run into Arrow,
+so history goes from the Delta scan to the response without a Python object per message.
 """
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
+from typing import Protocol
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..protocol.errors import BadRequest, Gone
 from ..protocol.offsets import Offset, encode_seq
 from .engine import Engine
 from .stream import Stream
 from .types import ReadResult
+
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+COLUMNS = pa.schema(
+    [
+        pa.field("seq", pa.int64(), nullable=False),
+        pa.field("ts", TIMESTAMP, nullable=False),
+        pa.field("data", pa.binary(), nullable=False),
+    ]
+)
+"""A run as Arrow: sequence number, append time and bytes of each message."""
+_DEFAULT_MESSAGE_BYTES = 64
+"""The message size assumed when sizing a Delta scan of a stream with nothing in memory."""
+
+
+class Run(Protocol):
+    """Consecutive whole messages of one stream."""
+
+    def __len__(self) -> int: ...
+
+    def nbytes(self) -> int: ...
+
+    def lists(self) -> tuple[list[bytes], list[int]]:
+        """The messages' bytes and append times (ms)."""
+        ...
+
+    def columns(self) -> pa.Table:
+        """The messages as a table of ``COLUMNS``."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRun:
+    first: int
+    data: list[bytes]
+    stamps: list[int]
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def nbytes(self) -> int:
+        return sum(len(data) for data in self.data)
+
+    def lists(self) -> tuple[list[bytes], list[int]]:
+        return self.data, self.stamps
+
+    def columns(self) -> pa.Table:
+        seqs = pa.array(range(self.first, self.first + len(self.data)), pa.int64())
+        stamps = pa.array(self.stamps, pa.timestamp("ms", tz="UTC")).cast(TIMESTAMP)
+        return pa.Table.from_arrays([seqs, stamps, pa.array(self.data, pa.binary())], schema=COLUMNS)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRun:
+    table: pa.Table
+    """``seq``, ``data`` and ``ts`` as the Delta scan returned them."""
+
+    def __len__(self) -> int:
+        return int(self.table.num_rows)
+
+    def nbytes(self) -> int:
+        return int(pc.sum(pc.binary_length(self.table["data"])).as_py() or 0)
+
+    def lists(self) -> tuple[list[bytes], list[int]]:
+        stamps = pc.divide(self.table["ts"].cast(pa.int64()), 1000)
+        return self.table["data"].to_pylist(), stamps.to_pylist()
+
+    def columns(self) -> pa.Table:
+        return self.table.select(COLUMNS.names).cast(COLUMNS)
+
+
+@dataclass(frozen=True, slots=True)
+class Slice:
+    """Whole messages from ``start`` (the first one cut at ``start.within``), as runs."""
+
+    stream: Stream
+    start: Offset
+    next: Offset
+    runs: list[Run]
+    up_to_date: bool
+    closed: bool
+
+    @property
+    def count(self) -> int:
+        return sum(len(run) for run in self.runs)
+
+    def columns(self) -> pa.Table:
+        """All the messages as one table of ``COLUMNS``."""
+        if not self.runs:
+            return COLUMNS.empty_table()
+        table = pa.concat_tables([run.columns() for run in self.runs])
+        if self.start.within:
+            data = table["data"]
+            first = pa.array([data[0].as_py()[self.start.within :]], pa.binary())
+            table = table.set_column(2, COLUMNS.field("data"), pa.chunked_array([first, *data.slice(1).chunks]))
+        return table
 
 
 async def read(engine: Engine, stream: Stream, start: Offset, max_bytes: int, *, whole: bool = False) -> ReadResult:
@@ -24,31 +129,50 @@ async def read(engine: Engine, stream: Stream, start: Offset, max_bytes: int, *,
     A first message larger than ``max_bytes`` is sliced (the next offset then points inside
     it) unless ``whole`` asks for complete messages, as message-framed responses need.
     """
-    check_start(engine, stream, start)
-    tail = stream.visible_tail
+    found = await read_slice(engine, stream, start, max_bytes)
     chunks: list[bytes] = []
     stamps: list[int] = []
-    next_offset = start
-    if start.seq < tail:
-        messages = await _gather(engine, stream, start.seq, tail, max_bytes + start.within)
-        chunks = [data for data, _ in messages]
-        stamps = [ts for _, ts in messages]
+    for run in found.runs:
+        data, times = run.lists()
+        chunks += data
+        stamps += times
+    next_offset = found.next
+    if chunks:
         chunks[0] = chunks[0][start.within :]
         if len(chunks[0]) > max_bytes and not whole:
             chunks, stamps = [chunks[0][:max_bytes]], stamps[:1]
             next_offset = Offset(start.seq, start.within + max_bytes)
-        else:
-            next_offset = Offset(start.seq + len(messages), 0)
-    at_tail = next_offset.seq == tail and next_offset.within == 0
+    up_to_date, closed = _at_tail(stream, next_offset)
     return ReadResult(
         stream=stream,
         start=start,
         next=next_offset,
         chunks=chunks,
         stamps=stamps,
-        up_to_date=at_tail,
-        closed=at_tail and stream.visible_closed,
+        up_to_date=up_to_date,
+        closed=closed,
     )
+
+
+async def read_slice(
+    engine: Engine, stream: Stream, start: Offset, max_bytes: int, *, stop: int | None = None
+) -> Slice:
+    """Whole messages from ``start`` up to the visible tail (or before message ``stop``), at
+    most about ``max_bytes``."""
+    check_start(engine, stream, start)
+    end = stream.visible_tail if stop is None else min(stop, stream.visible_tail)
+    runs: list[Run] = []
+    next_offset = start
+    if start.seq < end:
+        runs = await _gather(engine, stream, start.seq, end, max_bytes + start.within)
+        next_offset = Offset(start.seq + sum(len(run) for run in runs), 0)
+    up_to_date, closed = _at_tail(stream, next_offset)
+    return Slice(stream, start, next_offset, runs, up_to_date, closed)
+
+
+def _at_tail(stream: Stream, next_offset: Offset) -> tuple[bool, bool]:
+    at_tail = next_offset.seq == stream.visible_tail and next_offset.within == 0
+    return at_tail, at_tail and stream.visible_closed
 
 
 def check_start(engine: Engine, stream: Stream, start: Offset) -> None:
@@ -65,41 +189,56 @@ def check_start(engine: Engine, stream: Stream, start: Offset) -> None:
         raise BadRequest(f"offset {start} is beyond the tail of the stream", code="OFFSET_OUT_OF_RANGE")
 
 
-async def _gather(engine: Engine, stream: Stream, start: int, end: int, budget: int) -> list[tuple[bytes, int]]:
-    """Whole messages ``start..end`` (at least one) until ``budget`` bytes are reached, as
-    ``(data, append time in ms)``."""
-    gathered: list[tuple[bytes, int]] = []
+async def _gather(engine: Engine, stream: Stream, start: int, end: int, budget: int) -> list[Run]:
+    """Whole messages ``start..end`` (at least one) until ``budget`` bytes are reached."""
+    runs: list[Run] = []
     if start < stream.fork_seq and stream.fork_of is not None:
         source = engine.by_uid[stream.fork_of]
-        gathered = await _gather(engine, source, start, min(end, stream.fork_seq), budget)
-        start += len(gathered)
-        budget -= sum(len(data) for data, _ in gathered)
+        runs = await _gather(engine, source, start, min(end, stream.fork_seq), budget)
+        start += sum(len(run) for run in runs)
+        budget -= sum(run.nbytes() for run in runs)
         if start < stream.fork_seq or budget <= 0:
-            return gathered
+            return runs
     # History below mem_base is in Delta, the rest in memory; a flush may move mem_base
     # while a Delta read is awaited, so re-check it on every round.
-    while start < end and (not gathered or budget > 0):
+    while start < end and (not runs or budget > 0):
         if start < stream.mem_base:
-            history_end = min(end, stream.mem_base, start + max(1, budget // 64 + 1))
-            stored = await engine.storage.read_messages(stream.uid, start, history_end)
-            if not stored or stored[0].seq != start or stored[-1].seq != start + len(stored) - 1:
+            history_end = min(end, stream.mem_base, start + budget // _message_bytes(stream) + 1)
+            table = await asyncio.to_thread(engine.storage.delta.read_message_table, stream.uid, start, history_end)
+            seqs = table["seq"]
+            if not len(seqs) or seqs[0].as_py() != start or seqs[-1].as_py() != start + len(seqs) - 1:
                 raise RuntimeError(f"stream {stream.name!r}: messages from {start} missing from Delta")
-            for row in stored:
-                if gathered and budget <= 0:
-                    return gathered
-                gathered.append((row.data, row.ts_ms))
-                budget -= len(row.data)
-                start += 1
+            kept, size = _within_budget(table["data"], budget, at_least_one=not runs)
+            runs.append(StoredRun(table.slice(0, kept)))
+            start += kept
+            budget -= size
+            if kept < len(seqs):
+                break
             continue
         offset, limit = start - stream.mem_base, end - stream.mem_base
-        messages, stamps = stream.messages, stream.stamps
-        while offset < limit and (not gathered or budget > 0):
-            data = messages[offset]
-            gathered.append((data, stamps[offset]))
-            budget -= len(data)
-            offset += 1
+        messages, stop = stream.messages, offset
+        while stop < limit and (budget > 0 or (stop == offset and not runs)):
+            budget -= len(messages[stop])
+            stop += 1
+        runs.append(MemoryRun(start, messages[offset:stop], stream.stamps[offset:stop]))
         break
-    return gathered
+    return runs
+
+
+def _message_bytes(stream: Stream) -> int:
+    """About how big the stream's messages are (its memory tail's average), to size Delta scans."""
+    if not stream.messages:
+        return _DEFAULT_MESSAGE_BYTES
+    return max(16, stream.mem_bytes // len(stream.messages))
+
+
+def _within_budget(data: pa.ChunkedArray, budget: int, *, at_least_one: bool) -> tuple[int, int]:
+    """How many leading messages a read takes (each while budget remains before it) and their bytes."""
+    sizes = pc.binary_length(data).cast(pa.int64())
+    ends = pc.cumulative_sum(sizes)
+    kept = pc.sum(pc.less(pc.subtract(ends, sizes), budget)).as_py() or 0
+    kept = max(kept, 1 if at_least_one else 0)
+    return kept, ends[kept - 1].as_py() if kept else 0
 
 
 async def wait_for_change(stream: Stream, seq: int, timeout_s: float) -> bool:

@@ -15,21 +15,25 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..config import ServerConfig
 from ..engine.engine import Engine, EngineConfig
-from ..protocol.errors import BadRequest, MethodNotAllowed, NotFound, ProtocolError
-from ..protocol.ids import validate_bucket_id, validate_stream_id
+from ..protocol.errors import BadRequest, MethodNotAllowed, NotFound, ProtocolError, ServiceUnavailable
+from ..protocol.ids import validate_base_path, validate_bucket_id, validate_raw_path, validate_stream_id
 from ..storage.committer import Storage, StorageConfig
 from ..storage.compaction import CompactionConfig
+from .auth import AuthMiddleware
 from .extensions import ExtensionHandlers
-from .limits import HttpLimits
-from .responses import SecurityHeadersMiddleware, error_response, preflight_response
+from .limits import HttpLimits, LimitsMiddleware, LiveReaders
+from .metrics import ROUTE_KEY, MetricsMiddleware, ServerMetrics
+from .responses import SecurityHeadersMiddleware, error_response, http_error_response, preflight_response
 from .streams import StreamHandlers
+from .targets import base_target
 
 log = logging.getLogger("durable_streams_server.http")
 
@@ -46,9 +50,15 @@ class DurableStreamsApp:
         self.handlers: StreamHandlers | None = None
         self.extensions: ExtensionHandlers | None = None
         self._start_lock = asyncio.Lock()
+        self.live_readers = LiveReaders(config.max_live_readers)
+        self.metrics = ServerMetrics(self)
         methods = ["GET", "HEAD", "PUT", "POST", "DELETE", "OPTIONS"]
         self.asgi = Starlette(
             routes=[
+                # every method: else POST /healthz would fall through to the bucket route
+                Route("/healthz", self._healthz, methods=methods),
+                Route("/readyz", self._readyz, methods=methods),
+                Route("/metrics", self._metrics, methods=methods),
                 Route("/v1/stream/{path:path}", self._base_endpoint, methods=methods),
                 Route("/{bucket_id}", self._bucket_endpoint, methods=methods),
                 Route("/{bucket_id}/streams", self._listing_endpoint, methods=methods),
@@ -56,7 +66,19 @@ class DurableStreamsApp:
                 Route("/{bucket_id}/{stream_id}/{resource}", self._bucketed_endpoint, methods=methods),
                 Route("/{bucket_id}/{stream_id}/{resource}/{token}", self._bucketed_endpoint, methods=methods),
             ],
-            middleware=[Middleware(SecurityHeadersMiddleware)],
+            middleware=[
+                Middleware(SecurityHeadersMiddleware),
+                Middleware(MetricsMiddleware, metrics=self.metrics),
+                *([Middleware(AuthMiddleware, config=config.auth)] if config.auth is not None else []),
+                Middleware(
+                    LimitsMiddleware,
+                    max_header_bytes=config.max_header_bytes,
+                    rate_limit_rps=config.rate_limit_rps,
+                    rate_limit_burst=config.rate_limit_burst,
+                    live_readers=self.live_readers,
+                ),
+            ],
+            exception_handlers={HTTPException: http_error_response},
             lifespan=self._lifespan,
         )
 
@@ -87,12 +109,17 @@ class DurableStreamsApp:
                 storage_options=config.storage_options,
                 durability=config.durability,
                 flush_interval_s=config.flush_interval_ms / 1000,
+                max_wal_bytes=config.max_wal_bytes,
                 compaction=CompactionConfig(
                     interval_s=config.compaction_interval_s, vacuum_retention_hours=config.vacuum_retention_hours
                 ),
-            )
+            ),
+            observer=self.metrics,
         )
-        engine = Engine(storage, EngineConfig(tail_cache_bytes=config.tail_cache_bytes))
+        engine_config = EngineConfig(
+            tail_cache_bytes=config.tail_cache_bytes, max_streams_per_bucket=config.max_streams_per_bucket
+        )
+        engine = Engine(storage, engine_config)
         engine.load(storage.recover())
         self.storage, self.engine = storage, engine
         self.handlers = handlers = StreamHandlers(
@@ -102,7 +129,9 @@ class DurableStreamsApp:
                 max_read_bytes=config.max_read_bytes,
                 long_poll_timeout_s=config.long_poll_timeout_ms / 1000,
                 sse_reconnect_s=config.sse_reconnect_ms / 1000,
+                request_timeout_s=config.request_timeout_s,
             ),
+            self.live_readers,
         )
         self.extensions = ExtensionHandlers(handlers)
         log.info(
@@ -117,24 +146,23 @@ class DurableStreamsApp:
     # -- routing ----------------------------------------------------------------------
 
     async def _base_endpoint(self, request: Request) -> Response:
-        """``/v1/stream/{path}``: stream paths may contain '/', so paths ending in
-        ``/bootstrap``, ``/snapshot`` or ``/snapshot/{offset}`` are reserved for those
-        sub-resources of the stream before them (and cannot name streams)."""
+        """``/v1/stream/{path}``: a stream, or a sub-resource of one (see ``base_target``)."""
         name = BASE_PREFIX + request.path_params["path"]
+        stream, resource, token = base_target(name)
+        request.scope[ROUTE_KEY] = resource or "base_stream"
 
         async def route() -> Response:
-            prefix, _, last = name.rpartition("/")
-            if last in ("bootstrap", "snapshot") and prefix.startswith(BASE_PREFIX):
-                return await self._sub_resource(request, prefix, last, None)
-            prefix, _, token = name.rpartition("/snapshot/")
-            if prefix.startswith(BASE_PREFIX) and token and "/" not in token:
-                return await self._sub_resource(request, prefix, "snapshot", token)
+            validate_raw_path(request.scope.get("raw_path", b""))
+            validate_base_path(name)
+            if resource is not None:
+                return await self._sub_resource(request, stream, resource, token)
             return await self._stream(request, name)
 
         return await self._guarded(request, route)
 
     async def _bucket_endpoint(self, request: Request) -> Response:
         bucket_id = request.path_params["bucket_id"]
+        request.scope[ROUTE_KEY] = "bucket"
 
         async def route() -> Response:
             assert self.extensions is not None
@@ -151,6 +179,7 @@ class DurableStreamsApp:
 
     async def _listing_endpoint(self, request: Request) -> Response:
         bucket_id = request.path_params["bucket_id"]
+        request.scope[ROUTE_KEY] = "listing"
 
         async def route() -> Response:
             assert self.extensions is not None
@@ -163,16 +192,19 @@ class DurableStreamsApp:
 
     async def _bucketed_endpoint(self, request: Request) -> Response:
         params = request.path_params
+        resource = params.get("resource")
+        request.scope[ROUTE_KEY] = resource if resource in ("snapshot", "bootstrap") else "bucketed_stream"
 
         async def route() -> Response:
             assert self.engine is not None
             bucket_id = validate_bucket_id(params["bucket_id"])
-            if b"%2f" in request.scope.get("raw_path", b"").lower():
+            raw_path = request.scope.get("raw_path", b"")
+            if b"%2f" in raw_path.lower():
                 # Decoded before routing, an encoded slash would look like a sub-resource.
                 raise BadRequest("a stream id must not contain '/' (also not as %2F)", code="INVALID_STREAM_ID")
+            validate_raw_path(raw_path)
             name = validate_stream_id(bucket_id, params["stream_id"])
             self.engine.buckets.get(bucket_id)
-            resource = params.get("resource")
             if resource is None:
                 return await self._stream(request, name)
             if resource not in ("snapshot", "bootstrap") or (resource == "bootstrap" and "token" in params):
@@ -180,6 +212,42 @@ class DurableStreamsApp:
             return await self._sub_resource(request, name, resource, params.get("token"))
 
         return await self._guarded(request, route)
+
+    # -- probes and metrics -------------------------------------------------------------
+
+    @staticmethod
+    def _probe_refusal(request: Request, label: str) -> Response | None:
+        request.scope[ROUTE_KEY] = label
+        if request.method in ("GET", "HEAD"):
+            return None
+        return error_response(MethodNotAllowed(f"{request.url.path} answers GET and HEAD only"))
+
+    async def _healthz(self, request: Request) -> Response:
+        """Liveness: the process serves requests (storage may still be starting or degraded)."""
+        if (refusal := self._probe_refusal(request, "health")) is not None:
+            return refusal
+        return JSONResponse({"status": "ok"}, headers={"Cache-Control": "no-store"})
+
+    async def _readyz(self, request: Request) -> Response:
+        """Readiness: started, and storage can make progress; else 503 with the reason."""
+        if (refusal := self._probe_refusal(request, "ready")) is not None:
+            return refusal
+        try:
+            await self._start()
+        except Exception as exc:  # recovery failed; the next probe tries again
+            log.warning("not ready: start failed", exc_info=exc)
+            reason: str | None = f"the server cannot start: {exc}"
+        else:
+            assert self.storage is not None
+            reason = self.storage.degraded
+        if reason is not None:
+            return error_response(ServiceUnavailable(reason, code="NOT_READY", headers={"Retry-After": "5"}))
+        return JSONResponse({"status": "ready"}, headers={"Cache-Control": "no-store"})
+
+    async def _metrics(self, request: Request) -> Response:
+        if (refusal := self._probe_refusal(request, "metrics")) is not None:
+            return refusal
+        return self.metrics.response()
 
     async def _guarded(self, request: Request, route: Callable[[], Awaitable[Response]]) -> Response:
         """Start on first use, answer CORS preflights, and turn protocol errors into responses."""

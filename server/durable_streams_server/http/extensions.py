@@ -6,6 +6,7 @@ layer's; these functions only translate between them and HTTP.
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 
 from starlette.requests import Request
@@ -22,6 +23,7 @@ from .streams import StreamHandlers
 from .streams import location as streams_location
 
 MAX_LIST_LIMIT = 1000
+_LIMIT_RE = re.compile(r"[0-9]{1,4}")  # ASCII digits only ('²'.isdigit())
 
 
 def _bool_header(value: bool) -> str:
@@ -54,7 +56,7 @@ class ExtensionHandlers:
         prefix = params.get("prefix", "")
         after = params.get("after")
         limit_raw = params.get("limit", str(MAX_LIST_LIMIT))
-        if not limit_raw.isdigit() or not 1 <= int(limit_raw) <= MAX_LIST_LIMIT:
+        if not _LIMIT_RE.fullmatch(limit_raw) or not 1 <= int(limit_raw) <= MAX_LIST_LIMIT:
             raise BadRequest(f"limit must be an integer from 1 to {MAX_LIST_LIMIT}", code="INVALID_LIMIT")
         limit = int(limit_raw)
         while True:

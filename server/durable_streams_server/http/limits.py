@@ -1,8 +1,42 @@
-"""Per-server HTTP limits, chosen by the operator (see ``config.ServerConfig``)."""
+"""Per-server HTTP limits, chosen by the operator (see ``config.ServerConfig``), and the
+pieces that enforce the ones uvicorn does not.
+
+Each limit answers with the project's JSON error body and before anything is stored:
+
+- request line + headers over ``max_header_bytes``: 431 (``LimitsMiddleware``; uvicorn's
+  own h11 cap only applies while a head is still incomplete);
+- a request body not complete within ``request_timeout_s``: 408 (``BodyDeadline``);
+- more concurrent long-poll waits + SSE streams than ``max_live_readers``: 503 with
+  ``Retry-After`` (``LiveReaders``) -- they hold a connection each for a long time;
+- more requests per second than ``rate_limit_rps`` from one token (or, without auth, one
+  client address): 429 with ``Retry-After`` (``RateLimiter``).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import math
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from types import TracebackType
+from typing import Literal
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ..protocol.errors import HeadersTooLarge, ProtocolError, RequestTimeout, ServiceUnavailable, TooManyRequests
+from .responses import error_response
+
+LiveMode = Literal["long-poll", "sse"]
+
+LIVE_MODE_KEY = "durable_streams.live"
+"""ASGI scope key: the live mode of a request admitted by ``LiveReaders`` (metrics label it too)."""
+PRINCIPAL_KEY = "durable_streams.principal"
+"""ASGI scope key set by the auth middleware: the authenticated token's name."""
+UNLIMITED_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+"""Probes and scrapes touch no stream; rate-limiting them would only make a busy client
+look like an unhealthy server."""
+LIVE_RETRY_AFTER_S = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -11,3 +45,178 @@ class HttpLimits:
     max_read_bytes: int
     long_poll_timeout_s: float
     sse_reconnect_s: float
+    request_timeout_s: float
+
+
+class BodyDeadline:
+    """``with BodyDeadline(s): <read the body>`` raises ``RequestTimeout`` when the body
+    is not complete in time. Like ``asyncio.timeout`` (3.11+) it cancels the reading task
+    from a timer, which costs one timer handle per body instead of ``wait_for``'s task."""
+
+    __slots__ = ("_handle", "_seconds", "_task", "expired")
+
+    def __init__(self, seconds: float) -> None:
+        self._seconds = seconds
+        self.expired = False
+
+    def __enter__(self) -> BodyDeadline:
+        task = asyncio.current_task()
+        assert task is not None
+        self._task = task
+        self._handle = asyncio.get_running_loop().call_later(self._seconds, self._expire)
+        return self
+
+    def _expire(self) -> None:
+        self.expired = True
+        self._task.cancel()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self._handle.cancel()
+        if self.expired and kind is asyncio.CancelledError:
+            uncancel = getattr(self._task, "uncancel", None)  # 3.11+: the cancel was ours
+            if uncancel is not None:
+                uncancel()
+            raise RequestTimeout(
+                f"the request body did not arrive within {self._seconds:g}s", headers={"Connection": "close"}
+            ) from None
+
+
+class LiveReaders:
+    """Counts long-poll waits and SSE streams, and refuses new ones over the cap (0: no cap).
+
+    A handler ``admit``s just before it starts to hold the connection; ``LimitsMiddleware``
+    releases once the whole response is done -- an SSE body outlives its handler, and a
+    middleware's ``finally`` runs however the response ends.
+    """
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.long_poll = 0
+        self.sse = 0
+
+    def admit(self, scope: Scope, mode: LiveMode) -> None:
+        if LIVE_MODE_KEY in scope:
+            return
+        if self.cap and self.long_poll + self.sse >= self.cap:
+            raise ServiceUnavailable(
+                f"this server already serves {self.cap} live readers (long-poll and SSE); retry shortly",
+                code="TOO_MANY_LIVE_READERS",
+                headers={"Retry-After": str(LIVE_RETRY_AFTER_S)},
+            )
+        scope[LIVE_MODE_KEY] = mode
+        if mode == "sse":
+            self.sse += 1
+        else:
+            self.long_poll += 1
+
+    def release(self, scope: Scope) -> None:
+        mode = scope.get(LIVE_MODE_KEY)
+        if mode == "sse":
+            self.sse -= 1
+        elif mode == "long-poll":
+            self.long_poll -= 1
+
+
+class RateLimiter:
+    """A token bucket per client: ``burst`` requests at once, refilled at ``rate`` per second.
+
+    Buckets that have refilled completely carry no information, so they are dropped now
+    and then (at most once per refill period) to keep one-off clients from piling up.
+    """
+
+    def __init__(self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate = rate
+        self.burst = float(max(1, burst))
+        self.clock = clock
+        self._buckets: dict[str, tuple[float, float]] = {}
+        self._refill_s = self.burst / rate
+        self._next_sweep = clock() + self._refill_s
+
+    def retry_after(self, key: str) -> int:
+        """0 when ``key`` may proceed now (and is charged); else whole seconds until it may."""
+        now = self.clock()
+        tokens, at = self._buckets.get(key, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - at) * self.rate)
+        if tokens >= 1.0:
+            self._buckets[key] = (tokens - 1.0, now)
+            if now >= self._next_sweep:
+                self._sweep(now)
+            return 0
+        self._buckets[key] = (tokens, now)
+        return max(1, math.ceil((1.0 - tokens) / self.rate))
+
+    def _sweep(self, now: float) -> None:
+        self._next_sweep = now + self._refill_s
+        full = [key for key, (tokens, at) in self._buckets.items() if tokens + (now - at) * self.rate >= self.burst]
+        for key in full:
+            del self._buckets[key]
+
+
+def client_key(scope: Scope) -> str:
+    """Who a request is charged to: its token when auth is on, else its client address
+    (behind a proxy without forwarded headers that is the proxy: one shared budget)."""
+    principal = scope.get(PRINCIPAL_KEY)
+    if principal is not None:
+        return f"token:{principal}"
+    client = scope.get("client")
+    return f"addr:{client[0]}" if client else "addr:?"
+
+
+def head_bytes(scope: Scope) -> int:
+    """About the size of the request line + headers as sent (not counting the method)."""
+    size = len(scope.get("raw_path") or scope["path"]) + len(scope["query_string"]) + 12
+    for name, value in scope["headers"]:
+        size += len(name) + len(value) + 4
+    return size
+
+
+class LimitsMiddleware:
+    """Header size and rate limits before routing (after auth, so a token is known), and
+    the release of live-reader slots after the response."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        max_header_bytes: int,
+        rate_limit_rps: float,
+        rate_limit_burst: int,
+        live_readers: LiveReaders,
+    ) -> None:
+        self.app = app
+        self.max_header_bytes = max_header_bytes
+        self.rate_limiter = (
+            RateLimiter(rate_limit_rps, rate_limit_burst or math.ceil(rate_limit_rps)) if rate_limit_rps > 0 else None
+        )
+        self.live_readers = live_readers
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        refusal = self._refusal(scope)
+        if refusal is not None:
+            await error_response(refusal)(scope, receive, send)
+            return
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.live_readers.release(scope)
+
+    def _refusal(self, scope: Scope) -> ProtocolError | None:
+        if self.max_header_bytes and head_bytes(scope) > self.max_header_bytes:
+            return HeadersTooLarge(
+                f"the request line and headers are over {self.max_header_bytes} bytes",
+                headers={"Connection": "close"},
+            )
+        limiter = self.rate_limiter
+        if limiter is not None and scope["path"] not in UNLIMITED_PATHS:
+            wait_s = limiter.retry_after(client_key(scope))
+            if wait_s:
+                return TooManyRequests(
+                    f"over the rate limit of {limiter.rate:g} requests/s; retry in {wait_s}s",
+                    headers={"Retry-After": str(wait_s)},
+                )
+        return None

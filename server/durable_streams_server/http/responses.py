@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -30,6 +32,17 @@ _EVERY_RESPONSE = [
 def error_response(error: ProtocolError) -> Response:
     body = json.dumps({"error": {"code": error.code, "message": error.message}}).encode()
     return Response(body, status_code=error.status, headers=error.headers, media_type="application/json")
+
+
+async def http_error_response(_: Request, exc: Exception) -> Response:
+    """The router's own answers (no route: 404, method not routed: 405) in the same JSON shape."""
+    assert isinstance(exc, HTTPException)
+    error = ProtocolError(exc.detail, code=_ROUTER_CODES.get(exc.status_code, "HTTP_ERROR"), headers=exc.headers)
+    error.status = exc.status_code
+    return error_response(error)
+
+
+_ROUTER_CODES = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}
 
 
 def preflight_response() -> Response:

@@ -6,8 +6,10 @@ rules in the engine. What is here is the mapping between HTTP and those two.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
+from typing import Literal
 from urllib.parse import quote, urlsplit
 
 from starlette.requests import Request
@@ -22,32 +24,37 @@ from ..protocol.cursor import response_cursor
 from ..protocol.errors import BadRequest, PayloadTooLarge
 from ..protocol.json_mode import frame
 from ..protocol.offsets import BEGINNING_SENTINEL, NOW_SENTINEL, Offset, encode_seq, parse_offset
-from . import multipart, sse
-from .limits import HttpLimits
+from . import arrow_ipc, multipart, sse
+from .limits import BodyDeadline, HttpLimits, LiveReaders
 
-_SUB_OFFSET_HEADER_RE = re.compile(r"^(0|[1-9][0-9]*)$")
+_SUB_OFFSET_HEADER_RE = re.compile(r"^(0|[1-9][0-9]{0,15})$")
+_DECIMAL_RE = re.compile(r"[0-9]{1,19}")
 CACHEABLE = "public, max-age=60, stale-while-revalidate=300"
+Framing = Literal["plain", "multipart", "arrow"]
+_ETAG_SUFFIX: dict[Framing, str] = {"plain": "", "multipart": ":m", "arrow": ":a"}
 
 
 class StreamHandlers:
-    def __init__(self, engine: Engine, limits: HttpLimits) -> None:
+    def __init__(self, engine: Engine, limits: HttpLimits, live_readers: LiveReaders) -> None:
         self.engine = engine
         self.limits = limits
+        self.live_readers = live_readers
 
     # -- shared -----------------------------------------------------------------------
 
     async def body(self, request: Request) -> bytes:
         declared = request.headers.get("content-length")
         limit = self.limits.max_body_bytes
-        if declared is not None and declared.isdigit() and int(declared) > limit:
+        if declared is not None and _DECIMAL_RE.fullmatch(declared) and int(declared) > limit:
             raise PayloadTooLarge(f"request body exceeds {limit} bytes")
         parts: list[bytes] = []
         size = 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise PayloadTooLarge(f"request body exceeds {limit} bytes")
-            parts.append(chunk)
+        with BodyDeadline(self.limits.request_timeout_s):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise PayloadTooLarge(f"request body exceeds {limit} bytes")
+                parts.append(chunk)
         return b"".join(parts)
 
     # -- PUT: create --------------------------------------------------------------------
@@ -161,20 +168,34 @@ class StreamHandlers:
         cursor = params.get("cursor")
         if live == "sse":
             reads.check_start(self.engine, stream, start)
+            self.live_readers.admit(request.scope, "sse")
             return sse.response(self.engine, stream, start, cursor, self.limits)
-        # Extension: "Accept: multipart/mixed" frames each message as its own MIME part.
-        framed = multipart.wants_multipart(request.headers.get("accept"))
-        limit = self.limits.max_read_bytes
-        result = await reads.read(self.engine, stream, start, limit, whole=framed)
-        if live == "long-poll" and not result.chunks:
+        # Extensions: "Accept: multipart/mixed" frames each message as its own MIME part,
+        # "Accept: application/vnd.apache.arrow.stream" answers an Arrow IPC stream.
+        accept = request.headers.get("accept")
+        framing: Framing = (
+            "arrow" if arrow_ipc.wants_arrow(accept) else "multipart" if multipart.wants_multipart(accept) else "plain"
+        )
+        stop = arrow_ipc.stop_seq(params.get("end")) if framing == "arrow" else None
+        result = await self._read_once(stream, start, framing, stop)
+        if live == "long-poll" and _empty(result):
             if not result.closed:
+                self.live_readers.admit(request.scope, "long-poll")
                 await reads.wait_for_change(stream, start.seq, self.limits.long_poll_timeout_s)
                 stream = self.engine.get_live(name)
                 self.engine.touch(stream)
-                result = await reads.read(self.engine, stream, start, limit, whole=framed)
-            if not result.chunks:
+                result = await self._read_once(stream, start, framing, stop)
+            if _empty(result):
                 return self._long_poll_empty(result, cursor)
-        return self._data_response(request, result, offset_raw or BEGINNING_SENTINEL, live, cursor, framed)
+        return self._data_response(request, result, offset_raw or BEGINNING_SENTINEL, live, cursor, framing)
+
+    async def _read_once(
+        self, stream: Stream, start: Offset, framing: Framing, stop: int | None
+    ) -> ReadResult | reads.Slice:
+        limit = self.limits.max_read_bytes
+        if framing == "arrow":
+            return await reads.read_slice(self.engine, stream, start, limit * arrow_ipc.BUDGET_FACTOR, stop=stop)
+        return await reads.read(self.engine, stream, start, limit, whole=framing == "multipart")
 
     def _now_response(self, stream: Stream) -> Response:
         headers = {
@@ -188,7 +209,7 @@ class StreamHandlers:
         body = b"[]" if h.is_json(stream.content_type) else b""
         return Response(body, status_code=200, headers=headers)
 
-    def _long_poll_empty(self, result: ReadResult, cursor: str | None) -> Response:
+    def _long_poll_empty(self, result: ReadResult | reads.Slice, cursor: str | None) -> Response:
         headers = {
             h.STREAM_NEXT_OFFSET: result.next.encode(),
             h.STREAM_UP_TO_DATE: "true",
@@ -203,15 +224,15 @@ class StreamHandlers:
     def _data_response(
         self,
         request: Request,
-        result: ReadResult,
+        result: ReadResult | reads.Slice,
         start_token: str,
         live: str | None,
         cursor: str | None,
-        framed: bool,
+        framing: Framing,
     ) -> Response:
         stream = result.stream
         next_token = result.next.encode()
-        etag = _etag(stream, start_token, next_token, result.closed, framed)
+        etag = _etag(stream, start_token, next_token, result.closed, framing)
         headers = {
             "Content-Type": stream.content_type,
             h.STREAM_NEXT_OFFSET: next_token,
@@ -227,7 +248,10 @@ class StreamHandlers:
             headers[h.STREAM_CURSOR] = response_cursor(cursor, time.time())
         if request.headers.get("if-none-match") == etag:
             return Response(status_code=304, headers={"ETag": etag, "Cache-Control": CACHEABLE})
-        if framed:
+        if isinstance(result, reads.Slice):
+            headers["Content-Type"] = arrow_ipc.ARROW_STREAM
+            return Response(arrow_ipc.body(result, stream.content_type), status_code=200, headers=headers)
+        if framing == "multipart":
             boundary = multipart.new_boundary()
             headers["Content-Type"] = multipart.content_type(boundary)
             parts = multipart.message_parts(boundary, stream.content_type, result.start, result.chunks, result.stamps)
@@ -236,8 +260,12 @@ class StreamHandlers:
         return Response(body, status_code=200, headers=headers)
 
 
-def _etag(stream: Stream, start: str, end: str, closed: bool, framed: bool = False) -> str:
-    return f'"{stream.uid}:{start}:{end}{":c" if closed else ""}{":m" if framed else ""}"'
+def _etag(stream: Stream, start: str, end: str, closed: bool, framing: Framing = "plain") -> str:
+    return f'"{stream.uid}:{start}:{end}{":c" if closed else ""}{_ETAG_SUFFIX[framing]}"'
+
+
+def _empty(result: ReadResult | reads.Slice) -> bool:
+    return result.count == 0 if isinstance(result, reads.Slice) else not result.chunks
 
 
 def _append_headers(outcome: AppendOutcome) -> dict[str, str]:
@@ -261,5 +289,10 @@ def location(request: Request, suffix: str = "") -> str:
 
 def stream_name_from_reference(reference: str) -> str:
     """``Stream-Forked-From`` names a stream by URL path (or full URL)."""
-    path = urlsplit(reference).path if "://" in reference else reference
+    path = reference
+    if "://" in reference:
+        # An unparsable URL ("http://[") names no stream (404); the auth middleware calls
+        # this too, outside any error mapping, so it must not raise.
+        with contextlib.suppress(ValueError):
+            path = urlsplit(reference).path
     return path.strip("/")

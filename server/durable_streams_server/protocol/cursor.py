@@ -8,12 +8,14 @@ that a CDN can never serve the same cached empty response in a loop.
 from __future__ import annotations
 
 import random
+import re
 from datetime import datetime, timezone
 
 CURSOR_EPOCH_S = datetime(2024, 10, 9, tzinfo=timezone.utc).timestamp()
 CURSOR_INTERVAL_S = 20
 _MIN_JITTER_S = 1
 _MAX_JITTER_S = 3600
+_CURSOR_RE = re.compile(r"[0-9]{1,18}")  # ASCII digits only ('²'.isdigit()), and few of them
 
 
 def current_interval(now_s: float) -> int:
@@ -22,7 +24,7 @@ def current_interval(now_s: float) -> int:
 
 def response_cursor(client_cursor: str | None, now_s: float, rng: random.Random | None = None) -> str:
     interval = current_interval(now_s)
-    if not client_cursor or not client_cursor.isdigit():
+    if not client_cursor or not _CURSOR_RE.fullmatch(client_cursor):
         return str(interval)
     client_interval = int(client_cursor)
     if client_interval < interval:

@@ -8,14 +8,18 @@ statuses.
 
     ProtocolError
     ├── BadRequest             400  malformed headers, offsets, bodies, parameters
-    ├── Forbidden              403  stale producer epoch (zombie fencing)
+    ├── Unauthorized           401  no valid bearer token (when auth is on)
+    ├── Forbidden              403  stale producer epoch (zombie fencing); a token outside its scope
     ├── NotFound               404  no such stream
     ├── MethodNotAllowed       405
-    ├── Conflict               409  config mismatch, closed stream, sequence problems
+    ├── RequestTimeout         408  the request body did not arrive in time
+    ├── Conflict               409  config mismatch, closed stream, sequence problems; a full bucket
     ├── Gone                   410  offset before the retained history / soft-deleted stream
     ├── PayloadTooLarge        413
     ├── UnsupportedMediaType   415
-    └── ServiceUnavailable     503  storage cannot accept writes right now
+    ├── TooManyRequests        429  over the per-client rate limit
+    ├── HeadersTooLarge        431  request line + headers over the limit
+    └── ServiceUnavailable     503  storage cannot accept writes right now; too many live readers
 """
 
 from __future__ import annotations
@@ -39,6 +43,11 @@ class BadRequest(ProtocolError):
     default_code = "BAD_REQUEST"
 
 
+class Unauthorized(ProtocolError):
+    status = 401
+    default_code = "UNAUTHORIZED"
+
+
 class Forbidden(ProtocolError):
     status = 403
     default_code = "FORBIDDEN"
@@ -52,6 +61,11 @@ class NotFound(ProtocolError):
 class MethodNotAllowed(ProtocolError):
     status = 405
     default_code = "METHOD_NOT_ALLOWED"
+
+
+class RequestTimeout(ProtocolError):
+    status = 408
+    default_code = "REQUEST_TIMEOUT"
 
 
 class Conflict(ProtocolError):
@@ -72,6 +86,16 @@ class PayloadTooLarge(ProtocolError):
 class UnsupportedMediaType(ProtocolError):
     status = 415
     default_code = "UNSUPPORTED_MEDIA_TYPE"
+
+
+class TooManyRequests(ProtocolError):
+    status = 429
+    default_code = "RATE_LIMITED"
+
+
+class HeadersTooLarge(ProtocolError):
+    status = 431
+    default_code = "HEADERS_TOO_LARGE"
 
 
 class ServiceUnavailable(ProtocolError):

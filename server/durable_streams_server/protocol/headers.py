@@ -38,8 +38,9 @@ STREAM_TIMESTAMP = "Stream-Timestamp"
 
 MAX_SAFE_INTEGER = 2**53 - 1
 
-_TTL_RE = re.compile(r"^(0|[1-9][0-9]*)$")
-_INT_RE = re.compile(r"^[0-9]+$")
+# At most 16 digits (2^53-1 has 16): int() of thousands of digits raises, not just slowly.
+_TTL_RE = re.compile(r"^(0|[1-9][0-9]{0,15})$")
+_INT_RE = re.compile(r"^[0-9]{1,16}$")
 # RFC 3339 date-time: full-date "T" full-time, with a mandatory offset (Z or ±hh:mm).
 _RFC3339_RE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
 _TOKEN = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"

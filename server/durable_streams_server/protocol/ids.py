@@ -1,14 +1,19 @@
-"""Identifier rules of the bucket extension (extensions spec section 1.1)."""
+"""Identifier rules: the bucket extension's (extensions spec section 1.1), and the
+base surface's stream paths (which the spec leaves to "validate and sanitize")."""
 
 from __future__ import annotations
 
 import re
+from urllib.parse import unquote_to_bytes
 
 from .errors import BadRequest
 
 _BUCKET_ID_RE = re.compile(r"[a-z0-9_-]{4,64}")
 MAX_STREAM_KEY_BYTES = 122
+MAX_BASE_PATH_BYTES = 1024
 RESERVED_STREAM_IDS = frozenset({"streams"})
+RESERVED_BUCKET_IDS = frozenset({"healthz", "readyz", "metrics"})
+"""Top-level paths the server answers itself, so no bucket may take them."""
 
 
 def validate_bucket_id(bucket_id: str) -> str:
@@ -16,7 +21,33 @@ def validate_bucket_id(bucket_id: str) -> str:
         raise BadRequest(
             f"invalid bucket id {bucket_id!r}: 4 to 64 characters of a-z, 0-9, '_' and '-'", code="INVALID_BUCKET_ID"
         )
+    if bucket_id in RESERVED_BUCKET_IDS:
+        raise BadRequest(f"{bucket_id!r} is reserved for the server's own /{bucket_id}", code="INVALID_BUCKET_ID")
     return bucket_id
+
+
+def validate_raw_path(raw_path: bytes) -> None:
+    """The request path must percent-decode to UTF-8: the ASGI server decodes it with
+    replacement characters, which would give distinct URLs one stream name."""
+    if b"%" in raw_path:
+        try:
+            unquote_to_bytes(raw_path).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise BadRequest("the path is not UTF-8 once percent-decoded", code="INVALID_PATH") from exc
+
+
+def validate_base_path(name: str) -> str:
+    """A base-surface stream key ``v1/stream/<path>``: non-empty '/'-separated segments,
+    none of them '.' or '..', no NUL, at most ``MAX_BASE_PATH_BYTES`` in UTF-8."""
+    segments = name.split("/")[2:]
+    if any(segment in ("", ".", "..") for segment in segments) or "\0" in name:
+        raise BadRequest(
+            f"invalid stream path {name!r}: empty, '.' or '..' segments and NUL are not allowed",
+            code="INVALID_STREAM_PATH",
+        )
+    if len(name.encode("utf-8", "surrogatepass")) > MAX_BASE_PATH_BYTES:
+        raise BadRequest(f"the stream path is over {MAX_BASE_PATH_BYTES} bytes", code="INVALID_STREAM_PATH")
+    return name
 
 
 def validate_stream_id(bucket_id: str, stream_id: str) -> str:

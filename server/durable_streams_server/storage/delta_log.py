@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,6 +98,12 @@ class DeltaLog:
         with self._lock:
             return self._table.transaction_version(APP_ID) or 0
 
+    def refreshed_lsn(self) -> int:
+        """``committed_lsn`` after re-reading the log: a commit that raised may have landed."""
+        with self._lock:
+            self._table.update_incremental()
+            return self._table.transaction_version(APP_ID) or 0
+
     def vacuum(self, retention_hours: int) -> int:
         """Delete unreferenced data files older than ``retention_hours``; return how many.
 
@@ -161,10 +167,17 @@ class DeltaLog:
         # delta-rs scans produce view types; plain ones keep the rest of the code simple.
         return table.cast(pa.schema([SCHEMA.field(name).with_nullable(True) for name in columns]))
 
+    def read_message_table(
+        self, uid: int, start_seq: int, end_seq: int, columns: Sequence[str] = ("seq", "data", "ts")
+    ) -> pa.Table:
+        """Messages ``start_seq <= seq < end_seq`` of one stream as Arrow columns, in order:
+        reads that answer in Arrow pass them on without a Python object per message."""
+        predicate = f"stream_uid = {uid} AND kind = '{KIND_MESSAGE}' AND seq >= {start_seq} AND seq < {end_seq}"
+        return self._scan(list(columns), predicate).sort_by("seq")
+
     def read_messages(self, uid: int, start_seq: int, end_seq: int) -> list[StoredMessage]:
         """Messages ``start_seq <= seq < end_seq`` of one stream, in order."""
-        predicate = f"stream_uid = {uid} AND kind = '{KIND_MESSAGE}' AND seq >= {start_seq} AND seq < {end_seq}"
-        table = self._scan(["seq", "data", "ts", "meta"], predicate).sort_by("seq")
+        table = self.read_message_table(uid, start_seq, end_seq, ("seq", "data", "ts", "meta"))
         seqs = table.column("seq").to_pylist()
         datas = table.column("data").to_pylist()
         stamps = table.column("ts").cast(pa.int64()).to_pylist()

@@ -4,12 +4,18 @@ Blocking file operations only; ``storage.committer`` decides when they run (on a
 thread, in batches: group commit). A segment is named by the LSN of its first record.
 After the Delta tier has committed everything up to some LSN, the segments wholly below
 it are deleted; the segment being written is never deleted.
+
+The log keeps a running count of its bytes on disk (``size_bytes``) because the write
+path consults it on every request (the WAL size cap): it is measured once when the log
+is opened and then adjusted by every write, truncation and deletion, never by a ``stat``
+per call. Writes and deletions run on different worker threads, hence the lock.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +30,16 @@ class WriteAheadLog:
         self.directory.mkdir(parents=True, exist_ok=True)
         self._fd: int | None = None
         self._segment_start: int | None = None
+        self._sizes = {start: path.stat().st_size for start, path in self._segments()}
+        self._total = sum(self._sizes.values())
+        self._sizes_lock = threading.Lock()
+
+    def _resize(self, start: int, size: int | None) -> None:
+        """Record segment ``start``'s new size (``None``: it is gone)."""
+        with self._sizes_lock:
+            self._total += (size or 0) - self._sizes.pop(start, 0)
+            if size is not None:
+                self._sizes[start] = size
 
     def _segments(self) -> list[tuple[int, Path]]:
         found = []
@@ -34,7 +50,7 @@ class WriteAheadLog:
 
     def replay(self) -> Iterator[Record]:
         """Every intact record in LSN order; a torn tail is cut off the file it is in."""
-        for _, path in self._segments():
+        for start, path in self._segments():
             data = path.read_bytes()
             intact = 0
             for record, intact in decode_frames(data):  # noqa: B007 - read after the loop
@@ -43,6 +59,7 @@ class WriteAheadLog:
                 with open(path, "r+b") as handle:
                     handle.truncate(intact)
                     os.fsync(handle.fileno())
+                self._resize(start, intact)
 
     def start_segment(self, first_lsn: int) -> None:
         """Close the current segment (if any) and write from now on into a new one."""
@@ -50,16 +67,21 @@ class WriteAheadLog:
         path = self.directory / f"{first_lsn:020d}{_SUFFIX}"
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self._segment_start = first_lsn
+        self._resize(first_lsn, os.fstat(self._fd).st_size)  # reopened after a restart: not empty
         _fsync_directory(self.directory)
 
     def write(self, frames: list[bytes]) -> None:
         """Append frames and make them durable before returning."""
-        assert self._fd is not None, "start_segment() first"
+        assert self._fd is not None and self._segment_start is not None, "start_segment() first"
         data = b"".join(frames)
         view = memoryview(data)
-        while view:
-            written = os.write(self._fd, view)
-            view = view[written:]
+        try:
+            while view:
+                written = os.write(self._fd, view)
+                view = view[written:]
+        finally:  # a partial write is on disk too (replay cuts it off)
+            start = self._segment_start
+            self._resize(start, self._sizes[start] + len(data) - len(view))
         os.fdatasync(self._fd)
 
     def drop_through(self, lsn: int) -> int:
@@ -70,11 +92,13 @@ class WriteAheadLog:
             if start == self._segment_start or next_start - 1 > lsn:
                 break
             path.unlink()
+            self._resize(start, None)
             dropped += 1
         return dropped
 
     def size_bytes(self) -> int:
-        return sum(path.stat().st_size for _, path in self._segments())
+        """Bytes of all segments on disk (O(1): see the module docstring)."""
+        return self._total
 
     def close(self) -> None:
         if self._fd is not None:

@@ -1,0 +1,525 @@
+"""Every code block of README.md runs (or, where this machine cannot, fails the way it must).
+
+``COVERAGE`` names the test that executes each block; ``test_every_block_is_covered`` fails
+when a block is added, renamed or dropped without updating it. Adaptations are substitutions
+checked to apply (the live server's URL for ``http://127.0.0.1:4437``, temporary paths), and
+the few blocks that need what a test machine lacks say so where they are run: the AWS example
+runs against moto, ``make`` runs with ``-n``, ``pip install`` lines are resolved against
+setup.py and this virtualenv, and the delta-spark example must fail naming the extra.
+
+The option tables are checked against the code: the source, sink and connection tables list
+exactly the options ``options.py`` accepts, and the server's CLI table exactly the options of
+``build_parser()`` with their defaults.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+import requests
+from notebook_runner import read_spark_defaults
+from packaging.requirements import Requirement
+from pyspark.sql import SparkSession
+from readme_blocks import (
+    DEFAULT_URL,
+    README,
+    Block,
+    mermaid_errors,
+    readme_blocks,
+    run_bash,
+    shell_env,
+    substitute,
+)
+from security_support import bearer, self_signed_certificate
+from servers import REPO_ROOT, MotoServer, ServerProcess, _wait_until_listening, free_port
+from starlette.testclient import TestClient
+
+from durable_streams_server.cli import build_parser
+from pyspark_durable_streams.client import Client
+from pyspark_durable_streams.delta import DELTA_SETTINGS
+from pyspark_durable_streams.options import CONNECTION_OPTIONS, READ_OPTIONS, WRITE_OPTIONS
+
+SPARK = 'Read and write: `format("durable_streams")`'
+CLIENT = "Readers without Spark: the Python client and the command line"
+S3 = "Running against S3 (or any S3-compatible store)"
+SECURITY = "Security: tokens, TLS, limits"
+
+COVERAGE = {
+    "Architecture#1": "test_mermaid_diagrams",
+    "Install#1": "test_install_commands",
+    "A session#1": "test_session_reads_spark_defaults",
+    "A session#2": "test_session_reads_spark_defaults",
+    f"{SPARK}#1": "test_spark_examples",
+    f"{SPARK}#2": "test_spark_examples",
+    "Delta Lake: the `[delta]` extra#1": "test_delta_session_example",
+    "The two commands#1": "test_make_commands",
+    "The two commands#2": "test_try_it_and_data_layout",
+    "Embedding the ASGI app#1": "test_embedding_example",
+    f"{SECURITY}#1": "test_security_examples",
+    f"{SECURITY}#2": "test_security_examples",
+    f"{SECURITY}#3": "test_security_examples",
+    f"{S3}#1": "test_s3_examples",
+    f"{S3}#2": "test_s3_examples",
+    "How data is stored#1": "test_mermaid_diagrams",
+    "How data is stored#2": "test_try_it_and_data_layout",
+    "How data is stored#3": "test_reading_the_delta_table",
+    f"{CLIENT}#1": "test_client_examples",
+    f"{CLIENT}#2": "test_client_examples",
+    f"{CLIENT}#3": "test_client_examples",
+    f"{CLIENT}#4": "test_client_examples",
+    f"{CLIENT}#5": "test_client_command_line",
+    "Buckets, snapshots and bootstrap (protocol extensions)#1": "test_extension_curl_examples",
+}
+
+
+def blocks_for(test: str) -> list[Block]:
+    """The README blocks ``COVERAGE`` assigns to ``test``, in README order."""
+    blocks = [block for block in readme_blocks() if COVERAGE.get(block.name) == test]
+    assert blocks, f"no README block is assigned to {test}"
+    return blocks
+
+
+def test_every_block_is_covered() -> None:
+    names = [block.name for block in readme_blocks()]
+    assert len(names) == len(set(names))
+    assert set(names) == set(COVERAGE), (
+        f"README blocks without a test: {sorted(set(names) - set(COVERAGE))}; "
+        f"tests for blocks that are gone: {sorted(set(COVERAGE) - set(names))}"
+    )
+    tests = {name for name, value in globals().items() if name.startswith("test_") and callable(value)}
+    assert set(COVERAGE.values()) <= tests
+
+
+# -- diagrams and tables ------------------------------------------------------------------------
+
+
+def test_mermaid_diagrams() -> None:
+    for block in blocks_for("test_mermaid_diagrams"):
+        assert block.lang == "mermaid"
+        assert mermaid_errors(block.text) == [], f"README.md:{block.line}: lines that do not parse"
+    # The check can fail: the usual mistakes do not parse.
+    assert mermaid_errors("flowchart LR\n  A[label (with parentheses)] --> B\n")
+    assert mermaid_errors("flowchart LR\n  A --> B[unclosed\n")
+    assert mermaid_errors("graph\n  A --> B\n")
+    assert mermaid_errors("flowchart LR\n  subgraph s[x]\n  A --> B\n")
+
+
+def table_after(heading: str) -> list[list[str]]:
+    """The cells of the first Markdown table after ``heading``."""
+    text = README.read_text(encoding="utf-8").split(f"\n{heading}\n", 1)
+    assert len(text) == 2, f"README.md has no heading {heading!r}"
+    rows = []
+    for line in text[1].lstrip("\n").splitlines():
+        if not line.startswith("|"):
+            if rows:
+                break
+            continue
+        cells = [cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+        if not all(re.fullmatch(r":?-+:?", cell) for cell in cells):
+            rows.append(cells)
+    assert rows, f"no table after {heading!r}"
+    return rows[1:]
+
+
+def test_links_resolve() -> None:
+    """Links to headings of the README and to files of the repository point somewhere."""
+    text = README.read_text(encoding="utf-8")
+    outside_code = re.sub(r"^```.*?^```", "", text, flags=re.MULTILINE | re.DOTALL)
+    slugs = {
+        re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        for heading in re.findall(r"^#+ (.+)$", outside_code, flags=re.MULTILINE)
+    }
+    links = re.findall(r"\]\(([^)]+)\)", outside_code)
+    assert links
+    for link in links:
+        if link.startswith("#"):
+            assert link[1:] in slugs, f"README.md links to a missing heading: {link}"
+        elif "://" not in link:
+            assert (REPO_ROOT / link).exists(), f"README.md links to a missing file: {link}"
+
+
+def option_names(rows: list[list[str]]) -> set[str]:
+    return {name.lower() for row in rows for name in re.findall(r"`([A-Za-z_]+)`", row[0])}
+
+
+def test_option_tables_match_options_py() -> None:
+    hooks = {name for name in WRITE_OPTIONS if name.startswith("_")}  # test hooks, not for users
+    assert option_names(table_after("### Source options")) == set(READ_OPTIONS)
+    assert option_names(table_after("### Sink options")) == set(WRITE_OPTIONS) - hooks
+    assert option_names(table_after("### Connection options (source and sink)")) == set(CONNECTION_OPTIONS)
+
+
+def test_server_cli_table_matches_the_parser() -> None:
+    parser = build_parser()
+    actions = {action.option_strings[-1]: action for action in parser._actions if action.option_strings}
+    actions.pop("--help")
+    rows = {row[0].split("`")[1].split()[0]: row for row in table_after("### The server's command line")}
+    assert set(rows) == set(actions), (
+        f"CLI options missing from the README table: {sorted(set(actions) - set(rows))}; "
+        f"in the table but not in the parser: {sorted(set(rows) - set(actions))}"
+    )
+    for flag, (_, documented, _) in rows.items():
+        default = actions[flag].default
+        if isinstance(default, bool):
+            assert documented == ("on" if default else "off"), flag
+        elif isinstance(default, int | float) and not isinstance(default, bool):
+            assert float(documented.strip("`")) == default, f"{flag}: README says {documented}, the parser {default}"
+        elif isinstance(default, str):
+            assert documented.strip("`") == default, flag
+        elif isinstance(default, Path):
+            assert Path(documented.strip("`")) == default, flag
+
+
+# -- install, make ---------------------------------------------------------------------------------
+
+
+def test_install_commands() -> None:
+    """Each ``pip install '.[extras]'`` names extras setup.py defines, and the packages its comment lists.
+
+    Not run: there is no package index here, and the delta extra must not be installed (it would
+    downgrade PySpark). Instead every requirement a line pulls in must be satisfied by this
+    virtualenv, except delta-spark, which must be exactly what the delta extra adds.
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    (block,) = blocks_for("test_install_commands")
+    setup = setup_arguments()
+    extras: dict[str, list[str]] = setup["extras_require"]
+    lines = [line for line in block.text.splitlines() if line.strip()]
+    assert lines
+    for line in lines:
+        command, _, comment = line.partition("#")
+        words = shlex.split(command)
+        assert words[:2] == ["pip", "install"] and len(words) == 3, line
+        requested = Requirement(words[2].replace(".", "pyspark-durable-streams", 1))
+        assert requested.name == setup["name"]
+        assert requested.extras <= set(extras), f"{line}: setup.py has no extra {requested.extras - set(extras)}"
+        requirements = [Requirement(r) for r in setup["install_requires"]]
+        requirements += [Requirement(r) for extra in requested.extras for r in extras[extra]]
+        names = {r.name.lower() for r in requirements}
+        for listed in re.findall(r"\(([^()]*)\)\s*$", comment):
+            for item in listed.split(","):
+                name = re.split(r"[\s<>=…]", item.strip())[0].lower()
+                if name:
+                    assert name in names, f"{line}: the comment names {name}, which this extra does not install"
+        for requirement in requirements:
+            if requirement.name == "delta-spark":
+                assert requested.extras >= {"delta"}
+                continue
+            try:
+                installed = version(requirement.name)
+            except PackageNotFoundError:
+                pytest.fail(f"{line}: {requirement.name} is not installed in this virtualenv")
+            assert requirement.specifier.contains(installed, prereleases=True), (line, requirement, installed)
+    assert "delta-spark" in " ".join(extras["delta"])
+
+
+def setup_arguments() -> dict[str, Any]:
+    """The literal keyword arguments of setup.py's ``setup(...)`` call."""
+    tree = ast.parse((REPO_ROOT / "setup.py").read_text(encoding="utf-8"))
+    (call,) = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setup"
+    ]
+    arguments = {}
+    for keyword in call.keywords:
+        with contextlib.suppress(ValueError):  # computed ones (packages, long_description) are not needed
+            arguments[keyword.arg] = ast.literal_eval(keyword.value)
+    return arguments
+
+
+def test_make_commands() -> None:
+    """``make -n``: the targets exist and run what the README says (running them would rebuild .venv)."""
+    (block,) = blocks_for("test_make_commands")
+    targets = [line.split("#")[0].split() for line in block.text.splitlines() if line.strip()]
+    assert targets == [["make", "serve"], ["make", "test"]]
+    outputs = {}
+    for target in (["serve"], ["test"], ["serve", "PORT=8080", "DATA=/var/lib/ds"]):
+        result = subprocess.run(["make", "-n", *target], cwd=REPO_ROOT, capture_output=True, text=True, check=False)
+        assert result.returncode == 0, result.stderr
+        outputs[" ".join(target)] = result.stdout
+    assert "durable-streams-server --host 127.0.0.1 --port 4437 --data-dir ./data" in outputs["serve"]
+    assert "--port 8080 --data-dir /var/lib/ds" in outputs["serve PORT=8080 DATA=/var/lib/ds"]
+    assert "ruff check" in outputs["test"] and "mypy" in outputs["test"] and "pytest" in outputs["test"]
+
+
+# -- the server ----------------------------------------------------------------------------------
+
+
+def test_try_it_and_data_layout(server_factory: Callable[..., ServerProcess], tmp_path: Path) -> None:
+    """The curl walk-through, against a server that ends SSE connections after a second (so curl -N returns)."""
+    curl, layout = blocks_for("test_try_it_and_data_layout")
+    server = server_factory("--sse-reconnect-ms", "1000")
+    result = run_bash(substitute(curl.text, {DEFAULT_URL: server.url}), cwd=tmp_path)
+    assert '[{"id":1},{"id":2}]' in result.stdout
+    assert "event: control" in result.stdout  # the SSE read answered with the tail, then the server ended it
+
+    assert layout.lang == "text"
+    data_dir = server.data_dir
+    wal_example, table_dir = (line.split()[0] for line in layout.text.splitlines()[1:3])
+    assert re.fullmatch(r"wal/\d{20}\.wal", wal_example)
+    assert any(re.fullmatch(r"\d{20}\.wal", path.name) for path in (data_dir / "wal").iterdir())
+    assert (data_dir / table_dir / "_delta_log").is_dir(), f"no Delta table at <data-dir>/{table_dir}"
+
+
+def test_embedding_example(tmp_path: Path) -> None:
+    (block,) = blocks_for("test_embedding_example")
+    namespace: dict[str, Any] = {}
+    exec(substitute(block.text, {'Path("/var/lib/ds")': f"Path({str(tmp_path / 'ds')!r})"}), namespace)
+    with TestClient(namespace["app"]) as client:
+        url = "/v1/stream/embedded"
+        assert client.put(url, headers={"Content-Type": "text/plain"}).status_code == 201
+        assert client.post(url, headers={"Content-Type": "text/plain"}, content=b"hello").status_code == 204
+        assert client.get(url, params={"offset": "-1"}).text == "hello"
+    assert (tmp_path / "ds" / "wal").is_dir()
+
+
+def test_security_examples(server_factory: Callable[..., ServerProcess], tmp_path: Path) -> None:
+    """The token file, the HTTPS server command and the client calls, as written (a self-signed
+    certificate stands in for cert.pem/key.pem; loopback stands in for 0.0.0.0)."""
+    tokens, serve, calls = blocks_for("test_security_examples")
+    assert tokens.lang == "json"
+    (tmp_path / "tokens.json").write_text(tokens.text)
+    cert, key = self_signed_certificate(tmp_path)
+    cert.rename(tmp_path / "cert.pem")
+    key.rename(tmp_path / "key.pem")
+    command = shlex.split(serve.text)
+    assert command[:3] == ["durable-streams-server", "--host", "0.0.0.0"], command
+    files = {"tokens.json", "cert.pem", "key.pem"}
+    server = server_factory(*(str(tmp_path / arg) if arg in files else arg for arg in command[3:]))
+
+    url = f"https://127.0.0.1:{server.port}"
+    result = run_bash(substitute(calls.text, {"https://127.0.0.1:4437": url}), cwd=tmp_path)
+    assert '[{"id":1}]' in result.stdout and '{"status":"ready"}' in result.stdout, result.stdout
+    assert re.search(r"durable_streams_wal_bytes \d", result.stdout), result.stdout
+
+    # The hashed read-only token covers bucket team-a only; the admin token may create it.
+    admin, dashboards = bearer("admin-2f9c4e1b7a6d5c3e"), bearer("dashboards-0f1e2d3c4b5a6978")
+
+    def status(method: str, path: str, headers: dict[str, str] | None = None) -> int:
+        # verify per request: requests lets REQUESTS_CA_BUNDLE override a Session's verify
+        return requests.request(method, url + path, headers=headers, verify=str(tmp_path / "cert.pem")).status_code
+
+    assert status("PUT", "/team-a", admin) == 201
+    assert status("GET", "/team-a/streams", dashboards) == 200
+    assert status("PUT", "/team-a/kpis", dashboards) == 403
+    assert status("GET", "/v1/stream/orders", dashboards) == 403
+    assert status("GET", "/v1/stream/orders") == 401
+
+
+def test_s3_examples(moto: MotoServer, tmp_path: Path) -> None:
+    """Both commands, verbatim but for credentials and endpoint, serve streams stored in (moto's) S3.
+
+    The AWS one names no endpoint, so here the object store finds moto through the environment
+    (AWS_ENDPOINT_URL, which delta-rs reads like the AWS SDKs do).
+    """
+    import boto3
+
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=moto.endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    if "my-bucket" not in {bucket["Name"] for bucket in s3.list_buckets()["Buckets"]}:
+        s3.create_bucket(Bucket="my-bucket")
+    aws, compatible = blocks_for("test_s3_examples")
+    commands = [
+        (
+            substitute(aws.text, {"AWS_ACCESS_KEY_ID=…": "AWS_ACCESS_KEY_ID=testing", "=…": "=testing"}),
+            {"AWS_ENDPOINT_URL": moto.endpoint, "AWS_ALLOW_HTTP": "true"},
+        ),
+        (substitute(compatible.text, {"http://127.0.0.1:9000": moto.endpoint, "minioadmin": "testing"}), {}),
+    ]
+    for number, (command, env) in enumerate(commands):
+        prefix = f"durable-streams-{number}"
+        command = substitute(command, {"s3://my-bucket/durable-streams": f"s3://my-bucket/{prefix}"})
+        port = free_port()
+        script = f"exec {command.strip()} --port {port} --data-dir {tmp_path / f'data{number}'}"
+        with _background(script, tmp_path / f"server{number}.log", port, env) as url, Client(url) as client:
+            stream = client.stream("v1/stream/on-s3")
+            stream.create("text/plain")
+            stream.append(b"stored in S3")
+            assert b"".join(message.data for message in stream.read("-1")) == b"stored in S3"
+        listed = s3.list_objects_v2(Bucket="my-bucket", Prefix=f"{prefix}/streams/_delta_log/")
+        assert listed.get("KeyCount", 0) > 0, f"no Delta log under s3://my-bucket/{prefix}"
+
+
+@contextmanager
+def _background(script: str, log: Path, port: int, env: dict[str, str]) -> Iterator[str]:
+    """A README server command run by bash until the block ends (then SIGTERM); yields its URL."""
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(["bash", "-c", script], stdout=out, stderr=subprocess.STDOUT, env=shell_env(**env))
+    try:
+        _wait_until_listening(port, proc, log)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_reading_the_delta_table(server_factory: Callable[..., ServerProcess], tmp_path: Path) -> None:
+    """With ``--durability delta`` an acknowledged append is in the table: the example reads it at once."""
+    (block,) = blocks_for("test_reading_the_delta_table")
+    server = server_factory("--durability", "delta", data_dir=tmp_path / "data")
+    with Client(server.url) as client:
+        stream = client.stream("v1/stream/in-delta")
+        stream.create("application/json")
+        stream.append_json_batch([{"n": 1}, {"n": 2}])
+    namespace: dict[str, Any] = {}
+    cwd = Path.cwd()
+    os.chdir(tmp_path)  # the example's relative path: ./data/delta/streams
+    try:
+        exec(block.text, namespace)
+    finally:
+        os.chdir(cwd)
+    messages: pa.Table = namespace["messages"]
+    rows = [row for row in messages.to_pylist() if row["stream"] == "v1/stream/in-delta"]
+    assert sorted(json.loads(row["data"])["n"] for row in rows) == [1, 2]
+
+
+def test_extension_curl_examples(server: ServerProcess, tmp_path: Path) -> None:
+    (block,) = blocks_for("test_extension_curl_examples")
+    result = run_bash(substitute(block.text, {DEFAULT_URL: server.url}), cwd=tmp_path)
+    assert '"stream_id":"user-1"' in result.stdout.replace(" ", "")
+    headers = result.stdout.lower()  # curl -i: HTTP/1.1 header names are case-insensitive
+    assert "content-type: multipart/mixed" in headers
+    assert "stream-snapshot-offset: 0000000000000001_0000000000000000" in headers
+    assert '{"op":"set","v":2}' in result.stdout  # the message after the snapshot, in the bootstrap
+
+
+# -- Spark -----------------------------------------------------------------------------------------
+
+
+def test_session_reads_spark_defaults(tmp_path: Path) -> None:
+    """The two blocks in a fresh process (a second SparkSession cannot share this one's JVM)."""
+    env_block, session_block = blocks_for("test_session_reads_spark_defaults")
+    settings = read_spark_defaults()
+    check = f"for key in {sorted(settings)!r}:\n    print(key, spark.conf.get(key))\nspark.stop()\n"
+    script = (
+        substitute(env_block.text, {"/path/to/pyspark-durable-streams": shlex.quote(str(REPO_ROOT))})
+        + f"python - <<'EOF'\n{session_block.text}{check}EOF\n"
+    )
+    result = run_bash(script, cwd=tmp_path, timeout=180)
+    lines = result.stdout.splitlines()
+    assert lines[0] == "true"
+    assert dict(line.split(" ", 1) for line in lines[1:]) == settings
+
+
+def test_spark_settings_file_documents_the_delta_settings() -> None:
+    """The commented Delta lines of spark-defaults.conf are the ones configure_delta sets."""
+    text = (REPO_ROOT / "spark-defaults.conf").read_text(encoding="utf-8")
+    commented = dict(re.findall(r"^# (spark\.[\w.]+)\s+(\S+)$", text, flags=re.MULTILINE))
+    assert {key: commented[key] for key in DELTA_SETTINGS} == DELTA_SETTINGS
+    assert re.fullmatch(r"io\.delta:delta-spark_2\.13:\d+\.\d+\.\d+", commented["spark.jars.packages"])
+    assert not set(commented) & set(read_spark_defaults()), "a Delta setting is active: it needs jars"
+
+
+def test_spark_examples(spark: SparkSession, server: ServerProcess, tmp_path: Path) -> None:
+    streaming, batch = blocks_for("test_spark_examples")
+    with Client(server.url) as client:
+        orders = client.stream("v1/stream/orders")
+        orders.create("application/json")
+        orders.append_json_batch([{"id": i} for i in range(1, 6)])
+
+    namespace: dict[str, Any] = {"spark": spark}
+    replacements = {DEFAULT_URL: server.url, '"/tmp/ckpt"': repr(str(tmp_path / "ckpt"))}
+    exec(substitute(streaming.text, replacements), namespace)
+    query = namespace["query"]
+    try:
+        query.processAllAvailable()  # the example's query runs until stopped
+    finally:
+        query.stop()
+    assert query.exception() is None
+    with Client(server.url) as client:
+        copied = [message.data for message in client.stream("v1/stream/orders-copy").read("-1")]
+    assert sorted(json.loads(data)["id"] for data in copied) == [1, 2, 3, 4, 5]
+
+    for _ in range(2):  # the batch job, twice: producerId makes the second run store nothing
+        exec(substitute(batch.text, {DEFAULT_URL: server.url}), namespace)
+    with Client(server.url) as client:
+        big = [message.json() for message in client.stream("v1/stream/big-orders").read("-1")]
+    assert sorted(big, key=lambda order: order["id"]) == [{"id": i} for i in range(2, 6)]
+
+
+def test_delta_session_example(tmp_path: Path) -> None:
+    """Here (no delta-spark, no Maven Central) the example must stop at once, naming the extra to install."""
+    (block,) = blocks_for("test_delta_session_example")
+    result = subprocess.run(
+        [sys.executable, "-c", block.text],
+        cwd=tmp_path,
+        env=shell_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "DeltaExtraMissing" in result.stderr
+    assert "pip install 'pyspark-durable-streams[delta]'" in result.stderr
+
+
+# -- the Python client and the command line ------------------------------------------------------
+
+
+def test_client_examples(server: ServerProcess, tmp_path: Path) -> None:
+    """The client blocks continue each other: one script, against a live server named by DURABLE_STREAMS_URL."""
+    script = "\n".join(block.text for block in blocks_for("test_client_examples"))
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env=shell_env(DURABLE_STREAMS_URL=server.url),
+        cwd=tmp_path,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, f"README example failed:\n{result.stderr}"
+    out = result.stdout
+    assert out.startswith("True\n") and "live: {'id': 4}" in out and "409" in out
+    assert "1000 " in out  # the producer's acknowledged messages
+    assert "Gone" in out and "after the snapshot: {'op': 'set', 'v': 3}" in out and "b'{\"v\": 2}'" in out
+
+
+def test_client_command_line(server: ServerProcess, tmp_path: Path) -> None:
+    """The CLI walk-through in a directory holding the files it names (and jq, which it uses)."""
+    (block,) = blocks_for("test_client_command_line")
+    assert shutil.which("jq"), "jq is missing: the README's command-line example uses it"
+    big_log = "".join(f"log line {i}: {'x' * 60}\n" for i in range(40_000)).encode()  # > 2 MiB: several chunks
+    (tmp_path / "big.log").write_bytes(big_log)
+    events = [{"event": i, "tags": ["a", "b"]} for i in range(5)]
+    (tmp_path / "events.json").write_text("\n".join(json.dumps(event, indent=2) for event in events))
+
+    result = run_bash(substitute(block.text, {DEFAULT_URL: server.url}), cwd=tmp_path)
+    out = result.stdout.encode()
+    assert big_log in out  # cat printed the log as stored
+    assert "\n".join(json.dumps(event, separators=(",", ":")) for event in events) in result.stdout  # tail -f
+    assert re.search(r"^doc\tOpen\tapplication/json\t", result.stdout, flags=re.MULTILINE)  # ls --long
+    assert "next-offset " in result.stderr and "snapshot-offset 0000000000000002_" in result.stderr
+    assert json.loads((tmp_path / "state.json").read_text()) == {"v": 2}
+    with Client(server.url) as client:
+        assert client.stream("v1/stream/events").metadata().closed
+        assert client.stream("my-bucket/doc").metadata().snapshot_offset is not None
+        with pytest.raises(Exception, match="404"):
+            client.stream("v1/stream/logs").metadata()  # removed by the last line
