@@ -25,6 +25,7 @@ setup(
             "pyspark>=4.0",
             "pyarrow>=16",
             "pandas>=2,<3",
+            "numpy>=1.24",
         ],
         "delta": [
             "delta-spark>=4.0",

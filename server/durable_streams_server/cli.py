@@ -156,6 +156,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
     )
     _add(parser, "--tail-cache-bytes", 4 * 1024 * 1024, "flushed bytes kept in memory per stream", type=int)
+    _add(
+        parser,
+        "--history-cache-bytes",
+        64 * 1024 * 1024,
+        "history read from Delta kept (read ahead) for the next sequential read, all streams; 0: off",
+        type=int,
+    )
     _add(parser, "--compaction-interval-s", 600.0, "seconds between compaction passes; 0 turns it off", type=float)
     _add(parser, "--vacuum-retention-hours", 1, "unreferenced data files older than this are deleted", type=int)
     _add(
@@ -208,6 +215,7 @@ _NON_NEGATIVE = (
     "rate_limit_rps",
     "rate_limit_burst",
     "tail_cache_bytes",
+    "history_cache_bytes",
     "compaction_interval_s",
     "vacuum_retention_hours",
 )
@@ -252,6 +260,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         flush_interval_ms=args.flush_interval_ms,
         max_wal_bytes=args.max_wal_bytes,
         tail_cache_bytes=args.tail_cache_bytes,
+        history_cache_bytes=args.history_cache_bytes,
         compaction_interval_s=args.compaction_interval_s,
         vacuum_retention_hours=args.vacuum_retention_hours,
         auth=auth,

@@ -37,6 +37,7 @@ class ServerConfig:
     max_wal_bytes: int = 1024**3
     """WAL mode: writes get 503 while the WAL (waiting for Delta) holds more than this."""
     tail_cache_bytes: int = 4 * 1024 * 1024
+    history_cache_bytes: int = 64 * 1024 * 1024
     compaction_interval_s: float = 600.0
     """Seconds between background compaction passes; 0 turns compaction off."""
     vacuum_retention_hours: int = 1

@@ -102,6 +102,14 @@ CASES = [
     get("offset-twice", "offset=-1&offset=-1"),
     get("offset-beyond-tail", "offset=0000000000000099_0000000000000000"),
     get("offset-inside-tail", "offset=0000000000000003_0000000000000001"),
+    get("offset-past-its-message", "offset=0000000000000000_0000000000000007"),  # {"n":1} has 7 bytes
+    Case(
+        "offset-past-its-message-arrow",
+        "GET",
+        400,
+        {"Accept": "application/vnd.apache.arrow.stream"},
+        query="offset=0000000000000001_0000000000000009",
+    ),
     get("long-poll-without-offset", "live=long-poll"),
     get("sse-without-offset", "live=sse"),
     get("unknown-live-mode", "offset=-1&live=websocket"),

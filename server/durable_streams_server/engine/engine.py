@@ -42,6 +42,7 @@ from ..storage.committer import Recovery, Storage
 from ..storage.records import Record, RecordKind
 from . import forks
 from .buckets import Bucket, Buckets, bucket_of
+from .history import HistoryCache
 from .stream import Stream
 from .types import AppendOutcome, AppendRequest, CreateOutcome, CreateRequest
 
@@ -51,6 +52,9 @@ log = logging.getLogger("durable_streams_server.engine")
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
     tail_cache_bytes: int = 4 * 1024 * 1024
+    history_cache_bytes: int = 64 * 1024 * 1024
+    """History read from Delta kept for the next sequential read (``history``); 0: off."""
+    read_ahead_bytes: int = 8 * 1024 * 1024
     max_streams_per_bucket: int = 0
     """0: no limit."""
 
@@ -71,6 +75,7 @@ class Engine:
         self._becoming_visible: deque[tuple[int, Stream, int, bool]] = deque()
         self._tombstones: dict[int, dict[str, Any]] = {}
         self.buckets = Buckets()
+        self.history = HistoryCache(self.config.history_cache_bytes)
         storage.attach(self)
 
     # -- recovery ---------------------------------------------------------------------

@@ -47,6 +47,10 @@ class Run(Protocol):
 
     def nbytes(self) -> int: ...
 
+    def first_size(self) -> int:
+        """The size of the run's first message."""
+        ...
+
     def lists(self) -> tuple[list[bytes], list[int]]:
         """The messages' bytes and append times (ms)."""
         ...
@@ -68,6 +72,9 @@ class MemoryRun:
     def nbytes(self) -> int:
         return sum(len(data) for data in self.data)
 
+    def first_size(self) -> int:
+        return len(self.data[0])
+
     def lists(self) -> tuple[list[bytes], list[int]]:
         return self.data, self.stamps
 
@@ -87,6 +94,9 @@ class StoredRun:
 
     def nbytes(self) -> int:
         return int(pc.sum(pc.binary_length(self.table["data"])).as_py() or 0)
+
+    def first_size(self) -> int:
+        return len(self.table["data"][0].as_py())
 
     def lists(self) -> tuple[list[bytes], list[int]]:
         stamps = pc.divide(self.table["ts"].cast(pa.int64()), 1000)
@@ -165,6 +175,9 @@ async def read_slice(
     next_offset = start
     if start.seq < end:
         runs = await _gather(engine, stream, start.seq, end, max_bytes + start.within)
+        if start.within and start.within >= runs[0].first_size():
+            # (an offset we handed out points inside its message; this one was made up)
+            raise BadRequest(f"offset {start} points past the end of its message", code="OFFSET_OUT_OF_RANGE")
         next_offset = Offset(start.seq + sum(len(run) for run in runs), 0)
     up_to_date, closed = _at_tail(stream, next_offset)
     return Slice(stream, start, next_offset, runs, up_to_date, closed)
@@ -203,8 +216,8 @@ async def _gather(engine: Engine, stream: Stream, start: int, end: int, budget: 
     # while a Delta read is awaited, so re-check it on every round.
     while start < end and (not runs or budget > 0):
         if start < stream.mem_base:
-            history_end = min(end, stream.mem_base, start + budget // _message_bytes(stream) + 1)
-            table = await asyncio.to_thread(engine.storage.delta.read_message_table, stream.uid, start, history_end)
+            table = await _history(engine, stream, start, budget)
+            table = table.slice(0, min(end, stream.mem_base) - start)
             seqs = table["seq"]
             if not len(seqs) or seqs[0].as_py() != start or seqs[-1].as_py() != start + len(seqs) - 1:
                 raise RuntimeError(f"stream {stream.name!r}: messages from {start} missing from Delta")
@@ -225,11 +238,22 @@ async def _gather(engine: Engine, stream: Stream, start: int, end: int, budget: 
     return runs
 
 
-def _message_bytes(stream: Stream) -> int:
-    """About how big the stream's messages are (its memory tail's average), to size Delta scans."""
-    if not stream.messages:
-        return _DEFAULT_MESSAGE_BYTES
-    return max(16, stream.mem_bytes // len(stream.messages))
+async def _history(engine: Engine, stream: Stream, start: int, budget: int) -> pa.Table:
+    """Messages from ``start`` below the memory tail: from the read-ahead cache, or a Delta
+    scan sized to the budget, plus read-ahead when the stream's message size is known
+    (without it, a guess too small could make the scan read far more than intended)."""
+    cached = engine.history.get(stream.uid, start)
+    if cached is not None:
+        return cached
+    if stream.messages:
+        size = max(16, stream.mem_bytes // len(stream.messages))
+        window = max(budget, engine.config.read_ahead_bytes)
+    else:
+        size, window = _DEFAULT_MESSAGE_BYTES, budget
+    scan_end = min(stream.mem_base, start + window // size + 1)
+    table = await asyncio.to_thread(engine.storage.delta.read_message_table, stream.uid, start, scan_end)
+    engine.history.put(stream.uid, table)
+    return table
 
 
 def _within_budget(data: pa.ChunkedArray, budget: int, *, at_least_one: bool) -> tuple[int, int]:

@@ -117,7 +117,9 @@ class DurableStreamsApp:
             observer=self.metrics,
         )
         engine_config = EngineConfig(
-            tail_cache_bytes=config.tail_cache_bytes, max_streams_per_bucket=config.max_streams_per_bucket
+            tail_cache_bytes=config.tail_cache_bytes,
+            history_cache_bytes=config.history_cache_bytes,
+            max_streams_per_bucket=config.max_streams_per_bucket,
         )
         engine = Engine(storage, engine_config)
         engine.load(storage.recover())
