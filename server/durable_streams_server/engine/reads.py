@@ -96,7 +96,7 @@ class StoredRun:
         return int(pc.sum(pc.binary_length(self.table["data"])).as_py() or 0)
 
     def first_size(self) -> int:
-        return len(self.table["data"][0].as_py())
+        return int(pc.binary_length(self.table["data"].slice(0, 1))[0].as_py())
 
     def lists(self) -> tuple[list[bytes], list[int]]:
         stamps = pc.divide(self.table["ts"].cast(pa.int64()), 1000)
