@@ -10,7 +10,7 @@ setup(
     description="Spark source and sink for the Durable Streams protocol, and a protocol server on Delta Lake",
     long_description=Path(__file__).with_name("README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
-    python_requires=">=3.10",
+    python_requires=">=3.11",
     packages=find_packages(include=["pyspark_durable_streams", "pyspark_durable_streams.*"])
     + find_packages("server", include=["durable_streams_server", "durable_streams_server.*"]),
     package_dir={"durable_streams_server": "server/durable_streams_server"},

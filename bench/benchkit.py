@@ -148,7 +148,7 @@ def report(
         "title": title,
         "other": other_name,
         "quick": bool(settings.get("quick")),
-        "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "finished": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
         "settings": settings,
         "rows": rows,

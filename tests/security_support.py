@@ -32,7 +32,7 @@ def self_signed_certificate(directory: Path) -> tuple[Path, Path]:
     """``(cert.pem, key.pem)`` valid for 127.0.0.1 and localhost, for one day."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "durable-streams test")])
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     certificate = (
         x509.CertificateBuilder()
         .subject_name(name)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import requests
@@ -30,7 +30,7 @@ def test_create_with_body_ttl_expiry_and_closed(new_stream: Callable[..., Stream
     assert [m.text() for m in with_ttl.read()] == ["hello"]
 
     expiring = new_stream("expires")
-    expiring.create("text/plain", expires_at=datetime.now(timezone.utc) + timedelta(hours=1))
+    expiring.create("text/plain", expires_at=datetime.now(UTC) + timedelta(hours=1))
     assert expiring.metadata().expires_at is not None
 
     closed = new_stream("closed")

@@ -87,7 +87,7 @@ def test_rows_become_json_objects_as_to_json_writes_them() -> None:
         '{"i":1,"s":"a\\"é\\n","b":true}'.encode(),
         b"{}",
     ]
-    when = datetime.datetime(2024, 5, 6, 7, 8, 9, tzinfo=datetime.timezone.utc)
+    when = datetime.datetime(2024, 5, 6, 7, 8, 9, tzinfo=datetime.UTC)
     rich = pa.record_batch(
         {
             "f": pa.array([math.nan, 1.5]),

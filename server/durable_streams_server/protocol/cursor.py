@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import random
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
-CURSOR_EPOCH_S = datetime(2024, 10, 9, tzinfo=timezone.utc).timestamp()
+CURSOR_EPOCH_S = datetime(2024, 10, 9, tzinfo=UTC).timestamp()
 CURSOR_INTERVAL_S = 20
 _MIN_JITTER_S = 1
 _MAX_JITTER_S = 3600
