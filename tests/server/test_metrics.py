@@ -110,8 +110,17 @@ def test_metrics_move_with_traffic_flushes_and_compactions(
     assert value(after, "durable_streams_live_readers", mode="long_poll") == 0
     assert value(after, "durable_streams_delta_commit_failures_total") == 0
     assert value(after, "durable_streams_flush_lag_seconds") == 0
-    assert value(after, "durable_streams_wal_bytes") >= 0
     assert value(after, "process_resident_memory_bytes") > 0
+
+
+def test_wal_bytes_is_the_wal_on_disk(server_factory: Callable[..., ServerProcess], http: requests.Session) -> None:
+    server = server_factory("--flush-interval-ms", "600000")  # nothing is flushed (and truncated) meanwhile
+    url = server.stream_url("wal-metered")
+    assert http.put(url, headers=TEXT).status_code == 201
+    assert http.post(url, headers=TEXT, data=b"x" * 10_000).status_code == 204
+    wal_on_disk = sum(f.stat().st_size for f in (server.data_dir / "wal").iterdir())
+    assert wal_on_disk > 10_000
+    assert value(scrape(server), "durable_streams_wal_bytes") == wal_on_disk
 
 
 def test_healthz_and_readyz(server_factory: Callable[..., ServerProcess], http: requests.Session) -> None:

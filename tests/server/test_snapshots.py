@@ -207,7 +207,8 @@ def test_snapshot_offset_inside_a_message_is_400(surface: Surface, http: request
 def test_malformed_snapshot_offset_is_400(surface: Surface, http: requests.Session, offset: str) -> None:
     stream = text_stream(http, surface.new_url(), ["a"])
     assert publish(http, stream.url, offset, b"s").status_code == 400
-    assert http.get(f"{stream.url}/snapshot/{offset}").status_code in (400, 404)
+    read = http.get(f"{stream.url}/snapshot/{offset}")
+    assert (read.status_code, read.json()["error"]["code"]) == (400, "INVALID_OFFSET")
     assert http.get(f"{stream.url}/snapshot", allow_redirects=False).status_code == 404
 
 
