@@ -16,7 +16,7 @@ import requests
 
 from . import errors
 from ._framing import iter_parts, multipart_boundary
-from ._http import Timeout, Transport, UseDefault, flag, header
+from ._http import HTTP, Timeout, UseDefault, flag, header
 from .models import DEFAULT_CONTENT_TYPE, Message, Snapshot
 from .reading import LiveMode, body_chunks, part_messages
 
@@ -45,7 +45,7 @@ class Bootstrap:
 
     @classmethod
     def fetch(
-        cls, transport: Transport, stream_url: str, *, headers: Mapping[str, str] | None, timeout: Timeout | UseDefault
+        cls, transport: HTTP, stream_url: str, *, headers: Mapping[str, str] | None, timeout: Timeout | UseDefault
     ) -> Bootstrap:
         url = stream_url.rstrip("/") + "/bootstrap"
         response = transport.request("GET", url, ok=(200,), headers=headers, timeout=timeout, stream=True)

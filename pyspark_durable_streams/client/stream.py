@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import requests
 
-from ._http import USE_DEFAULT, Backoff, Timeout, Transport, UseDefault, flag, header
+from ._http import HTTP, USE_DEFAULT, Backoff, Timeout, UseDefault, flag, header
 from .errors import ResponseError
 from .models import AppendResult, CreateResult, Message, Snapshot, StreamMetadata, is_json
 from .reading import BEGINNING, LiveMode, StreamReader
@@ -50,7 +50,7 @@ def encode_json_batch(values: Iterable[Any]) -> bytes:
 
 
 class Stream:
-    def __init__(self, transport: Transport, url: str, *, content_type: str | None = None, backoff: Backoff) -> None:
+    def __init__(self, transport: HTTP, url: str, *, content_type: str | None = None, backoff: Backoff) -> None:
         self.url = url
         self.content_type = content_type
         """The stream's content type once known (given, created, or learned from HEAD)."""
