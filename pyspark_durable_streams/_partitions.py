@@ -31,11 +31,11 @@ from pyspark.sql.datasource import InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, StructType
 
-from ._offsets import first_excluded, seq_offsets
+from ._offsets import EARLIEST, first_excluded, seq_offsets, starts_inside
 from .client import Client, Gone, Message, Stream
 from .client.arrow import ArrowSlice
 from .client.models import is_json
-from .options import EARLIEST, ConnectionOptions, ReadOptions
+from .options import ConnectionOptions, ReadOptions
 
 log = logging.getLogger("pyspark_durable_streams.source")
 
@@ -265,7 +265,7 @@ class RowBuilder:
                 arrays.append(pc.fill_null(pa.nulls(count, pa.string()), constant))
             elif name == "offset":
                 offsets = seq_offsets(table["seq"])
-                if found.start != EARLIEST and not found.start.endswith("_0000000000000000"):
+                if starts_inside(found.start):
                     # The first message was read from inside: its row starts where the read did.
                     offsets = pa.concat_arrays([pa.array([found.start]), offsets.chunk(0)[1:]])
                 arrays.append(offsets)

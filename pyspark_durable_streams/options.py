@@ -16,6 +16,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ._offsets import EARLIEST
+
 
 class OptionError(ValueError):
     """A ``durable_streams`` option is missing, unknown or malformed; the message names it."""
@@ -219,8 +221,6 @@ READ_OPTIONS = (
     "pollintervalms",
 )
 VALUE_TYPES = ("binary", "string", "json")
-EARLIEST = "-1"
-"""The protocol's "from the beginning" offset; ``startingOffsets=earliest`` maps to it."""
 LATEST = "now"
 """Placeholder for "the tail when the query starts"; resolved to a real offset at once."""
 
