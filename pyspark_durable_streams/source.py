@@ -9,7 +9,7 @@ not expose message boundaries), ``value`` (binary, or string for text/JSON strea
 of the JSON message (null where missing or of another type).
 
 Spark offsets are ``{stream key: next protocol offset}``. The driver plans; tasks read (see
-``_partitions``). On our server (sequence offsets + the Arrow or multipart read extension) a
+``_task_reader``). On our server (sequence offsets + the Arrow or multipart read extension) a
 large range of a stream is split by message sequence into several partitions, and
 ``maxMessagesPerTrigger`` is applied by offset arithmetic without reading. Elsewhere (e.g.
 the reference Node server) each stream is one partition per batch, and the limits are
@@ -50,7 +50,7 @@ from ._offsets import (
     split_range,
     starts_inside,
 )
-from ._partitions import DataLossError, Framing, StreamRange, make_client, read_range
+from ._task_reader import DataLossError, Framing, StreamRange, make_client, read_range
 from .client import Bucket, Client, Gone, Stream
 from .client.arrow import ARROW_STREAM
 from .client.models import is_json, media_type
