@@ -29,12 +29,8 @@ import requests
 from . import errors
 from ._http import HTTP, USE_DEFAULT, Backoff, Timeout, UseDefault
 
-TRANSIENT: tuple[type[errors.DurableStreamsError], ...] = (
-    errors.TransportError,
-    errors.ServerError,
-    errors.RateLimited,
-)
-"""Answers that say nothing about the request itself: retried with the same triple."""
+TRANSIENT = errors.TRANSIENT
+"""Connection failures, timeouts, 5xx and 429: retried with the same triple."""
 
 
 @dataclass(frozen=True)

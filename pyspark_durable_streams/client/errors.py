@@ -195,6 +195,10 @@ class ServerError(HTTPStatusError):
     status = 500
 
 
+TRANSIENT: tuple[type[DurableStreamsError], ...] = (TransportError, ServerError, RateLimited)
+"""Failures that say nothing about the request itself: retried (reads from where they got to,
+producer appends with the same triple) until a backoff's deadline."""
+
 _BY_STATUS: dict[int, type[HTTPStatusError]] = {
     400: BadRequest,
     401: Unauthorized,

@@ -205,7 +205,7 @@ class Retrying:
     ``Retry-After``) are retried from the offset reached until the backoff's deadline;
     progress starts a fresh backoff, so a long read survives a server restart."""
 
-    TRANSIENT = (errors.TransportError, errors.ServerError, errors.RateLimited)
+    TRANSIENT = errors.TRANSIENT
 
     def __init__(self, backoff: Backoff) -> None:
         self._backoff = backoff
