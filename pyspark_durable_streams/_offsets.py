@@ -3,11 +3,14 @@
 A Spark offset of this source is a JSON object ``{stream key: protocol offset}`` where the
 protocol offset is the *next* offset to read in that stream. Protocol offsets are opaque
 strings whose string order is stream order (true of our server and of the reference
-server), and ``-1`` (the beginning) sorts before every real offset.
+server), and ``EARLIEST`` (``-1``, the beginning) sorts before every real offset. This
+module owns that sentinel for the connector.
 
 Our server's offsets are ``SSSSSSSSSSSSSSSS_BBBBBBBBBBBBBBBB``: a message sequence number
 and a byte position inside that message. On that server (and only there) ranges are split
-and counted by sequence number without reading anything.
+and counted by sequence number without reading anything. An offset whose byte position is
+not 0 starts inside a message (``starts_inside``): that message was read up to there
+already, so it counts as behind the offset, not after it.
 """
 
 from __future__ import annotations
@@ -18,8 +21,10 @@ from collections.abc import Mapping
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .options import EARLIEST
+from .client.reading import BEGINNING
 
+EARLIEST = BEGINNING
+"""The protocol's "from the beginning" offset, ``-1``; ``startingOffsets=earliest`` maps to it."""
 SEQ_OFFSET = re.compile(r"^(\d{16})_(\d{16})$")
 
 
@@ -37,6 +42,13 @@ def seq_of(offset: str) -> int:
     return int(match.group(1))
 
 
+def starts_inside(offset: str) -> bool:
+    """Whether a sequence offset points past the first byte of its message (``EARLIEST``
+    and offsets of other servers never do)."""
+    match = SEQ_OFFSET.match(offset)
+    return match is not None and int(match.group(2)) != 0
+
+
 def seq_offset(seq: int) -> str:
     return f"{seq:016d}_0000000000000000"
 
@@ -50,20 +62,16 @@ def seq_offsets(seqs: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
 def first_excluded(end: str) -> int:
     """The first message whose own offset is at or after ``end`` (a sequence offset): the
     message ``end`` points into still starts before it."""
-    match = SEQ_OFFSET.match(end)
-    if match is None:
+    if SEQ_OFFSET.match(end) is None:
         raise ValueError(f"not a sequence offset: {end!r}")
-    return int(match.group(1)) + (1 if int(match.group(2)) else 0)
+    return seq_of(end) + starts_inside(end)
 
 
 def pending_messages(start: str, end: str) -> int:
     """How many messages start at or after ``start`` and before ``end`` (sequence offsets)."""
     if end <= start:
         return 0
-    first = seq_of(start)
-    match = SEQ_OFFSET.match(start)
-    if match is not None and int(match.group(2)) != 0:
-        first += 1  # ``start`` points inside a message that was already read up to there
+    first = seq_of(start) + starts_inside(start)  # a message read up to ``start`` is behind it
     return max(0, seq_of(end) - first)
 
 

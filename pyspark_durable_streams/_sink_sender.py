@@ -10,8 +10,9 @@ numbers and sends them:
 * later requests go out with up to ``max_in_flight`` in flight per task; one that overtakes its
   predecessor on another connection gets ``409`` + ``Producer-Expected-Seq`` and is re-sent
   once the predecessor lands;
-* connection errors, timeouts, ``5xx`` and ``429`` (after its ``Retry-After``) are re-sent with
-  the same triple until ``delivery_timeout_s``: the server stores each seq at most once;
+* connection errors, timeouts, ``5xx`` and ``429`` (after their ``Retry-After``) are re-sent with
+  the same triple until ``delivery_timeout_s``: the server stores each seq at most once (the
+  request and its retries are the client's ``delivery.deliver``, shared with ``Producer``);
 * ``200`` (stored) and ``204`` (already stored: a retry or a re-run) both count as delivered;
 * ``403`` (fenced) and ``409`` + ``Stream-Closed`` fail the task with a message saying what to do.
 """
@@ -21,12 +22,15 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from .client import errors
-from .client._http import Backoff, Transport
+from .client._http import HTTP, Backoff
+from .client.delivery import TRANSIENT, ProducerRequest, deliver
+
+_RETRIED: tuple[type[errors.DurableStreamsError], ...] = (*TRANSIENT, errors.SequenceGap)
+"""A gap this task cannot explain (its predecessor was delivered) is backed off and re-sent too."""
 
 
 class SinkError(RuntimeError):
@@ -55,15 +59,19 @@ class TaskSender:
 
     def __init__(
         self,
-        transport: Transport,
+        transport: HTTP,
         *,
         producer_id: str,
         epoch: int,
         max_in_flight: int,
         delivery_timeout_s: float,
         hook: FailureHook | None = None,
+        backoff: Backoff | None = None,
     ) -> None:
         self.transport = transport
+        self._backoff = backoff or Backoff(initial_s=0.05, max_s=2.0, deadline_s=delivery_timeout_s)
+        """Paces the retries of each request; its deadline is ``delivery_timeout_s`` (tests pass
+        one with a fake clock and sleep)."""
         self.producer_id = producer_id
         self.epoch = epoch
         self.delivery_timeout_s = delivery_timeout_s
@@ -109,40 +117,39 @@ class TaskSender:
             self._futures = [future for future in self._futures if not future.done()]
 
     def _deliver(self, url: str, content_type: str, seq: int, body: bytes) -> None:
-        headers = {
-            "Content-Type": content_type,
-            "Producer-Id": self.producer_id,
-            "Producer-Epoch": str(self.epoch),
-            "Producer-Seq": str(seq),
-        }
-        delays = Backoff(initial_s=0.05, max_s=2.0, deadline_s=self.delivery_timeout_s).delays()
-        while True:
-            try:
-                response = self.transport.request("POST", url, ok=(200, 204), headers=headers, content=body)
-            except errors.ProducerFenced as exc:
-                raise SinkError(self._fenced_message(url, exc)) from exc
-            except errors.StreamClosed as exc:
-                raise SinkError(
-                    f"the target stream {url} is closed (final offset {exc.final_offset}): it accepts no more "
-                    "appends. Write to another stream, or delete and re-create this one; the query cannot "
-                    "continue while it targets a closed stream"
-                ) from exc
-            except (errors.TransportError, errors.ServerError, errors.RateLimited, errors.SequenceGap) as exc:
-                delay = next(delays, None)
-                if delay is None:
-                    raise SinkError(
-                        f"gave up appending to {url} (Producer-Id {self.producer_id}, epoch {self.epoch}, seq {seq}) "
-                        f"after {self.delivery_timeout_s:g}s (option 'deliveryTimeoutMs'): {exc}"
-                    ) from exc
-                if isinstance(exc, errors.SequenceGap) and self._wait_for_predecessor(url, seq):
-                    continue  # it overtook its predecessor on another connection; that one has landed now
-                retry_after = exc.retry_after if isinstance(exc, errors.RateLimited) else None
-                with self.stats.lock:
-                    self.stats.retries += 1
-                time.sleep(max(delay, retry_after or 0.0))
-                continue
-            self._delivered(url, seq, response.status_code == 204, len(body))
-            return
+        request = ProducerRequest(url, content_type, self.producer_id, self.epoch, seq, body)
+
+        def resend_now(exc: errors.DurableStreamsError) -> bool:
+            # It overtook its predecessor on another connection, and that one has landed now.
+            return isinstance(exc, errors.SequenceGap) and self._wait_for_predecessor(url, seq)
+
+        try:
+            response = deliver(
+                self.transport,
+                request,
+                backoff=self._backoff,
+                retry_also=_RETRIED,
+                resend_now=resend_now,
+                on_retry=self._count_retry,
+            )
+        except errors.ProducerFenced as exc:
+            raise SinkError(self._fenced_message(url, exc)) from exc
+        except errors.StreamClosed as exc:
+            raise SinkError(
+                f"the target stream {url} is closed (final offset {exc.final_offset}): it accepts no more "
+                "appends. Write to another stream, or delete and re-create this one; the query cannot "
+                "continue while it targets a closed stream"
+            ) from exc
+        except _RETRIED as exc:  # raised only once the deadline is spent
+            raise SinkError(
+                f"gave up appending to {url} (Producer-Id {self.producer_id}, epoch {self.epoch}, seq {seq}) "
+                f"after {self.delivery_timeout_s:g}s (option 'deliveryTimeoutMs'): {exc}"
+            ) from exc
+        self._delivered(url, seq, response.status_code == 204, len(body))
+
+    def _count_retry(self) -> None:
+        with self.stats.lock:
+            self.stats.retries += 1
 
     def _wait_for_predecessor(self, url: str, seq: int) -> bool:
         """Wait until seq - 1 of ``url`` is delivered; False if it already was (a real gap: back off)."""

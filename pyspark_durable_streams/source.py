@@ -9,7 +9,7 @@ not expose message boundaries), ``value`` (binary, or string for text/JSON strea
 of the JSON message (null where missing or of another type).
 
 Spark offsets are ``{stream key: next protocol offset}``. The driver plans; tasks read (see
-``_partitions``). On our server (sequence offsets + the Arrow or multipart read extension) a
+``_task_reader``). On our server (sequence offsets + the Arrow or multipart read extension) a
 large range of a stream is split by message sequence into several partitions, and
 ``maxMessagesPerTrigger`` is applied by offset arithmetic without reading. Elsewhere (e.g.
 the reference Node server) each stream is one partition per batch, and the limits are
@@ -39,6 +39,7 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Inp
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType, TimestampType
 
 from ._offsets import (
+    EARLIEST,
     SEQ_OFFSET,
     allocate_rows,
     is_seq_offset,
@@ -47,12 +48,13 @@ from ._offsets import (
     seq_offset,
     sorted_offsets,
     split_range,
+    starts_inside,
 )
-from ._partitions import DataLossError, Framing, StreamRange, make_client, read_range
+from ._task_reader import DataLossError, Framing, StreamRange, make_client, read_range
 from .client import Bucket, Client, Gone, Stream
 from .client.arrow import ARROW_STREAM
 from .client.models import is_json, media_type
-from .options import EARLIEST, LATEST, ReadOptions
+from .options import LATEST, ReadOptions
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
@@ -69,7 +71,7 @@ else:
 __all__ = ["DataLossError", "DurableStreamsReader", "DurableStreamsStreamReader", "infer_schema"]
 
 log = logging.getLogger("pyspark_durable_streams.source")
-_EMPTY_STREAM = "0000000000000000_0000000000000000"
+_EMPTY_STREAM = seq_offset(0)
 _PROBE_ACCEPT = f"{ARROW_STREAM}, multipart/mixed;q=0.5"
 _FRAMINGS: dict[str, Framing] = {ARROW_STREAM: "arrow", "multipart/mixed": "multipart"}
 
@@ -327,8 +329,7 @@ class DurableStreamsStreamReader(_Reader, DataSourceStreamReader, SupportsTrigge
             for k in keys:
                 if taken[k] < lags[k]:
                     first = start.get(k, EARLIEST)
-                    skip = 1 if first != EARLIEST and not first.endswith("_0000000000000000") else 0
-                    end[k] = seq_offset(seq_of(first) + skip + taken[k]) if taken[k] else first
+                    end[k] = seq_offset(seq_of(first) + starts_inside(first) + taken[k]) if taken[k] else first
             return end
         # Read forward on the driver, sharing the budgets; the first stream turns round-robin.
         self._turn = (self._turn + 1) % len(keys)

@@ -1,4 +1,4 @@
-"""The entry point: a ``Client`` holds the transport that every handle it makes shares."""
+"""The entry point: a ``Client`` holds the HTTP layer that every handle it makes shares."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from types import TracebackType
 
 import requests
 
-from ._http import DEFAULT_TIMEOUT, Auth, Backoff, Timeout, Transport, Verify
+from ._http import DEFAULT_TIMEOUT, HTTP, Auth, Backoff, RequestsTransport, Timeout, Transport, Verify
 from .buckets import Bucket
 from .stream import Stream
 
@@ -21,9 +21,13 @@ class Client:
     method can override headers and timeout). ``verify`` is the TLS check of an ``https://``
     server: a CA bundle path trusts a private CA or a self-signed certificate, False turns the
     check off, None (the default) keeps the session's setting (the system CAs).
-    ``session`` is the transport seam: pass your own ``requests.Session`` for proxies,
-    TLS settings or connection-pool sizes. ``backoff`` governs how long readers and
-    producers keep retrying a server that is unreachable or answering 5xx / 429.
+    ``session``: pass your own ``requests.Session`` for proxies, TLS settings or
+    connection-pool sizes. ``transport`` replaces the whole requests-based ``Transport``
+    (then ``session``, ``auth`` and ``verify``, which configure that one, must not be given):
+    tests pass a scripted one. A session or transport passed in is closed by its owner, not
+    by ``close()``. ``backoff`` governs how long readers and producers keep retrying a server
+    that is unreachable or answering 5xx / 429.
+    ``transport`` (the attribute) is the ``HTTP`` layer every handle of this client shares.
     """
 
     def __init__(
@@ -37,11 +41,14 @@ class Client:
         session: requests.Session | None = None,
         backoff: Backoff | None = None,
         verify: Verify = None,
+        transport: Transport | None = None,
     ) -> None:
-        self._owns_session = session is None
-        self.transport = Transport(
-            base_url, session=session, token=token, auth=auth, headers=headers, timeout=timeout, verify=verify
-        )
+        self._owns_transport = transport is None
+        if transport is None:
+            transport = RequestsTransport(session, auth=auth, verify=verify)
+        elif session is not None or auth is not None or verify is not None:
+            raise ValueError("session, auth and verify configure the default transport: give them to it instead")
+        self.transport = HTTP(base_url, transport, token=token, headers=headers, timeout=timeout)
         self.backoff = backoff or Backoff()
 
     def __repr__(self) -> str:
@@ -55,9 +62,9 @@ class Client:
         return Bucket(self.transport, bucket_id, backoff=self.backoff)
 
     def close(self) -> None:
-        """Close the connection pool, unless the session was passed in (its owner closes it)."""
-        if self._owns_session:
-            self.transport.session.close()
+        """Close the connection pool, unless the session or transport was passed in (its owner closes it)."""
+        if self._owns_transport:
+            self.transport.transport.close()
 
     def __enter__(self) -> Client:
         return self

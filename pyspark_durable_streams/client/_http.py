@@ -1,9 +1,13 @@
-"""The transport seam: one ``requests.Session`` plus the defaults every call shares.
+"""The HTTP layer: the defaults every call shares, over a pluggable ``Transport``.
 
-Everything that touches the network goes through ``Transport.request`` so that
-authentication, default headers, timeouts and the mapping of failures onto the error
-hierarchy happen in one place. Tests and applications inject their own session (proxies,
-TLS settings, adapters with bigger pools) instead of the client growing options for each.
+Everything that touches the network goes through ``HTTP.request`` so that default headers,
+timeouts and the mapping of failures onto the error hierarchy happen in one place. Below it
+sits the transport seam: ``Transport.send`` carries one ``Request`` and returns the answer
+as it is. The default, ``RequestsTransport``, is a ``requests.Session`` (applications inject
+their own session for proxies, TLS settings or bigger pools); tests inject a scripted
+transport to replay 409s, 429s, 503s and connection resets deterministically.
+
+``Backoff`` paces retries; its clock and sleep are injectable for the same reason.
 """
 
 from __future__ import annotations
@@ -12,9 +16,9 @@ import contextlib
 import random
 import ssl
 import time
-from collections.abc import Collection, Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any, TypeAlias
+from collections.abc import Callable, Collection, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeAlias
 from urllib.parse import quote, urljoin
 
 import requests
@@ -54,47 +58,108 @@ class Backoff:
     """Exponential backoff with jitter for retrying what is safe to retry.
 
     ``deadline_s`` bounds the total time spent retrying one operation, so a server that
-    stays down turns into an error instead of a hang.
+    stays down turns into an error instead of a hang. ``clock`` and ``sleep`` are how time is
+    read and spent (tests pass fakes so that no retry sleeps for real).
     """
 
     initial_s: float = 0.05
     max_s: float = 2.0
     deadline_s: float = 60.0
+    clock: Callable[[], float] = field(default=time.monotonic, repr=False, compare=False)
+    sleep: Callable[[float], None] = field(default=time.sleep, repr=False, compare=False)
 
     def delays(self) -> Iterator[float]:
         """Delays before each retry, until the deadline is spent."""
-        deadline = time.monotonic() + self.deadline_s
+        deadline = self.clock() + self.deadline_s
         delay = self.initial_s
         while True:
-            remaining = deadline - time.monotonic()
+            remaining = deadline - self.clock()
             if remaining <= 0:
                 return
             yield min(remaining, delay * (0.5 + random.random() / 2))
             delay = min(self.max_s, delay * 2)
 
+    def pause(self, delay: float, exc: BaseException) -> None:
+        """Sleep ``delay``, or longer where the server's ``Retry-After`` (429, 503) asks for more."""
+        retry_after = exc.retry_after if isinstance(exc, errors.HTTPStatusError) else None
+        self.sleep(max(delay, retry_after or 0.0))
 
-class Transport:
-    """A session, a base URL and the client-wide defaults (auth, headers, timeout, TLS)."""
+
+@dataclass(frozen=True)
+class Request:
+    """One HTTP request as the HTTP layer hands it to a ``Transport``: the client's default
+    headers are merged in and the timeout is resolved."""
+
+    method: str
+    url: str
+    params: Mapping[str, str] | None
+    headers: Mapping[str, str]
+    content: bytes | None
+    timeout: Timeout
+    stream: bool
+
+
+class Transport(Protocol):
+    """The transport seam (in the spirit of httpx's): what carries one request to the server.
+
+    ``send`` returns the server's answer whatever its status (the HTTP layer maps statuses
+    onto errors); a network failure raises ``requests``' exceptions or ``errors.TransportError``.
+    With ``request.stream`` the body is left unread. ``RequestsTransport`` is the default;
+    tests pass a scripted one to drive retry paths without a server.
+    """
+
+    def send(self, request: Request) -> requests.Response: ...
+
+    def close(self) -> None: ...
+
+
+class RequestsTransport:
+    """The default ``Transport``: a ``requests.Session`` with the requests-level settings
+    (auth, TLS verification). It closes the session on ``close()`` only if it made it."""
+
+    def __init__(self, session: requests.Session | None = None, *, auth: Auth = None, verify: Verify = None) -> None:
+        self._owns_session = session is None
+        self.session = session if session is not None else requests.Session()
+        self.auth = auth
+        self.verify = verify
+
+    def send(self, request: Request) -> requests.Response:
+        return self.session.request(
+            request.method,
+            request.url,
+            params=request.params,
+            headers=dict(request.headers),
+            data=request.content,
+            auth=self.auth,
+            verify=self.verify,
+            timeout=request.timeout,
+            stream=request.stream,
+        )
+
+    def close(self) -> None:
+        if self._owns_session:
+            self.session.close()
+
+
+class HTTP:
+    """The HTTP layer every handle of a client shares (``Client.transport``): a base URL, the
+    client-wide default headers and timeout, and the ``Transport`` that carries requests."""
 
     def __init__(
         self,
         base_url: str,
+        transport: Transport,
         *,
-        session: requests.Session | None = None,
         token: str | None = None,
-        auth: Auth = None,
         headers: Mapping[str, str] | None = None,
         timeout: Timeout = DEFAULT_TIMEOUT,
-        verify: Verify = None,
     ) -> None:
         self.base_url = base_url.rstrip("/") + "/"
-        self.session = session if session is not None else requests.Session()
-        self.auth = auth
+        self.transport = transport
         self.headers = dict(headers or {})
         if token is not None:
             self.headers["Authorization"] = f"Bearer {token}"
         self.timeout = timeout
-        self.verify = verify
 
     def url(self, path: str) -> str:
         """An absolute URL: full URLs pass through, paths are taken relative to the base URL."""
@@ -119,19 +184,17 @@ class Transport:
         With ``stream=True`` the body is left unread so callers can iterate it with bounded
         memory; they must close the response (it is a context manager).
         """
-        merged = {**self.headers, **(headers or {})}
+        request = Request(
+            method,
+            url,
+            params,
+            {**self.headers, **(headers or {})},
+            content,
+            self.timeout if isinstance(timeout, UseDefault) else timeout,
+            stream,
+        )
         with guard(method, url):
-            response = self.session.request(
-                method,
-                url,
-                params=params,
-                headers=merged,
-                data=content,
-                auth=self.auth,
-                verify=self.verify,
-                timeout=self.timeout if isinstance(timeout, UseDefault) else timeout,
-                stream=stream,
-            )
+            response = self.transport.send(request)
         if response.status_code in ok:
             return response
         with response, guard(method, url):

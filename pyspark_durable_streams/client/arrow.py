@@ -18,7 +18,7 @@ import pyarrow as pa
 import requests
 
 from . import errors
-from ._http import Backoff, Timeout, Transport, UseDefault, flag, guard, header
+from ._http import HTTP, Backoff, Timeout, UseDefault, flag, guard, header
 from .models import media_type
 from .reading import BEGINNING, Retrying
 
@@ -50,7 +50,7 @@ class ArrowReader(Iterator[ArrowSlice]):
 
     def __init__(
         self,
-        transport: Transport,
+        transport: HTTP,
         url: str,
         *,
         offset: str = BEGINNING,

@@ -10,18 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING
 
 import requests
 
 from . import errors
 from ._framing import iter_parts, multipart_boundary
-from ._http import Timeout, Transport, UseDefault, flag, header
+from ._http import HTTP, Timeout, UseDefault, flag, header
 from .models import DEFAULT_CONTENT_TYPE, Message, Snapshot
-from .reading import LiveMode, body_chunks, part_messages
-
-if TYPE_CHECKING:
-    from .stream import Stream
+from .reading import StreamReader, body_chunks, part_messages
 
 NO_SNAPSHOT = "-1"
 
@@ -45,7 +41,7 @@ class Bootstrap:
 
     @classmethod
     def fetch(
-        cls, transport: Transport, stream_url: str, *, headers: Mapping[str, str] | None, timeout: Timeout | UseDefault
+        cls, transport: HTTP, stream_url: str, *, headers: Mapping[str, str] | None, timeout: Timeout | UseDefault
     ) -> Bootstrap:
         url = stream_url.rstrip("/") + "/bootstrap"
         response = transport.request("GET", url, ok=(200,), headers=headers, timeout=timeout, stream=True)
@@ -81,17 +77,17 @@ class Bootstrap:
 
 
 def follow(
-    stream: Stream,
+    read: Callable[[str], StreamReader],
+    bootstrap: Callable[[], Bootstrap],
     offset: str,
     *,
     on_snapshot: Callable[[Snapshot | None], None],
-    live: LiveMode | None,
-    headers: Mapping[str, str] | None,
-    timeout: Timeout | UseDefault,
+    live: bool,
 ) -> Iterator[Message]:
-    """See ``Stream.follow``: read, and on ``Gone`` rebuild from ``/bootstrap`` and go on."""
+    """See ``Stream.follow``: ``read(offset)``, and on ``Gone`` rebuild from ``bootstrap()``
+    and go on (a stream's own methods, passed in so that this module needs no ``Stream``)."""
     while True:
-        reader = stream.read(offset, live=live, headers=headers, timeout=timeout)
+        reader = read(offset)
         try:
             yield from reader
             return
@@ -99,9 +95,9 @@ def follow(
             pass
         finally:
             reader.close()
-        with stream.bootstrap(headers=headers, timeout=timeout) as boot:
+        with bootstrap() as boot:
             on_snapshot(boot.snapshot)
             yield from boot.messages
             offset = boot.next_offset
-        if live is None and boot.up_to_date:
+        if not live and boot.up_to_date:
             return

@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ._http import USE_DEFAULT, Backoff, Timeout, Transport, UseDefault, quote_segment
+from ._http import HTTP, USE_DEFAULT, Backoff, Timeout, UseDefault, quote_segment
 from .errors import Conflict, ResponseError
 from .stream import Stream
 
@@ -39,7 +39,7 @@ class StreamInfo:
 
 
 class Bucket:
-    def __init__(self, transport: Transport, bucket_id: str, *, backoff: Backoff) -> None:
+    def __init__(self, transport: HTTP, bucket_id: str, *, backoff: Backoff) -> None:
         if not _BUCKET_ID_RE.fullmatch(bucket_id):
             raise ValueError(f"invalid bucket id {bucket_id!r}: it must match ^[a-z0-9_-]{{4,64}}$")
         self.bucket_id = bucket_id

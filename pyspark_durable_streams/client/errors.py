@@ -19,7 +19,7 @@
         ├── Gone                    410  offset before the retained history: rebuild from /bootstrap
         ├── PayloadTooLarge         413
         ├── RateLimited             429  (``retry_after`` seconds when the server said)
-        └── ServerError             5xx
+        └── ServerError             5xx  (503: ``retry_after`` too)
 
 Status errors carry the method, URL, status, the server's message (our server's JSON body
 ``{"error": {"code", "message"}}`` or a text body such as the reference server's) and the
@@ -120,6 +120,16 @@ class HTTPStatusError(DurableStreamsError):
         detail = f" [{code}]" if code else ""
         super().__init__(f"{status}{detail} for {method} {url}: {message or '(no message)'}")
 
+    @property
+    def retry_after(self) -> float | None:
+        """Seconds from the Retry-After header (delay-seconds form only), or None. Servers send
+        it with 429 and 503; retries wait at least this long."""
+        raw = _lower(self.headers).get("retry-after", "")
+        try:
+            return max(0.0, float(raw))
+        except ValueError:
+            return None
+
 
 class BadRequest(HTTPStatusError):
     status = 400
@@ -180,19 +190,14 @@ class PayloadTooLarge(HTTPStatusError):
 class RateLimited(HTTPStatusError):
     status = 429
 
-    @property
-    def retry_after(self) -> float | None:
-        """Seconds from the Retry-After header (delay-seconds form only), or None."""
-        raw = _lower(self.headers).get("retry-after", "")
-        try:
-            return max(0.0, float(raw))
-        except ValueError:
-            return None
-
 
 class ServerError(HTTPStatusError):
     status = 500
 
+
+TRANSIENT: tuple[type[DurableStreamsError], ...] = (TransportError, ServerError, RateLimited)
+"""Failures that say nothing about the request itself: retried (reads from where they got to,
+producer appends with the same triple) until a backoff's deadline."""
 
 _BY_STATUS: dict[int, type[HTTPStatusError]] = {
     400: BadRequest,

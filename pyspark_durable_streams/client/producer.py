@@ -2,9 +2,10 @@
 
 ``send()`` only queues a message and returns a future. A coordinator thread cuts the
 queue into batches (at ``max_batch_bytes``, or after ``linger`` seconds), gives each batch
-the next ``Producer-Seq`` and hands it to one of ``max_in_flight`` sender threads. Every
-retry of a batch (connection errors, 5xx, 429 after Retry-After) repeats the same
-(id, epoch, seq), so the server stores it exactly once.
+the next ``Producer-Seq`` and hands it to one of ``max_in_flight`` sender threads, which
+deliver it with ``delivery.deliver``: every retry of a batch (connection errors, 5xx, 429
+and 503 after Retry-After) repeats the same (id, epoch, seq), so the server stores it
+exactly once.
 
 Ordering: batches are dispatched in seq order (seq 0 of an epoch alone, because the server
 rejects a later seq of an epoch it has not seen yet), but several connections may reorder
@@ -42,6 +43,7 @@ from typing import Any, Literal
 
 from . import errors
 from ._http import USE_DEFAULT, Backoff, Timeout, UseDefault
+from .delivery import ProducerRequest, deliver
 from .models import AppendResult
 from .stream import Stream, append_result
 
@@ -306,31 +308,23 @@ class Producer:
     # -- senders (one request each; retries keep the same id, epoch and seq) ---------------
 
     def _send(self, batch: _Batch) -> None:
-        headers = {
-            **self._headers,
-            "Content-Type": self._content_type,
-            "Producer-Id": self.producer_id,
-            "Producer-Epoch": str(batch.epoch),
-            "Producer-Seq": str(batch.seq),
-        }
-        delays = self._backoff.delays()
-        while True:
-            try:
-                response = self.stream.transport.request(
-                    "POST", self.stream.url, ok=(200, 204), headers=headers, content=batch.body, timeout=self._timeout
-                )
-            except (errors.TransportError, errors.ServerError, errors.RateLimited) as exc:
-                delay = next(delays, None)
-                if delay is None:
-                    self._completed(batch, exc)
-                    return
-                retry_after = exc.retry_after if isinstance(exc, errors.RateLimited) else None
-                with self._lock:
-                    self._retries += 1
-                time.sleep(max(delay, retry_after or 0.0))
-            except BaseException as exc:  # reported to the coordinator, which fails or recovers
-                self._completed(batch, exc)
-                return
-            else:
-                self._completed(batch, append_result(response, producer=True))
-                return
+        request = ProducerRequest(
+            self.stream.url, self._content_type, self.producer_id, batch.epoch, batch.seq, batch.body
+        )
+        try:
+            response = deliver(
+                self.stream.transport,
+                request,
+                backoff=self._backoff,
+                headers=self._headers,
+                timeout=self._timeout,
+                on_retry=self._count_retry,
+            )
+        except BaseException as exc:  # reported to the coordinator, which fails or recovers
+            self._completed(batch, exc)
+            return
+        self._completed(batch, append_result(response, producer=True))
+
+    def _count_retry(self) -> None:
+        with self._lock:
+            self._retries += 1

@@ -12,7 +12,6 @@ the offset it has reached, so a restarting server does not end a tail.
 from __future__ import annotations
 
 import itertools
-import time
 from collections.abc import Generator, Iterable, Iterator, Mapping
 from functools import partial
 from types import TracebackType
@@ -22,7 +21,7 @@ import requests
 
 from . import errors
 from ._framing import Part, iter_json_array, iter_parts, multipart_boundary
-from ._http import Backoff, Timeout, Transport, UseDefault, flag, guard, header
+from ._http import HTTP, Backoff, Timeout, UseDefault, flag, guard, header
 from .models import Message, is_json, media_type
 from .sse import Control, Data, iter_events
 
@@ -45,7 +44,7 @@ class StreamReader(Iterator[Message]):
 
     def __init__(
         self,
-        transport: Transport,
+        transport: HTTP,
         url: str,
         *,
         offset: str = BEGINNING,
@@ -206,7 +205,7 @@ class Retrying:
     ``Retry-After``) are retried from the offset reached until the backoff's deadline;
     progress starts a fresh backoff, so a long read survives a server restart."""
 
-    TRANSIENT = (errors.TransportError, errors.ServerError, errors.RateLimited)
+    TRANSIENT = errors.TRANSIENT
 
     def __init__(self, backoff: Backoff) -> None:
         self._backoff = backoff
@@ -221,8 +220,7 @@ class Retrying:
         delay = next(self._delays, None)
         if delay is None:
             raise exc
-        retry_after = exc.retry_after if isinstance(exc, errors.RateLimited) else None
-        time.sleep(max(delay, retry_after or 0.0))
+        self._backoff.pause(delay, exc)
 
 
 def part_messages(parts: Iterator[Part], content_type: str | None, end: str, url: str) -> Iterator[Message]:

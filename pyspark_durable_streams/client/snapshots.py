@@ -12,7 +12,7 @@ from urllib.parse import unquote, urlsplit
 
 import requests
 
-from ._http import USE_DEFAULT, Timeout, Transport, UseDefault, flag, header, quote_segment
+from ._http import HTTP, USE_DEFAULT, Timeout, UseDefault, flag, header, quote_segment
 from .errors import NotFound
 from .models import DEFAULT_CONTENT_TYPE, Snapshot
 
@@ -20,7 +20,7 @@ from .models import DEFAULT_CONTENT_TYPE, Snapshot
 class Snapshots:
     """The snapshot resources of one stream: ``{stream}/snapshot[/{offset}]``."""
 
-    def __init__(self, transport: Transport, stream_url: str) -> None:
+    def __init__(self, transport: HTTP, stream_url: str) -> None:
         self._transport = transport
         self._base = stream_url.rstrip("/") + "/snapshot"
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypedDict
 from urllib.parse import urlsplit
 
 import requests
 
-from ._http import USE_DEFAULT, Backoff, Timeout, Transport, UseDefault, flag, header
+from ._http import HTTP, USE_DEFAULT, Backoff, Timeout, UseDefault, flag, header
+from .bootstrap import Bootstrap, follow
 from .errors import ResponseError
 from .models import AppendResult, CreateResult, Message, Snapshot, StreamMetadata, is_json
 from .reading import BEGINNING, LiveMode, StreamReader
@@ -25,7 +27,6 @@ if TYPE_CHECKING:
     from typing import Unpack
 
     from .arrow import ArrowReader
-    from .bootstrap import Bootstrap
 
 
 class AppendOptions(TypedDict, total=False):
@@ -50,7 +51,7 @@ def encode_json_batch(values: Iterable[Any]) -> bytes:
 
 
 class Stream:
-    def __init__(self, transport: Transport, url: str, *, content_type: str | None = None, backoff: Backoff) -> None:
+    def __init__(self, transport: HTTP, url: str, *, content_type: str | None = None, backoff: Backoff) -> None:
         self.url = url
         self.content_type = content_type
         """The stream's content type once known (given, created, or learned from HEAD)."""
@@ -235,8 +236,6 @@ class Stream:
         self, *, headers: Mapping[str, str] | None = None, timeout: Timeout | UseDefault = USE_DEFAULT
     ) -> Bootstrap:
         """``GET /bootstrap``: the latest snapshot plus every retained message after it."""
-        from .bootstrap import Bootstrap
-
         return Bootstrap.fetch(self.transport, self.url, headers=headers, timeout=timeout)
 
     def follow(
@@ -252,9 +251,13 @@ class Stream:
         from ``/bootstrap`` instead of failing: ``on_snapshot`` is called with the snapshot
         (None if there is none) so the caller can reset its state, the messages after the
         snapshot are yielded, and reading continues from the bootstrap's next offset."""
-        from .bootstrap import follow
-
-        return follow(self, offset, on_snapshot=on_snapshot, live=live, headers=headers, timeout=timeout)
+        return follow(
+            partial(self.read, live=live, headers=headers, timeout=timeout),
+            partial(self.bootstrap, headers=headers, timeout=timeout),
+            offset,
+            on_snapshot=on_snapshot,
+            live=live is not None,
+        )
 
     # -- plumbing ------------------------------------------------------------------------
 

@@ -1,5 +1,7 @@
 """What one Spark task of the source does: read ``[start, end)`` of one stream into Arrow.
 
+(The rows themselves are built by ``_rows.RowBuilder``.)
+
 Runs on executors. Everything it needs is in the partition and the (pickled) options, and
 nothing is kept between calls. Three ways of reading, chosen on the driver per server:
 
@@ -19,29 +21,24 @@ nothing is kept between calls. Three ways of reading, chosen on the driver per s
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
-from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import BinaryType, StructType
+from pyspark.sql.types import StructType
 
-from ._offsets import first_excluded, seq_offsets
+from ._offsets import EARLIEST
+from ._rows import RowBuilder
 from .client import Client, Gone, Message, Stream
 from .client.arrow import ArrowSlice
 from .client.models import is_json
-from .options import EARLIEST, ConnectionOptions, ReadOptions
+from .options import ConnectionOptions, ReadOptions
 
 log = logging.getLogger("pyspark_durable_streams.source")
 
-METADATA_COLUMNS = ("stream", "offset", "value", "content_type", "timestamp")
-_BATCH_ROWS = 8192
-_BATCH_BYTES = 16 * 1024 * 1024
 _CONVERGE_ATTEMPTS = 8
 
 
@@ -205,129 +202,3 @@ def gone_message(key: str, offset: str, exc: BaseException) -> str:
         f"skipped and the snapshot itself is not emitted), or restart the query with a new checkpoint "
         f"(startingOffsets=earliest starts from the bootstrap). Server said: {exc}"
     )
-
-
-# -- rows --------------------------------------------------------------------------------------
-
-
-class RowBuilder:
-    """Columns of one Arrow record batch, typed exactly as the declared schema."""
-
-    def __init__(self, schema: StructType, key: str) -> None:
-        self.schema = schema
-        self.arrow_schema = arrow_schema(schema)
-        self.key = key
-        self.parsed = [f.name for f in schema.fields if f.name not in METADATA_COLUMNS]
-        self.value_binary = any(f.name == "value" and isinstance(f.dataType, BinaryType) for f in schema.fields)
-        self._reset()
-
-    def _reset(self) -> None:
-        self.columns: dict[str, list[Any]] = {name: [] for name in self.schema.fieldNames()}
-        self.count = 0
-        self.bytes = 0
-
-    def add(self, message: Message) -> None:
-        columns = self.columns
-        if "stream" in columns:
-            columns["stream"].append(self.key)
-        if "offset" in columns:
-            columns["offset"].append(message.offset)
-        if "value" in columns:
-            value: Any = message.data
-            columns["value"].append(value if self.value_binary else value.decode("utf-8", errors="replace"))
-        if "content_type" in columns:
-            columns["content_type"].append(message.content_type)
-        if "timestamp" in columns:
-            ms = message.timestamp_ms
-            columns["timestamp"].append(ms * 1000 if ms is not None else None)
-        if self.parsed:
-            document = _document(message.data)
-            for name in self.parsed:
-                columns[name].append(document.get(name))
-        self.count += 1
-        self.bytes += len(message.data)
-
-    def arrow_batches(self, found: ArrowSlice, end: str) -> Iterator[pa.RecordBatch]:
-        """The rows of an Arrow response before ``end``, built column by column."""
-        table = found.table
-        if table.num_rows:
-            first = table["seq"][0].as_py()
-            table = table.slice(0, max(0, first_excluded(end) - first)).combine_chunks()
-        if not table.num_rows:
-            return
-        count, data = table.num_rows, table["data"]
-        parsed = [_document(value) for value in data.to_pylist()] if self.parsed else []
-        arrays = []
-        for field in self.arrow_schema:
-            name = field.name
-            if name in ("stream", "content_type"):
-                constant = self.key if name == "stream" else found.content_type
-                arrays.append(pc.fill_null(pa.nulls(count, pa.string()), constant))
-            elif name == "offset":
-                offsets = seq_offsets(table["seq"])
-                if found.start != EARLIEST and not found.start.endswith("_0000000000000000"):
-                    # The first message was read from inside: its row starts where the read did.
-                    offsets = pa.concat_arrays([pa.array([found.start]), offsets.chunk(0)[1:]])
-                arrays.append(offsets)
-            elif name == "value":
-                arrays.append(data if self.value_binary else _utf8(data))
-            elif name == "timestamp":
-                arrays.append(table["ts"].cast(field.type))
-            else:
-                arrays.append(_array([document.get(name) for document in parsed], field.type))
-        batch = pa.RecordBatch.from_arrays([_one_chunk(array) for array in arrays], schema=self.arrow_schema)
-        yield from (batch.slice(at, _BATCH_ROWS) for at in range(0, count, _BATCH_ROWS))
-
-    def full(self) -> bool:
-        return self.count >= _BATCH_ROWS or self.bytes >= _BATCH_BYTES
-
-    def flush(self) -> pa.RecordBatch:
-        arrays = [_array(self.columns[field.name], field.type) for field in self.arrow_schema]
-        batch = pa.RecordBatch.from_arrays(arrays, schema=self.arrow_schema)
-        self._reset()
-        return batch
-
-
-def _document(data: bytes) -> dict[str, Any]:
-    """The JSON object a message holds, or an empty one (its fields then read as null)."""
-    try:
-        document = json.loads(data)
-    except ValueError:
-        return {}
-    return document if isinstance(document, dict) else {}
-
-
-def _utf8(data: pa.ChunkedArray) -> pa.ChunkedArray | pa.Array:
-    """Binary as text; invalid UTF-8 decodes with replacement characters, as ``RowBuilder.add`` does."""
-    try:
-        return data.cast(pa.string())
-    except pa.ArrowInvalid:
-        return pa.array([value.decode("utf-8", errors="replace") for value in data.to_pylist()], pa.string())
-
-
-def _one_chunk(array: pa.Array | pa.ChunkedArray) -> pa.Array:
-    return array.combine_chunks() if isinstance(array, pa.ChunkedArray) else array
-
-
-def arrow_schema(schema: StructType) -> pa.Schema:
-    """The Arrow schema Spark checks batches against (timestamps in UTC, as its reader does)."""
-    try:
-        return to_arrow_schema(schema, timezone="UTC")
-    except TypeError:  # pragma: no cover - older pyspark without the timezone keyword
-        return to_arrow_schema(schema)
-
-
-def _array(values: list[Any], arrow_type: pa.DataType) -> pa.Array:
-    try:
-        return pa.array(values, type=arrow_type)
-    except (pa.ArrowException, TypeError, ValueError, OverflowError):
-        # A parsed JSON field whose values do not fit the declared type: null where they don't.
-        return pa.array([_one(value, arrow_type) for value in values], type=arrow_type)
-
-
-def _one(value: Any, arrow_type: pa.DataType) -> Any:
-    try:
-        pa.array([value], type=arrow_type)
-    except (pa.ArrowException, TypeError, ValueError, OverflowError):
-        return None
-    return value
