@@ -41,17 +41,9 @@ def test_a_stream_read_from_a_json_stream_is_copied_as_json(
 ) -> None:
     source = _json_source(server, "orders", 5)
     copy = server.stream_url("orders-copy")
-    query = (
-        spark.readStream.format("durable_streams")
-        .option("url", source)
-        .load()
-        .writeStream.format("durable_streams")
-        .option("url", copy)
-        .option("createStream", "true")
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .trigger(availableNow=True)
-        .start()
-    )
+    events = spark.readStream.format("durable_streams").option("url", source).load()
+    writer = events.writeStream.format("durable_streams").trigger(availableNow=True)
+    query = writer.options(url=copy, createStream="true", checkpointLocation=str(tmp_path / "ckpt")).start()
     query.awaitTermination(120)
     assert query.exception() is None
     assert _content_type(copy) == "application/json"
