@@ -14,18 +14,25 @@
 # MAGIC `from pyspark_durable_streams.delta import delta_session; spark = delta_session("etl")` (needs the
 # MAGIC `[delta]` extra, `pip install '.[spark,delta]'` in a checkout, and access to Maven Central for the jars). Where
 # MAGIC the session has no Delta jars at all, the notebook falls back to writing through the `deltalake` Python package
-# MAGIC (delta-rs) in `foreachBatch`, with the same exactly-once guarantee (see the cell that does it).
+# MAGIC (delta-rs) in `foreachBatch`, with the same exactly-once guarantee (see the cell that does it); that
+# MAGIC package is not part of the `[spark]` extra: `pip install deltalake` (or the `[server]` extra) where you need it.
 # MAGIC
-# MAGIC **Widgets**: `server_url`; `source_stream` and `target_stream` (names under `/v1/stream/`); `seed_orders`
+# MAGIC **Widgets**: `server_url`, `token`, `ca_cert_file`;
+# MAGIC `source_stream` and `target_stream` (names under `/v1/stream/`); `seed_orders`
 # MAGIC (orders the notebook appends to the source first, so that it has something to read; `0` to read an existing
 # MAGIC stream); `large_order_eur`; `delta_path` and `checkpoint_dir` (on Databricks, locations the cluster may
 # MAGIC write, such as a Unity Catalog volume); `trigger`: `availableNow` processes what is there and stops; an interval
 # MAGIC such as `10 seconds` keeps both queries running, one micro-batch per interval, until the last cell stops them.
+# MAGIC `token` (the bearer token, when the server has `--auth-tokens-file`) and `ca_cert_file` (a CA file for an
+# MAGIC `https://` server with a self-signed certificate; a path every node can read) connect to a remote server: see
+# MAGIC the quickstart notebook for setting one up.
 
 # COMMAND ----------
 
 # ruff: noqa: F821, E402  (spark, dbutils, display: Databricks globals; imports sit in the cells using them)
 dbutils.widgets.text("server_url", "http://127.0.0.1:4437", "Server URL")
+dbutils.widgets.text("token", "", "Bearer token (empty: none)")
+dbutils.widgets.text("ca_cert_file", "", "CA file for https:// (empty: the system's CAs)")
 dbutils.widgets.text("source_stream", "etl-orders", "Source stream")
 dbutils.widgets.text("target_stream", "etl-large-orders", "Target stream (large orders)")
 dbutils.widgets.text("seed_orders", "500", "Orders to append to the source first")
@@ -35,6 +42,10 @@ dbutils.widgets.text("checkpoint_dir", "/tmp/durable-streams-notebooks/etl/check
 dbutils.widgets.text("trigger", "availableNow", "Trigger: availableNow, or an interval like 10 seconds")
 
 server_url = dbutils.widgets.get("server_url").rstrip("/")
+token = dbutils.widgets.get("token") or None  # better: dbutils.secrets.get("<scope>", "<key>")
+ca_cert_file = dbutils.widgets.get("ca_cert_file") or None
+connection = {"token": token, "caCertFile": ca_cert_file}  # the connector's connection options
+connection = {name: value for name, value in connection.items() if value is not None}
 source_url = f"{server_url}/v1/stream/{dbutils.widgets.get('source_stream')}"
 target_url = f"{server_url}/v1/stream/{dbutils.widgets.get('target_stream')}"
 seed_orders = int(dbutils.widgets.get("seed_orders"))
@@ -58,7 +69,7 @@ import uuid
 
 from pyspark_durable_streams.client import Client, Producer
 
-with Client(server_url) as client:
+with Client(server_url, token=token, verify=ca_cert_file) as client:
     source = client.stream(source_url)
     source.create("application/json")
     rng = random.Random()
@@ -92,6 +103,7 @@ orders = (
     spark.readStream.format("durable_streams")
     .schema("order_id string, customer string, amount double, currency string, offset string, timestamp timestamp")
     .option("url", source_url)
+    .options(**connection)
     .option("maxMessagesPerTrigger", 10_000)
     .load()
 )
@@ -130,16 +142,25 @@ def run(writer: DataStreamWriter, name: str) -> StreamingQuery:
 # MAGIC Arrow and appended in one Delta commit that records the query id and batch id as a Delta application
 # MAGIC transaction (the mechanism behind Delta's own `txnAppId`/`txnVersion` options). A batch Spark runs again after
 # MAGIC a failure finds its id recorded and is skipped, so the table holds every order exactly once either way.
+# MAGIC The fallback needs the `deltalake` package; without it (and without Delta jars) the cell stops, saying so.
 
 # COMMAND ----------
 
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
-from deltalake.exceptions import TableNotFoundError
 from pyspark.sql import DataFrame
 
 from pyspark_durable_streams.delta import has_delta_jvm
 
 use_spark_delta = has_delta_jvm(spark)
+if not use_spark_delta:
+    try:
+        from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+        from deltalake.exceptions import TableNotFoundError
+    except ImportError as missing:
+        raise ImportError(
+            "this session cannot write Delta: it has no Delta jars (format('delta')), and the fallback needs the "
+            "deltalake package, which the [spark] extra does not install. Install it on the cluster (pip install "
+            "deltalake), or start the session with Delta (pyspark_durable_streams.delta.delta_session)"
+        ) from missing
 
 
 def append_with_deltalake(batch: DataFrame, batch_id: int) -> None:
@@ -175,7 +196,10 @@ large_orders = enriched.where(F.col("amount_eur") >= large_order_eur).select(
     "order_id", "customer", "amount_eur", "source_offset"
 )
 to_stream = run(
-    large_orders.writeStream.format("durable_streams").option("url", target_url).option("createStream", "true"),
+    large_orders.writeStream.format("durable_streams")
+    .option("url", target_url)
+    .options(**connection)
+    .option("createStream", "true"),
     "large_orders_to_stream",
 )
 
@@ -191,7 +215,7 @@ if use_spark_delta:
 else:
     delta_orders = spark.createDataFrame(DeltaTable(delta_path).to_pyarrow_table())
 delta_count = delta_orders.count()
-large_count = spark.read.format("durable_streams").option("url", target_url).load().count()
+large_count = spark.read.format("durable_streams").option("url", target_url).options(**connection).load().count()
 print(f"{delta_count} orders in the Delta table, {large_count} large orders in {target_url}")
 display(
     delta_orders.groupBy("currency")

@@ -12,14 +12,20 @@
 # MAGIC Snapshots, bootstrap and buckets are extensions of the protocol that this project's server implements.
 # MAGIC Publishing a snapshot moves the stream's retention point: reads of the history before it answer `410 Gone`.
 # MAGIC
-# MAGIC **Widgets**: `server_url`; `bucket` and `stream` (the notebook deletes and re-creates the stream, so each run
+# MAGIC **Widgets**: `server_url`, `token`, `ca_cert_file`;
+# MAGIC `bucket` and `stream` (the notebook deletes and re-creates the stream, so each run
 # MAGIC starts from scratch); `movements` (appended before the snapshot); `later_movements` (appended after it);
 # MAGIC `live_movements` (appended while the consumer tails).
+# MAGIC `token` (the bearer token, when the server has `--auth-tokens-file`) and `ca_cert_file` (a CA file for an
+# MAGIC `https://` server with a self-signed certificate; a path every node can read) connect to a remote server: see
+# MAGIC the quickstart notebook for setting one up.
 
 # COMMAND ----------
 
 # ruff: noqa: F821, E402  (spark, dbutils, display: Databricks globals; imports sit in the cells using them)
 dbutils.widgets.text("server_url", "http://127.0.0.1:4437", "Server URL")
+dbutils.widgets.text("token", "", "Bearer token (empty: none)")
+dbutils.widgets.text("ca_cert_file", "", "CA file for https:// (empty: the system's CAs)")
 dbutils.widgets.text("bucket", "inventory", "Bucket")
 dbutils.widgets.text("stream", "warehouse-1", "Stream")
 dbutils.widgets.text("movements", "400", "Movements before the snapshot")
@@ -27,6 +33,10 @@ dbutils.widgets.text("later_movements", "40", "Movements after the snapshot")
 dbutils.widgets.text("live_movements", "25", "Movements while the consumer tails")
 
 server_url = dbutils.widgets.get("server_url").rstrip("/")
+token = dbutils.widgets.get("token") or None  # better: dbutils.secrets.get("<scope>", "<key>")
+ca_cert_file = dbutils.widgets.get("ca_cert_file") or None
+connection = {"token": token, "caCertFile": ca_cert_file}  # the connector's connection options
+connection = {name: value for name, value in connection.items() if value is not None}
 movements = int(dbutils.widgets.get("movements"))
 later_movements = int(dbutils.widgets.get("later_movements"))
 live_movements = int(dbutils.widgets.get("live_movements"))
@@ -38,7 +48,7 @@ import json
 
 from pyspark_durable_streams.client import Client, Gone, NotFound
 
-client = Client(server_url)
+client = Client(server_url, token=token, verify=ca_cert_file)
 bucket = client.bucket(dbutils.widgets.get("bucket"))
 bucket.create(exist_ok=True)
 stream = bucket.stream(dbutils.widgets.get("stream"))
@@ -73,6 +83,7 @@ stock = (
     spark.read.format("durable_streams")
     .schema("sku string, qty long")
     .option("url", stream.url)
+    .options(**connection)
     .option("endingOffsets", json.dumps({stream.url: snapshot_offset}))
     .load()
     .groupBy("sku")
@@ -126,7 +137,7 @@ print(rebuilt)
 
 # COMMAND ----------
 
-after_snapshot = spark.read.format("durable_streams").option("url", stream.url).load().count()
+after_snapshot = spark.read.format("durable_streams").option("url", stream.url).options(**connection).load().count()
 print(after_snapshot, "messages after the snapshot")
 
 # COMMAND ----------

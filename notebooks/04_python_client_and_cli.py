@@ -9,17 +9,25 @@
 # MAGIC   just the client and the command line, which need only `requests`, `sseclient-py` and `tqdm`.
 # MAGIC * `durable-streams`: the command line over it (`durable-streams --help`).
 # MAGIC
-# MAGIC Nothing here touches `spark`. **Widgets**: `server_url`, `stream` (a name under `/v1/stream/`; the notebook
+# MAGIC Nothing here touches `spark`. **Widgets**: `server_url`, `token`, `ca_cert_file`,
+# MAGIC `stream` (a name under `/v1/stream/`; the notebook
 # MAGIC deletes and re-creates it, and closes it at the end), `events`.
+# MAGIC `token` (the bearer token, when the server has `--auth-tokens-file`) and `ca_cert_file` (a CA file for an
+# MAGIC `https://` server with a self-signed certificate; a path every node can read) connect to a remote server: see
+# MAGIC the quickstart notebook for setting one up.
 
 # COMMAND ----------
 
 # ruff: noqa: F821, E402  (dbutils, display: Databricks globals; imports sit in the cells using them)
 dbutils.widgets.text("server_url", "http://127.0.0.1:4437", "Server URL")
+dbutils.widgets.text("token", "", "Bearer token (empty: none)")
+dbutils.widgets.text("ca_cert_file", "", "CA file for https:// (empty: the system's CAs)")
 dbutils.widgets.text("stream", "client-demo-events", "Stream name")
 dbutils.widgets.text("events", "200", "Events to write")
 
 server_url = dbutils.widgets.get("server_url").rstrip("/")
+token = dbutils.widgets.get("token") or None  # better: dbutils.secrets.get("<scope>", "<key>")
+ca_cert_file = dbutils.widgets.get("ca_cert_file") or None
 path = f"v1/stream/{dbutils.widgets.get('stream')}"
 events = int(dbutils.widgets.get("events"))
 
@@ -37,7 +45,7 @@ import contextlib
 
 from pyspark_durable_streams.client import Client, NotFound, Producer
 
-client = Client(server_url)
+client = Client(server_url, token=token, verify=ca_cert_file)
 stream = client.stream(path)
 with contextlib.suppress(NotFound):
     stream.delete()
@@ -83,14 +91,22 @@ print(f"{len(history)} events, then {len(resumed)} new ones after {checkpoint}")
 # COMMAND ----------
 
 import json
+import os
 import subprocess
 import sys
 
 
 def durable_streams(*args: str, stdin: bytes = b"") -> tuple[str, str]:
-    """`durable-streams --url <server_url> <args>`: returns its stdout and stderr."""
+    """`durable-streams --url <server_url> <args>`: returns its stdout and stderr.
+
+    The token and CA file go in the environment (DURABLE_STREAMS_TOKEN, DURABLE_STREAMS_CA_CERT), not on the
+    command line, where other processes could see them."""
     command = [sys.executable, "-m", "pyspark_durable_streams.client.cli", "--url", server_url, *args]
-    done = subprocess.run(command, input=stdin, capture_output=True, check=True, timeout=60)
+    env = dict(os.environ)
+    for name, value in {"DURABLE_STREAMS_TOKEN": token, "DURABLE_STREAMS_CA_CERT": ca_cert_file}.items():
+        if value is not None:
+            env[name] = value
+    done = subprocess.run(command, input=stdin, capture_output=True, check=True, timeout=60, env=env)
     return done.stdout.decode(), done.stderr.decode()
 
 

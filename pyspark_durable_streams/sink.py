@@ -5,6 +5,14 @@ Target: one stream (option ``url``), or per row the stream named by the ``stream
 (string or binary), or, for ``application/json`` streams without a ``value`` column, each row
 as one JSON object of its columns (the ``stream`` routing column left out).
 
+Content type of the target (created with ``createStream``, and checked): option
+``contentType``; else the target's own when it exists; else the content type the
+``durable_streams`` source recorded in the ``value`` column's metadata (when every stream it
+read has that type), so a ``readStream`` of a JSON stream is copied as JSON, message for
+message; else ``application/octet-stream`` with a ``value`` column, ``application/json``
+without. Only ``mode("append")``: Spark refuses its default mode for Python data sources
+itself, and the sink refuses ``overwrite``.
+
 Exactly-once, and what it rests on
 ----------------------------------
 Every write task appends with an idempotent-producer identity (spec 5.2.1) derived from what
@@ -55,9 +63,10 @@ from pyspark.sql.types import BinaryType, StringType, StructType
 from ._producer_identity import BATCH_ID_PROPERTY, QUERY_ID_PROPERTY, JobIdentity, job_identity, task_identity
 from ._sink_encoding import RequestCutter, checked_messages, row_messages
 from ._sink_sender import FailureHook, SinkError, TaskSender
-from .client import Client, errors
+from .client import Client, Stream, errors
 from .client.models import DEFAULT_CONTENT_TYPE, JSON_CONTENT_TYPE, is_json, media_type
 from .options import OptionError, WriteOptions
+from .source import CONTENT_TYPE_METADATA
 
 __all__ = ["DurableStreamsStreamWriter", "DurableStreamsWriter", "SinkCommitMessage", "SinkError"]
 
@@ -97,7 +106,10 @@ class _Sink:
 
     def __init__(self, options: WriteOptions, schema: StructType, overwrite: bool, *, streaming: bool) -> None:
         if overwrite:
-            raise OptionError("the durable_streams sink only appends: use mode('append') / outputMode('append')")
+            raise OptionError(
+                "the durable_streams sink only appends (a durable stream is append-only; nothing can be "
+                'overwritten): write with .mode("append") (streaming: outputMode("append"))'
+            )
         if streaming and options.close_stream:
             raise OptionError("option 'closeStream' applies to batch writes (df.write); a streaming query never ends")
         self.options = options
@@ -115,6 +127,10 @@ class _Sink:
                 "(a stream id, or a path when no 'bucket' is given); use option 'url' for one stream"
             )
         self.json_columns = [name for name in schema.names if name != self.route_column]
+        self.recorded_content_type: str | None = None
+        """What the durable_streams source recorded on the ``value`` column: the type of the streams read."""
+        if self.value_column is not None:
+            self.recorded_content_type = fields[VALUE_COLUMN].metadata.get(CONTENT_TYPE_METADATA)
         self.identity: JobIdentity = job_identity(options, streaming=streaming)
         self.target: _Target | None = None
         if options.url is not None:
@@ -129,15 +145,25 @@ class _Sink:
             base_url, headers=dict(connection.headers), timeout=connection.timeout_s, verify=connection.ca_cert_file
         )
 
-    def _default_content_type(self) -> str:
-        return self.options.content_type or (DEFAULT_CONTENT_TYPE if self.value_column else JSON_CONTENT_TYPE)
+    def _default_content_type(self, stream: Stream) -> str:
+        """Option contentType; else the existing stream's own; else the type the source recorded on
+        the ``value`` column; else octet-stream for a ``value`` column, JSON for rows of columns."""
+        if self.options.content_type is not None:
+            return self.options.content_type
+        try:
+            return stream.metadata().content_type
+        except errors.NotFound:
+            pass
+        if self.recorded_content_type is not None:
+            return self.recorded_content_type
+        return DEFAULT_CONTENT_TYPE if self.value_column else JSON_CONTENT_TYPE
 
     def _resolve(self, client: Client, url: str, *, option: str) -> _Target:
         """Create or look up one target stream; check its content type against the options and rows."""
         stream = client.stream(url)
         try:
             if self.options.create_stream:
-                wanted = self._default_content_type()
+                wanted = self._default_content_type(stream)
                 try:
                     created = stream.create(wanted, ttl_seconds=self.options.ttl_seconds)
                 except errors.Conflict as exc:

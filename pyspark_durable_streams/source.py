@@ -51,7 +51,7 @@ from ._offsets import (
     starts_inside,
 )
 from ._task_reader import DataLossError, Framing, StreamRange, make_client, read_range
-from .client import Bucket, Client, Gone, Stream
+from .client import Bucket, Client, Gone, Stream, TransportError
 from .client.arrow import ARROW_STREAM
 from .client.models import is_json, media_type
 from .options import LATEST, ReadOptions
@@ -72,6 +72,8 @@ __all__ = ["DataLossError", "DurableStreamsReader", "DurableStreamsStreamReader"
 
 log = logging.getLogger("pyspark_durable_streams.source")
 _EMPTY_STREAM = seq_offset(0)
+CONTENT_TYPE_METADATA = "durable_streams.content_type"
+"""Metadata of the ``value`` column: the content type of every stream read, when they share one."""
 _PROBE_ACCEPT = f"{ARROW_STREAM}, multipart/mixed;q=0.5"
 _FRAMINGS: dict[str, Framing] = {ARROW_STREAM: "arrow", "multipart/mixed": "multipart"}
 
@@ -79,30 +81,42 @@ _FRAMINGS: dict[str, Framing] = {ARROW_STREAM: "arrow", "multipart/mixed": "mult
 def infer_schema(options: ReadOptions) -> StructType:
     """The default schema; ``value`` is a string when every named stream is text or JSON."""
     value_type: BinaryType | StringType = BinaryType()
+    value_metadata: dict[str, str] = {}
     if options.value_type in ("string", "json"):
         value_type = StringType()
     elif options.value_type is None and options.urls:
-        with make_client(options.connection) as client:
-            types = []
-            for url in options.urls:
-                try:
-                    types.append(client.stream(url).metadata().content_type)
-                except Exception as exc:
-                    raise RuntimeError(
-                        f"durable_streams: cannot HEAD {url} to choose the value column's type ({exc}); "
-                        f"create the stream first or set option valueType=binary|string"
-                    ) from exc
+        types = _content_types(options)
         if all(is_json(t) or media_type(t).startswith("text/") for t in types):
             value_type = StringType()
+        if len({media_type(t) for t in types}) == 1:  # the sink creates streams of this type by default
+            value_metadata[CONTENT_TYPE_METADATA] = types[0]
     return StructType(
         [
             StructField("stream", StringType(), False),
             StructField("offset", StringType(), True),
-            StructField("value", value_type, True),
+            StructField("value", value_type, True, value_metadata),
             StructField("content_type", StringType(), True),
             StructField("timestamp", TimestampType(), True),
         ]
     )
+
+
+def _content_types(options: ReadOptions) -> list[str]:
+    with make_client(options.connection) as client:
+        types = []
+        for url in options.urls:
+            try:
+                types.append(client.stream(url).metadata().content_type)
+            except TransportError as exc:
+                raise RuntimeError(
+                    f"durable_streams: cannot reach the Durable Streams server at {url} ({exc}): is it running?"
+                ) from exc
+            except Exception as exc:
+                raise RuntimeError(
+                    f"durable_streams: cannot HEAD {url} to choose the value column's type ({exc}); "
+                    f"create the stream first or set option valueType=binary|string"
+                ) from exc
+    return types
 
 
 class _Streams:

@@ -9,35 +9,21 @@ streams print their bytes unchanged; summaries and offsets go to stderr so stdou
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
 import uuid
-from collections.abc import Callable, Iterable, Sequence
-from typing import BinaryIO, Protocol
+from collections.abc import Callable, Sequence
+from typing import BinaryIO
 
-from tqdm import tqdm  # type: ignore[import-untyped]  # tqdm ships no type information
-
+from . import _cli_io as io
 from ._client import Client
-from .errors import DurableStreamsError, NotFound, Unauthorized
-from .models import Message, is_json
+from .errors import DurableStreamsError, Gone, NotFound, Unauthorized
+from .models import is_json
 from .producer import Producer
 
 _CHUNK_BYTES = 1024 * 1024
-
-
-class _ProgressBar(Protocol):
-    """The part of ``tqdm`` used here (tqdm ships without type information)."""
-
-    def update(self, n: float = 1) -> bool | None: ...
-
-    def __enter__(self) -> _ProgressBar: ...
-
-    def __exit__(self, *exc: object) -> None: ...
-
-
-_PROGRESS_MIN_BYTES = 1024 * 1024
+_TAIL_LINES = 10
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -54,6 +40,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except DurableStreamsError as exc:
         print(f"durable-streams: {exc}", file=sys.stderr)
+        return 1
+    except io.BadInput as exc:
+        print(f"durable-streams {args.command.__name__.strip('_')}: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
@@ -101,11 +90,17 @@ def build_parser() -> argparse.ArgumentParser:
     cat.add_argument("stream")
     cat.add_argument("--offset", default="-1", help="start offset (-1 = beginning, now = current end)")
     cat.add_argument("--print-offset", action="store_true", help="print the offset to resume from to stderr")
+    cat.add_argument("--progress", action=argparse.BooleanOptionalAction, help="progress bar (default: if a TTY)")
 
-    tail = command("tail", _tail, "Print new messages; with -f keep following until the stream is closed.")
+    tail = command(
+        "tail", _tail, "Print the last messages (like tail(1)); with -f keep following until the stream is closed."
+    )
     tail.add_argument("stream")
     tail.add_argument("-f", "--follow", action="store_true", help="keep reading as messages arrive")
-    tail.add_argument("--offset", default="now", help="start offset (default now; -1 = from the beginning)")
+    tail.add_argument(
+        "-n", "--lines", type=int, default=_TAIL_LINES, help=f"start this many messages before the end ({_TAIL_LINES})"
+    )
+    tail.add_argument("--offset", help="start at this offset instead (-1 = the beginning, now = the end)")
     tail.add_argument("--live", choices=("sse", "long-poll"), default="sse", help="how to follow (default sse)")
 
     head = command("head", _head, "Show a stream's metadata (tail offset, content type, TTL, closed).")
@@ -187,10 +182,15 @@ def _append(client: Client, args: argparse.Namespace) -> int:
         result = stream.append(source.read())
         print(f"appended 1 request; next-offset {result.next_offset}", file=sys.stderr)
     else:
+        # JSON lines are all checked before the first request: a bad line appends nothing.
+        if args.json_lines:
+            items = io.json_lines(io.validated_json_lines(source))
+        else:
+            items = io.chunks(source, args.chunk_size)
         producer_id = args.producer_id or f"cli-{uuid.uuid4()}"
         producer = Producer(stream, producer_id, epoch=args.epoch, max_batch_bytes=args.chunk_size)
-        with producer, _progress(source, args.progress) as bar:
-            for item in _lines(source) if args.json_lines else _chunks(source, args.chunk_size):
+        with producer, io.upload_progress(source, args.progress) as bar:
+            for item in items:
                 producer.send(item.strip() if args.json_lines else item)
                 bar.update(len(item))
         stats = producer.stats()
@@ -205,16 +205,35 @@ def _append(client: Client, args: argparse.Namespace) -> int:
 
 
 def _cat(client: Client, args: argparse.Namespace) -> int:
-    with client.stream(args.stream).read(args.offset) as reader:
-        _write_messages(reader)
-        if args.print_offset:
-            print(f"next-offset {reader.offset}", file=sys.stderr)
+    stream = client.stream(args.stream)
+    with io.read_progress(stream, args.offset, args.progress) as bar, stream.read(args.offset) as reader:
+        io.write_messages(reader, progress=bar)
+    if args.print_offset:
+        print(f"next-offset {reader.offset}", file=sys.stderr)
     return 0
 
 
 def _tail(client: Client, args: argparse.Namespace) -> int:
-    with client.stream(args.stream).read(args.offset, live=args.live if args.follow else None) as reader:
-        _write_messages(reader, flush_each=True)
+    stream = client.stream(args.stream)
+    live = args.live if args.follow else None
+    offset = args.offset
+    if offset is None:
+        offset = io.last_messages_offset(stream, args.lines)
+    if offset is None:  # offsets that tell no positions: keep the last messages of the history
+        with stream.read() as history:
+            io.write_messages(io.last_of(history, args.lines))
+        offset = history.offset
+        if history.closed or live is None:
+            return 0
+    try:
+        with stream.read(offset, live=live) as reader:
+            io.write_messages(reader, flush_each=True)
+    except Gone:  # the last messages reach below the latest snapshot: start at it
+        snapshot_offset = stream.metadata().snapshot_offset
+        if args.offset is not None or snapshot_offset is None:
+            raise
+        with stream.read(snapshot_offset, live=live) as reader:
+            io.write_messages(reader, flush_each=True)
     return 0
 
 
@@ -263,7 +282,7 @@ def _snapshot(client: Client, args: argparse.Namespace) -> int:
     if args.action == "publish":
         if not args.offset:
             raise SystemExit("durable-streams snapshot publish: --offset is required")
-        with _open_in(args.file) as source:
+        with io.open_in(args.file) as source:
             snapshots.publish(args.offset, source.read(), content_type=args.content_type)
         print(f"published snapshot at {args.offset}", file=sys.stderr)
         return 0
@@ -271,7 +290,7 @@ def _snapshot(client: Client, args: argparse.Namespace) -> int:
     if snapshot is None:
         print("durable-streams: the stream has no snapshot", file=sys.stderr)
         return 1
-    _write_file(args.file, snapshot.data)
+    io.write_file(args.file, snapshot.data)
     print(f"snapshot-offset {snapshot.offset} content-type {snapshot.content_type}", file=sys.stderr)
     return 0
 
@@ -279,66 +298,11 @@ def _snapshot(client: Client, args: argparse.Namespace) -> int:
 def _bootstrap(client: Client, args: argparse.Namespace) -> int:
     with client.stream(args.stream).bootstrap() as boot:
         if boot.snapshot is not None and args.snapshot_file:
-            _write_file(args.snapshot_file, boot.snapshot.data)
-        _write_messages(boot.messages)
+            io.write_file(args.snapshot_file, boot.snapshot.data)
+        io.write_messages(boot.messages)
         offset = boot.snapshot.offset if boot.snapshot is not None else "-1"
         print(f"snapshot-offset {offset} next-offset {boot.next_offset}", file=sys.stderr)
     return 0
-
-
-# -- input and output --------------------------------------------------------------------------
-
-
-def _write_messages(messages: Iterable[Message], *, flush_each: bool = False) -> None:
-    out = sys.stdout.buffer
-    for message in messages:
-        if is_json(message.content_type):
-            out.write(json.dumps(message.json(), separators=(",", ":")).encode("utf-8") + b"\n")
-        else:
-            out.write(message.data)
-        if flush_each:
-            out.flush()
-    out.flush()
-
-
-def _chunks(source: BinaryIO, size: int) -> Iterable[bytes]:
-    while chunk := source.read(size):
-        yield chunk
-
-
-def _lines(source: BinaryIO) -> Iterable[bytes]:
-    for number, line in enumerate(source, start=1):
-        if line.strip():
-            try:
-                json.loads(line)
-            except ValueError as exc:
-                raise SystemExit(f"durable-streams append: line {number} is not JSON: {exc}") from None
-            yield line
-
-
-def _progress(source: BinaryIO, enabled: bool | None) -> _ProgressBar:
-    try:
-        total: int | None = os.fstat(source.fileno()).st_size or None
-    except (OSError, ValueError):
-        total = None
-    if enabled is None and total is not None and total < _PROGRESS_MIN_BYTES:
-        enabled = False
-    # disable=None lets tqdm decide: shown on a terminal, silent in pipes and logs.
-    bar: _ProgressBar = tqdm(total=total, unit="B", unit_scale=True, disable=None if enabled is None else not enabled)
-    return bar
-
-
-def _open_in(path: str | None) -> contextlib.AbstractContextManager[BinaryIO]:
-    return open(path, "rb") if path and path != "-" else contextlib.nullcontext(sys.stdin.buffer)
-
-
-def _write_file(path: str | None, data: bytes) -> None:
-    if path and path != "-":
-        with open(path, "wb") as target:
-            target.write(data)
-    else:
-        sys.stdout.buffer.write(data)
-        sys.stdout.buffer.flush()
 
 
 if __name__ == "__main__":

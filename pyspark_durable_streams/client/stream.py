@@ -164,11 +164,22 @@ class Stream:
 
     def append_json(self, value: Any, **options: Unpack[AppendOptions]) -> AppendResult:
         """Append one JSON value as one message (arrays too: it is wrapped, see ``encode_json_batch``)."""
+        self._require_json("append_json")
         return self.append(encode_json_batch([value]), **options)
 
     def append_json_batch(self, values: Iterable[Any], **options: Unpack[AppendOptions]) -> AppendResult:
         """Append each value as its own message, atomically, in one request."""
+        self._require_json("append_json_batch")
         return self.append(encode_json_batch(values), **options)
+
+    def _require_json(self, method: str) -> None:
+        """JSON appends to another stream would store the JSON text as opaque bytes: refused."""
+        content_type = self.resolve_content_type()
+        if not is_json(content_type):
+            raise ValueError(
+                f"{method}: the stream {self.url} is {content_type!r}, not JSON; "
+                "append its bytes with append() (or create the stream as application/json)"
+            )
 
     def close(
         self,

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -82,12 +84,12 @@ def test_tail_follow_prints_lines_as_they_arrive(ours: ServerProcess) -> None:
     command = [sys.executable, "-m", "pyspark_durable_streams.client.cli", "tail", "-f", path]
     with subprocess.Popen(command, stdout=subprocess.PIPE, env=env, cwd=REPO_ROOT) as proc:
         assert proc.stdout is not None
-        time.sleep(1.0)  # let it connect at "now"
+        time.sleep(1.0)  # let it print the last messages (like tail -f) and connect after them
         for i in range(3):
             stream.append_json({"live": i})
-        lines = [json.loads(proc.stdout.readline()) for _ in range(3)]
+        lines = [json.loads(proc.stdout.readline()) for _ in range(4)]
         proc.send_signal(signal.SIGKILL)
-    assert lines == [{"live": 0}, {"live": 1}, {"live": 2}]
+    assert lines == ["history", {"live": 0}, {"live": 1}, {"live": 2}]
 
 
 def test_tail_without_follow_and_long_poll_follow_until_closed(ours: ServerProcess) -> None:
@@ -122,3 +124,73 @@ def test_ls_snapshot_and_bootstrap(ours: ServerProcess, tmp_path: Path) -> None:
     assert boot.returncode == 0 and boot.stdout == b'{"n":3}\n'
     assert (tmp_path / "snap").read_bytes() == b'{"total":3}'
     assert f"snapshot-offset {offset}".encode() in boot.stderr
+
+
+def test_json_lines_with_a_bad_line_appends_nothing(ours: ServerProcess, tmp_path: Path) -> None:
+    """The whole input is checked first: a bad line 3 names its number and appends neither line 1 nor 2."""
+    path = f"v1/stream/{unique('cli-bad-lines')}"
+    assert cli("create", path, "-t", "application/json", url=ours.url).returncode == 0
+    lines = b'{"ok":1}\n{"ok":2}\n{broken\n{"ok":4}\n'
+    piped = cli("append", path, "--json-lines", url=ours.url, stdin=lines)
+    with Client(ours.url) as client:
+        assert [message.json() for message in client.stream(path).read("-1")] == []
+    assert piped.returncode == 1 and b"line 3 is not JSON" in piped.stderr and b"nothing was appended" in piped.stderr
+    (tmp_path / "lines.jsonl").write_bytes(lines)
+    from_file = cli("append", path, str(tmp_path / "lines.jsonl"), "--json-lines", url=ours.url)
+    assert from_file.returncode == 1 and b"line 3 is not JSON" in from_file.stderr
+    with Client(ours.url) as client:
+        assert list(client.stream(path).read("-1")) == []
+    (tmp_path / "lines.jsonl").write_bytes(lines.replace(b"{broken", b'{"ok":3}'))
+    assert cli("append", path, str(tmp_path / "lines.jsonl"), "--json-lines", url=ours.url).returncode == 0
+    assert [json.loads(line) for line in cli("cat", path, url=ours.url).stdout.splitlines()] == [
+        {"ok": i} for i in range(1, 5)
+    ]
+
+
+def test_tail_prints_the_last_messages_like_tail(ours: ServerProcess) -> None:
+    path = f"v1/stream/{unique('cli-tail-last')}"
+    with Client(ours.url) as client:
+        client.stream(path).create("application/json")
+        client.stream(path).append_json_batch([{"n": i} for i in range(15)])
+    last_ten = cli("tail", path, url=ours.url)
+    assert last_ten.returncode == 0, last_ten.stderr
+    assert [json.loads(line)["n"] for line in last_ten.stdout.splitlines()] == list(range(5, 15))
+    last_three = cli("tail", path, "-n", "3", url=ours.url)
+    assert [json.loads(line)["n"] for line in last_three.stdout.splitlines()] == [12, 13, 14]
+    assert cli("tail", path, "--offset", "now", url=ours.url).stdout == b""
+
+
+def test_cat_shows_progress_on_a_terminal_only(ours: ServerProcess) -> None:
+    """stderr a terminal (a pty): a tqdm bar counting messages up to the tail; stderr a pipe: no bar."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    path = f"v1/stream/{unique('cli-cat-progress')}"
+    with Client(ours.url) as client:
+        client.stream(path).create("application/json")
+        client.stream(path).append_json_batch([{"n": i} for i in range(250)])
+    controller, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # a terminal's size
+    shown: list[bytes] = []
+
+    def drain() -> None:
+        with contextlib.suppress(OSError):  # EIO once the child's side is closed and drained
+            while chunk := os.read(controller, 65536):
+                shown.append(chunk)
+
+    env = {**os.environ, "DURABLE_STREAMS_URL": ours.url, "NO_PROXY": "127.0.0.1,localhost"}
+    command = [sys.executable, "-m", "pyspark_durable_streams.client.cli", "cat", path]
+    reader = threading.Thread(target=drain)
+    reader.start()
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=terminal, env=env, cwd=REPO_ROOT) as proc:
+        os.close(terminal)
+        stdout, _ = proc.communicate(timeout=30)
+    reader.join(timeout=10)
+    os.close(controller)
+    progress = b"".join(shown)
+    assert proc.returncode == 0 and len(stdout.splitlines()) == 250
+    assert b"250/250" in progress and b"msg" in progress, progress
+    piped = cli("cat", path, url=ours.url)
+    assert piped.returncode == 0 and piped.stderr == b""

@@ -257,6 +257,12 @@ def test_make_commands() -> None:
     assert "durable-streams-server --host 127.0.0.1 --port 4437 --data-dir ./data" in outputs["serve"]
     assert "--port 8080 --data-dir /var/lib/ds" in outputs["serve PORT=8080 DATA=/var/lib/ds"]
     assert "ruff check" in outputs["test"] and "mypy" in outputs["test"] and "pytest" in outputs["test"]
+    # The commands land in .venv/bin, off PATH: the README says how to call them.
+    assert "$(BIN)/python -m pip install --quiet -e '.[server]'" in (REPO_ROOT / "Makefile").read_text()
+    scripts = {entry.split("=")[0].strip() for entry in setup_arguments()["entry_points"]["console_scripts"]}
+    assert scripts == {"durable-streams", "durable-streams-server"}
+    text = README.read_text(encoding="utf-8")
+    assert all(f".venv/bin/{script}" in text for script in scripts) and "source .venv/bin/activate" in text
 
 
 # -- the server ----------------------------------------------------------------------------------
@@ -396,7 +402,8 @@ def test_reading_the_delta_table(server_factory: Callable[..., ServerProcess], t
         os.chdir(cwd)
     messages: pa.Table = namespace["messages"]
     rows = [row for row in messages.to_pylist() if row["stream"] == "v1/stream/in-delta"]
-    assert sorted(json.loads(row["data"])["n"] for row in rows) == [1, 2]
+    assert [json.loads(row["data"])["n"] for row in rows] == [1, 2]  # sorted by the example, in stream order
+    assert messages.sort_by("seq").num_rows == messages.num_rows  # plain columns: pyarrow's functions take them
 
 
 def test_extension_curl_examples(server: ServerProcess, tmp_path: Path) -> None:
@@ -447,14 +454,22 @@ def test_spark_examples(spark: SparkSession, server: ServerProcess, tmp_path: Pa
     replacements = {DEFAULT_URL: server.url, '"/tmp/ckpt"': repr(str(tmp_path / "ckpt"))}
     exec(substitute(streaming.text, replacements), namespace)
     query = namespace["query"]
-    try:
-        query.processAllAvailable()  # the example's query runs until stopped
-    finally:
-        query.stop()
+    query.stop()  # a no-op: the example's query (availableNow) has copied everything and stopped
     assert query.exception() is None
     with Client(server.url) as client:
-        copied = [message.data for message in client.stream("v1/stream/orders-copy").read("-1")]
-    assert sorted(json.loads(data)["id"] for data in copied) == [1, 2, 3, 4, 5]
+        copy = client.stream("v1/stream/orders-copy")
+        assert copy.metadata().content_type == "application/json"  # the source's content type, not octet-stream
+        copied = [message.json() for message in copy.read("-1")]
+    assert copied == [{"id": i} for i in range(1, 6)]  # message for message
+    cli = [sys.executable, "-m", "pyspark_durable_streams.client.cli", "--url", server.url]
+    cat = subprocess.run(
+        [*cli, "cat", "v1/stream/orders-copy"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=shell_env(),
+    )
+    assert cat.stdout.splitlines() == [json.dumps({"id": i}, separators=(",", ":")) for i in range(1, 6)]
 
     for _ in range(2):  # the batch job, twice: producerId makes the second run store nothing
         exec(substitute(batch.text, {DEFAULT_URL: server.url}), namespace)
@@ -486,20 +501,23 @@ def test_delta_session_example(tmp_path: Path) -> None:
 def test_client_examples(server: ServerProcess, tmp_path: Path) -> None:
     """The client blocks continue each other: one script, against a live server named by DURABLE_STREAMS_URL."""
     script = "\n".join(block.text for block in blocks_for("test_client_examples"))
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        env=shell_env(DURABLE_STREAMS_URL=server.url),
-        cwd=tmp_path,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, f"README example failed:\n{result.stderr}"
-    out = result.stdout
-    assert out.startswith("True\n") and "live: {'id': 4}" in out and "409" in out
-    assert "1000 " in out  # the producer's acknowledged messages
-    assert "Gone" in out and "after the snapshot: {'op': 'set', 'v': 3}" in out and "b'{\"v\": 2}'" in out
+    for run in ("first", "again"):  # a reader who runs the examples twice gets the same output
+        result = subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            env=shell_env(DURABLE_STREAMS_URL=server.url),
+            cwd=tmp_path,
+            timeout=120,
+            check=False,
+        )
+        assert result.returncode == 0, f"README example failed ({run} run):\n{result.stderr}"
+        out = result.stdout
+        assert out.startswith("True\nFalse\n") and "live: {'id': 4}" in out and "409" in out
+        ids = [int(line.split("'id': ")[1].rstrip("}")) for line in out.splitlines() if line.startswith("0")]
+        assert ids == [1, 2, 3]  # one message, then two in one request
+        assert "1000 " in out  # the producer's acknowledged messages
+        assert "Gone" in out and "after the snapshot: {'op': 'set', 'v': 3}" in out and "b'{\"v\": 2}'" in out
 
 
 def test_client_command_line(server: ServerProcess, tmp_path: Path) -> None:
@@ -509,12 +527,13 @@ def test_client_command_line(server: ServerProcess, tmp_path: Path) -> None:
     big_log = "".join(f"log line {i}: {'x' * 60}\n" for i in range(40_000)).encode()  # > 2 MiB: several chunks
     (tmp_path / "big.log").write_bytes(big_log)
     events = [{"event": i, "tags": ["a", "b"]} for i in range(5)]
-    (tmp_path / "events.json").write_text("\n".join(json.dumps(event, indent=2) for event in events))
+    (tmp_path / "events.json").write_text(json.dumps(events, indent=2))  # a JSON array, pretty-printed
 
     result = run_bash(substitute(block.text, {DEFAULT_URL: server.url}), cwd=tmp_path)
     out = result.stdout.encode()
     assert big_log in out  # cat printed the log as stored
-    assert "\n".join(json.dumps(event, separators=(",", ":")) for event in events) in result.stdout  # tail -f
+    compact = [json.dumps(event, separators=(",", ":")) for event in events]
+    assert "\n".join(compact[3:] + compact) in result.stdout  # tail -n 2, then tail -f: one message per event
     assert re.search(r"^doc\tOpen\tapplication/json\t", result.stdout, flags=re.MULTILINE)  # ls --long
     assert "next-offset " in result.stderr and "snapshot-offset 0000000000000002_" in result.stderr
     assert json.loads((tmp_path / "state.json").read_text()) == {"v": 2}

@@ -6,11 +6,13 @@ target stream then hold every order (every large order) exactly once.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 from deltalake import DeltaTable
-from notebook_runner import run_notebook
+from notebook_runner import NotebookError, run_notebook
 from pyspark.sql import SparkSession
 from servers import ServerProcess
 
@@ -65,3 +67,23 @@ def test_streaming_etl_notebook(spark: SparkSession, notebook_server: ServerProc
         currency: sum(1 for _, order in source if order["currency"] == currency)
         for currency in {order["currency"] for _, order in source}
     }
+
+
+def test_without_delta_jars_or_deltalake_the_notebook_says_what_to_install(
+    spark: SparkSession, notebook_server: ServerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ``[spark]`` extra does not install ``deltalake``: the notebook imports it only for its
+    fallback, and stops there naming the package, before any query starts."""
+    for module in ("deltalake", "deltalake.exceptions"):
+        monkeypatch.setitem(sys.modules, module, None)  # import deltalake raises ImportError
+    widgets = {
+        "server_url": notebook_server.url,
+        "seed_orders": "5",
+        "delta_path": str(tmp_path / "orders"),
+        "checkpoint_dir": str(tmp_path / "checkpoints"),
+    }
+    with pytest.raises(NotebookError) as failed:
+        run_notebook(NOTEBOOK, spark, widgets)
+    text = str(failed.value)
+    assert "no Delta jars" in text and "pip install deltalake" in text and "[spark] extra" in text, text
+    assert not (tmp_path / "checkpoints").exists()  # it stopped before starting a query
