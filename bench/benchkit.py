@@ -22,7 +22,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 BENCH_DIR = Path(__file__).resolve().parent
 RESULTS_DIR = BENCH_DIR / "results"
@@ -31,9 +31,10 @@ README = BENCH_DIR / "README.md"
 _STARTED = time.monotonic()
 
 
-def progress(message: str) -> None:
-    """One line per step, with the time since the run began: the long runs show where they are."""
-    print(f"[{time.monotonic() - _STARTED:7.1f}s] {message}", flush=True)
+def progress(message: str, file: TextIO | None = None) -> None:
+    """One line per step, with the time since the run began: the long runs show where they are
+    (on stdout unless ``file`` says otherwise)."""
+    print(f"[{time.monotonic() - _STARTED:7.1f}s] {message}", file=file or sys.stdout, flush=True)
 
 
 def percentile(values: list[float], fraction: float) -> float:
