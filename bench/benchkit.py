@@ -133,12 +133,19 @@ def markdown_table(rows: list[dict[str, Any]], other_name: str) -> str:
 
 
 def report(
-    stem: str, section: str | None, title: str, other_name: str, results: list[Result], settings: dict[str, Any]
+    stem: str,
+    section: str | None,
+    title: str,
+    other_name: str,
+    results: list[Result],
+    settings: dict[str, Any],
+    kind: str | None = None,
 ) -> Path:
     """Print the table and write ``results/<stem>.json``; returns its path.
 
     ``section`` names the README block the record may fill: None for partial runs (``--only``),
-    which must never replace a complete table.
+    which must never replace a complete table. ``kind`` describes the run in the README
+    (default: full run, or quick smoke run when ``settings["quick"]``).
     """
     rows = [result.record() for result in results]
     print()
@@ -149,6 +156,7 @@ def report(
         "title": title,
         "other": other_name,
         "quick": bool(settings.get("quick")),
+        "kind": kind,
         "finished": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
         "settings": settings,
@@ -165,7 +173,7 @@ def render(record: dict[str, Any]) -> str:
     """A README results section: when, where, with which settings, and the table."""
     settings = ", ".join(f"{key}={value}" for key, value in record["settings"].items())
     machine = record["machine"]
-    kind = "quick smoke run (small loads; not the benchmark)" if record["quick"] else "full run"
+    kind = record.get("kind") or ("quick smoke run (small loads; not the benchmark)" if record["quick"] else "full run")
     return (
         f"{record['title']}, {kind}, {record['finished']} on {machine['cpus']} CPUs "
         f"({machine['platform']}, Python {machine['python']}); settings: {settings}.\n\n"

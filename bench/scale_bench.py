@@ -29,6 +29,7 @@ record that never replaces a complete one in bench/README.md.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -86,6 +87,7 @@ def main() -> None:
     custom = any(getattr(args, key) for key in ("flushes", "streams", "stored_mib", "memory_mib")) or bool(args.only)
     free = shutil.disk_usage(tempfile.gettempdir()).free / MIB
     note(f"sizes {args.sizes}: {sizes}; {free:,.0f} MiB free in {tempfile.gettempdir()}")
+    budget_default = "not given" if "--memory-budget" in server_flags() else "none (the server has no --memory-budget)"
     work = Work()
     runs: dict[str, Callable[[], tuple[list[Result], dict[str, Any]]]] = {
         "restart": lambda: (
@@ -95,20 +97,23 @@ def main() -> None:
         "storage": lambda: _storage(work, sizes["stored"]),
         "memory": lambda: (
             memory_group(work, sizes["memory"], args.memory_budget_mib),
-            {"stored MiB": sizes["memory"], "memory budget MiB": args.memory_budget_mib or "none (no such option)"},
+            {"stored MiB": sizes["memory"], "memory budget MiB": args.memory_budget_mib or budget_default},
         ),
     }
     try:
         for group in groups:
             note(f"group {group}")
+            load_before = os.getloadavg()[0]
             results, settings = runs[group]()
             suffix = "" if args.sizes == "full" else f"-{args.sizes}"
             stem = f"scale-{group}{suffix}" + ("-partial" if custom else "")
+            load = f"{load_before:.1f} -> {os.getloadavg()[0]:.1f}"
             settings.update(
-                sizes=args.sizes, shared_machine="yes (other helpers run tests)", quick=args.sizes == "small"
+                {"sizes": args.sizes, "1-min load average before -> after": load, "quick": args.sizes == "small"}
             )
             title = f"Storage scale, {group} (ours only; baseline column: see bench/README.md)"
-            report(stem, None if custom else f"scale-{group}", title, "baseline", results, settings)
+            kind = f"`--sizes {args.sizes}` run" + (" with explicit sizes" if custom else "")
+            report(stem, None if custom else f"scale-{group}", title, "baseline", results, settings, kind)
     finally:
         work.close()
 

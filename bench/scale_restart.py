@@ -8,7 +8,8 @@ stays warm), with the CPU seconds the process used by then and the latency of th
 - Commits: one stream gets 100 B appends with ``--flush-interval-ms 5``, each waiting until
   ``/metrics`` counts one more Delta commit, so N appends are N commits (if the counter is
   missing, appends are paced by time and the count is not checked). Sizes accumulate: the
-  stream grows to each size in turn and is restarted there.
+  stream grows to each size in turn and is restarted there. The mean commit duration over
+  the last 500 appends before each restart (``/metrics``) shows how commits age.
 - Streams: ``BUCKETS`` buckets, streams created round-robin in them by 4 processes x 8
   threads of concurrent ``PUT``s carrying 16 B each, also accumulating.
 """
@@ -20,10 +21,12 @@ import statistics
 import time
 
 from benchkit import Result, value_at_most
-from scale_probe import MIB, NO_COMPACTION, OCTETS, Probe, Work, dir_bytes, note, request, target_at
+from scale_probe import MIB, NO_COMPACTION, OCTETS, Probe, Work, dir_bytes, note, target_at
+from server_bench import _request as request
 from server_bench import _spawn, _threads
 
 COMMITS = "durable_streams_delta_commit_duration_seconds_count"
+COMMIT_SECONDS = "durable_streams_delta_commit_duration_seconds_sum"
 RESTARTS = 3
 BUCKETS = 10
 
@@ -61,26 +64,10 @@ def restart_after_flushes(work: Work, sizes: list[int], empty_ms: float) -> list
     probe.start()
     path = "/v1/stream/paced"
     probe.create(path)
-    conn = probe.connection()
-    results, done, paced = [], 0, True
+    results, done = [], 0
     for size in sizes:
-        commits = probe.metrics().get(COMMITS)
-        paced = paced and commits is not None
-        started = time.perf_counter()
-        while done < size:
-            status, _, _ = request(conn, "POST", path, b"p" * 100, OCTETS)
-            assert status == 204, status
-            done += 1
-            if commits is None:
-                time.sleep(0.05)  # no commit counter to watch: leave the flusher time for each
-                continue
-            commits += 1
-            while probe.metric(COMMITS) < commits:
-                time.sleep(0.001)
-            if done % 500 == 0:
-                note(f"  {done:,} paced appends ({500 / (time.perf_counter() - started):.0f}/s)")
-                started = time.perf_counter()
-        conn.close()
+        commit_ms = _append_paced(probe, path, done, size - done)
+        done = size
         stored = dir_bytes(probe.data_dir) / MIB
         ms, first_ms, cpu = restarts(probe, path)
         note(f"{size:,} paced appends ({stored:.1f} MiB on disk): restart {ms:.0f} ms, first GET {first_ms:.1f} ms")
@@ -90,12 +77,41 @@ def restart_after_flushes(work: Work, sizes: list[int], empty_ms: float) -> list
             Result(f"{label}: CPU s by ready", cpu),
             Result(f"{label}: first GET offset=-1 ms", first_ms, None, target_at(size, 20_000, value_at_most(300))),
         ]
-        conn = probe.connection()
-    conn.close()
+        if commit_ms is not None:
+            results.append(Result(f"{label}: mean Delta commit ms over the last 500", commit_ms))
     work.done(probe)
-    if not paced:
-        note("  /metrics had no Delta commit counter: appends were paced by time, commits not checked")
     return results
+
+
+def _append_paced(probe: Probe, path: str, done: int, count: int) -> float | None:
+    """``count`` 100 B appends, each waiting for its own Delta commit on ``/metrics``; the mean
+    commit duration over the last 500 (None, and appends paced by time, without the counter)."""
+    conn = probe.connection()
+    commits = probe.metrics().get(COMMITS)
+    if commits is None:
+        note("  /metrics has no Delta commit counter: appends are paced by time, commits not checked")
+    mark: tuple[float, float] | None = None
+    started = time.perf_counter()
+    for index in range(count):
+        if commits is not None and index == max(0, count - 500):
+            metrics = probe.metrics()
+            mark = (metrics[COMMIT_SECONDS], metrics[COMMITS])
+        status, _, _ = request(conn, "POST", path, b"p" * 100, OCTETS)
+        assert status == 204, status
+        if commits is None:
+            time.sleep(0.05)  # leave the flusher time for each append
+            continue
+        commits += 1
+        while probe.metric(COMMITS) < commits:
+            time.sleep(0.01)  # each scrape costs the server CPU: do not poll harder
+        if (done + index + 1) % 500 == 0:
+            note(f"  {done + index + 1:,} paced appends ({500 / (time.perf_counter() - started):.1f}/s)")
+            started = time.perf_counter()
+    conn.close()
+    if mark is None:
+        return None
+    metrics = probe.metrics()
+    return 1000 * (metrics[COMMIT_SECONDS] - mark[0]) / max(1.0, metrics[COMMITS] - mark[1])
 
 
 def put_streams(port: int, paths: list[str], processes: int = 4, threads: int = 8) -> None:

@@ -33,10 +33,10 @@ from scale_probe import (
     new_bytes,
     note,
     parquet_files,
-    request,
     target_at,
 )
 from scale_restart import put_streams
+from server_bench import _request as request
 from server_bench import _threads
 
 PASSES = "durable_streams_compaction_duration_seconds_count"
