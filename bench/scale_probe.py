@@ -185,8 +185,9 @@ class Probe:
             conn.close()
         assert status in (200, 201), (status, path, data[:300])
 
-    def read_all(self, path: str, expected: int | None = None) -> tuple[int, float]:
-        """Read ``path`` from ``offset=-1`` to its tail, response after response: (bytes, seconds)."""
+    def read_all(self, path: str, expected: int | None = None, label: str | None = None) -> tuple[int, float]:
+        """Read ``path`` from ``offset=-1`` to its tail, response after response: (bytes, seconds).
+        With ``label``, a progress line every 128 MiB."""
         conn = self.connection()
         received, offset = 0, "-1"
         started = time.perf_counter()
@@ -194,6 +195,9 @@ class Probe:
             while True:
                 status, headers, body = request(conn, "GET", f"{path}?offset={offset}")
                 assert status == 200, (status, body[:300])
+                if label and (received + len(body)) // (128 * MIB) > received // (128 * MIB):
+                    rate = (received + len(body)) / MIB / (time.perf_counter() - started)
+                    note(f"  {label}: {(received + len(body)) / MIB:,.0f} MiB read ({rate:.1f} MiB/s)")
                 received += len(body)
                 offset = headers["stream-next-offset"]
                 if headers.get("stream-up-to-date") == "true":

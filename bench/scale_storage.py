@@ -84,9 +84,9 @@ def catch_up(probe: Probe, path: str, mebibytes: int) -> tuple[list[Result], boo
     probe.start(NO_COMPACTION)
     probe.read_all(WARM_UP)  # pages in the code of a history read, so that the cold read counts data
     read_before = probe.disk_read_bytes()
-    size, cold_s = probe.read_all(path, mebibytes * MIB)
+    size, cold_s = probe.read_all(path, mebibytes * MIB, "cold catch-up")
     disk_per_byte = (probe.disk_read_bytes() - read_before) / size
-    _, warm_s = probe.read_all(path, mebibytes * MIB)
+    _, warm_s = probe.read_all(path, mebibytes * MIB, "warm catch-up")
     probe.stop()
     cold, warm = mebibytes / cold_s, mebibytes / warm_s
     note(f"  catch-up of {mebibytes:,} MiB: cold {cold:.0f} MiB/s (page cache dropped: {dropped}), warm {warm:.0f}")
@@ -175,7 +175,7 @@ def memory_group(work: Work, sizes: list[int], budget_mib: float | None) -> list
 
     shares = [paths[i::CLIENTS] for i in range(CLIENTS)]
     for mebibytes in sizes:
-        rounds = max(0, mebibytes * MIB - stored) // (chunk * ACTIVE_STREAMS)
+        rounds = max(0, -(-(mebibytes * MIB - stored) // (chunk * ACTIVE_STREAMS)))  # at least the size
         started = time.perf_counter()
         _threads(functools.partial(write, rounds=rounds), shares)
         stored += rounds * chunk * ACTIVE_STREAMS
