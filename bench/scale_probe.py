@@ -185,9 +185,12 @@ class Probe:
             conn.close()
         assert status in (200, 201), (status, path, data[:300])
 
-    def read_all(self, path: str, expected: int | None = None, label: str | None = None) -> tuple[int, float]:
+    def read_all(
+        self, path: str, expected: int | None = None, label: str | None = None, limit_s: float | None = None
+    ) -> tuple[int, float]:
         """Read ``path`` from ``offset=-1`` to its tail, response after response: (bytes, seconds).
-        With ``label``, a progress line every 128 MiB."""
+        With ``label``, a progress line every 128 MiB; with ``limit_s``, it stops after the
+        response that ends past that time (and ``expected`` is not checked)."""
         conn = self.connection()
         received, offset = 0, "-1"
         started = time.perf_counter()
@@ -202,6 +205,8 @@ class Probe:
                 offset = headers["stream-next-offset"]
                 if headers.get("stream-up-to-date") == "true":
                     break
+                if limit_s is not None and time.perf_counter() - started > limit_s:
+                    return received, time.perf_counter() - started
         finally:
             conn.close()
         elapsed = time.perf_counter() - started
