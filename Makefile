@@ -54,7 +54,7 @@ bench-server: install-test
 bench-spark: install-test
 	$(BIN)/python bench/spark_bench.py
 
-# Storage scale benchmark (issue 19): SCALE=small (minutes), full (~1 h, a few GB in /tmp) or max.
+# Storage scale benchmark (issue 19): SCALE=small (minutes), full (hours, a few GB in /tmp) or max.
 bench-scale: install-test
 	$(BIN)/python bench/scale_bench.py --sizes $(SCALE)
 
