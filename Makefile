@@ -8,8 +8,9 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 4437
 DATA   ?= ./data
+SCALE  ?= small
 
-.PHONY: serve test install install-test lint unit conformance bench bench-server bench-spark clean
+.PHONY: serve test install install-test lint unit conformance bench bench-server bench-spark bench-scale clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +53,10 @@ bench-server: install-test
 
 bench-spark: install-test
 	$(BIN)/python bench/spark_bench.py
+
+# Storage scale benchmark (issue 19): SCALE=small (minutes), full (hours, a few GB in /tmp) or max.
+bench-scale: install-test
+	$(BIN)/python bench/scale_bench.py --sizes $(SCALE)
 
 clean:
 	rm -rf $(VENV) tests/conformance/node_modules .pytest_cache .mypy_cache .ruff_cache

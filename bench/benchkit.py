@@ -22,7 +22,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 BENCH_DIR = Path(__file__).resolve().parent
 RESULTS_DIR = BENCH_DIR / "results"
@@ -31,9 +31,10 @@ README = BENCH_DIR / "README.md"
 _STARTED = time.monotonic()
 
 
-def progress(message: str) -> None:
-    """One line per step, with the time since the run began: the long runs show where they are."""
-    print(f"[{time.monotonic() - _STARTED:7.1f}s] {message}", flush=True)
+def progress(message: str, file: TextIO | None = None) -> None:
+    """One line per step, with the time since the run began: the long runs show where they are
+    (on stdout unless ``file`` says otherwise)."""
+    print(f"[{time.monotonic() - _STARTED:7.1f}s] {message}", file=file or sys.stdout, flush=True)
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -132,12 +133,19 @@ def markdown_table(rows: list[dict[str, Any]], other_name: str) -> str:
 
 
 def report(
-    stem: str, section: str | None, title: str, other_name: str, results: list[Result], settings: dict[str, Any]
+    stem: str,
+    section: str | None,
+    title: str,
+    other_name: str,
+    results: list[Result],
+    settings: dict[str, Any],
+    kind: str | None = None,
 ) -> Path:
     """Print the table and write ``results/<stem>.json``; returns its path.
 
     ``section`` names the README block the record may fill: None for partial runs (``--only``),
-    which must never replace a complete table.
+    which must never replace a complete table. ``kind`` describes the run in the README
+    (default: full run, or quick smoke run when ``settings["quick"]``).
     """
     rows = [result.record() for result in results]
     print()
@@ -148,6 +156,7 @@ def report(
         "title": title,
         "other": other_name,
         "quick": bool(settings.get("quick")),
+        "kind": kind,
         "finished": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
         "settings": settings,
@@ -164,7 +173,7 @@ def render(record: dict[str, Any]) -> str:
     """A README results section: when, where, with which settings, and the table."""
     settings = ", ".join(f"{key}={value}" for key, value in record["settings"].items())
     machine = record["machine"]
-    kind = "quick smoke run (small loads; not the benchmark)" if record["quick"] else "full run"
+    kind = record.get("kind") or ("quick smoke run (small loads; not the benchmark)" if record["quick"] else "full run")
     return (
         f"{record['title']}, {kind}, {record['finished']} on {machine['cpus']} CPUs "
         f"({machine['platform']}, Python {machine['python']}); settings: {settings}.\n\n"
