@@ -1,4 +1,4 @@
-"""The engine: every stream's live state, and the only code that changes it.
+"""The engine: what requests do to live state (validate, record, apply, await durability).
 
 Theory of operation
 -------------------
@@ -9,7 +9,7 @@ All mutations run on the event loop. Each one validates the request against the
 protocol requires, for free. Only then does the request await durability of the
 stream's newest record, so every answer (including duplicates and conflicts, which
 depend on state that may still be in flight) reflects durable state. Before any of it,
-``storage.check_writable()`` refuses (503) writes storage could not make durable soon
+``storage.check_writable()`` refuses writes storage could not make durable soon
 (object-store outage, full WAL), so a refused write changes nothing.
 
 Applying a record goes through ``transitions.LiveState``, the state machine recovery
