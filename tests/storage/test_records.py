@@ -1,31 +1,49 @@
-"""WAL record encoding: round trips, and decoding stops cleanly at a torn or corrupt frame."""
+"""WAL record encoding: round trips, frames written by earlier versions, and decoding
+stops cleanly at a torn or corrupt frame."""
 
 from __future__ import annotations
 
+import json
 import struct
 import zlib
 
 import pytest
 
-from durable_streams_server.storage.records import Record, RecordKind, decode_frames, encode
+from durable_streams_server.storage import records
+from durable_streams_server.storage.records import Header, Record, RecordKind, decode_frames, encode
 
-RECORDS = [
-    Record(1, RecordKind.CREATE, 10, {"path": "/a", "content_type": "application/json", "ttl": None}),
-    Record(2, RecordKind.CREATE, 11, {"path": "/b", "first_seq": 0}, (b"[1]", b'{"x":"\xc3\xa9"}')),
-    Record(3, RecordKind.APPEND, 11, {"first_seq": 2, "producer": ["p", 0, 4], "closed": False}, (b"\x00\xff\x00",)),
-    Record(4, RecordKind.APPEND, 12, {"first_seq": 0}, (b"", b"", bytes(range(256)), b"")),
-    Record(5, RecordKind.APPEND, 12, {"first_seq": 4, "closed": True}),
-    Record(6, RecordKind.DELETE, 10, {}),
-    Record(2**64 - 1, RecordKind.APPEND, 2**64 - 1, {"unicode": "日本 ☃"}, (b"x" * 100_000,)),
+
+def _create(name: str, first_seq: int = 0, batches: tuple[int, ...] = ()) -> records.CreateHeader:
+    return records.CreateHeader(
+        name, "application/json", None, None, None, False, None, 0, None, 0, first_seq, batches, 1000
+    )
+
+
+RECORDS: list[Record[Header]] = [
+    Record(1, 10, _create("v1/stream/a")),
+    Record(2, 11, _create("b/é", batches=(2,)), (b"[1]", b'{"x":"\xc3\xa9"}')),
+    Record(3, 11, records.AppendHeader(2, 1001, ("p", 0, 4), None, False), (b"\x00\xff\x00",)),
+    Record(4, 12, records.AppendHeader(0, 1002, None, None, False), (b"", b"", bytes(range(256)), b"")),
+    Record(5, 12, records.AppendHeader(4, 1003, None, None, True)),
+    Record(6, 10, records.DeleteHeader(1004)),
+    Record(2**64 - 1, 2**64 - 1, records.AppendHeader(0, 2**53, None, "日本 ☃", False), (b"x" * 100_000,)),
+]
+ONE_OF_EACH_KIND: list[Header] = [
+    _create("v1/stream/k", 3, (1, 2)),
+    records.AppendHeader(7, 5, ("producer", 2, 9), "0007", True),
+    records.DeleteHeader(6),
+    records.SnapshotHeader(4, "application/x-snap", 7),
+    records.BucketCreateHeader("bucket", 8),
+    records.BucketDeleteHeader(9),
 ]
 
 
-def _decode_all(data: bytes) -> list[tuple[Record, int]]:
+def _decode_all(data: bytes) -> list[tuple[Record[Header], int]]:
     return list(decode_frames(data))
 
 
 @pytest.mark.parametrize("record", RECORDS, ids=lambda r: f"lsn{r.lsn}-{r.kind.name}-{len(r.messages)}msgs")
-def test_round_trip(record: Record) -> None:
+def test_round_trip(record: Record[Header]) -> None:
     frame = encode(record)
     ((decoded, end),) = _decode_all(frame)
     assert decoded == record
@@ -35,19 +53,94 @@ def test_round_trip(record: Record) -> None:
 
 
 def test_every_kind_with_and_without_messages() -> None:
-    for kind in RecordKind:
+    assert {header.KIND for header in ONE_OF_EACH_KIND} == set(RecordKind)
+    for header in ONE_OF_EACH_KIND:
         for messages in [(), (b"",), (b"a", b"\x00\x01", b"")]:
-            record = Record(7, kind, 3, {"k": kind.name}, messages)
+            record = Record(7, 3, header, messages)
             assert [r for r, _ in _decode_all(encode(record))] == [record]
 
 
 def test_frame_layout() -> None:
-    record = Record(9, RecordKind.APPEND, 5, {"a": 1}, (b"hi",))
+    header = records.AppendHeader(1, 2, None, None, False)
+    record = Record(9, 5, header, (b"hi",))
     frame = encode(record)
     length, crc = struct.unpack_from("<II", frame)
     assert length == len(frame) - 8
     assert crc == zlib.crc32(frame[8:])
-    assert struct.unpack_from("<QBQI", frame, 8) == (9, 2, 5, len(b'{"a":1}'))
+    header_json = b'{"first_seq":1,"ts":2,"producer":null,"stream_seq":null,"close":false}'
+    assert struct.unpack_from("<QBQI", frame, 8) == (9, 2, 5, len(header_json))
+    assert frame[8 + 21 : 8 + 21 + len(header_json)] == header_json
+
+
+# Frames as the untyped-header versions wrote them: header dicts built by the engine, in its
+# key order, JSON with compact separators. (kind, header JSON, messages, the typed record.)
+OLD_LAYOUT: list[tuple[int, bytes, tuple[bytes, ...], Header]] = [
+    (
+        1,
+        b'{"name":"v1/stream/f","content_type":"application/json","ttl_s":60,"expires_at":null,'
+        b'"expires_at_ms":null,"closed":false,"fork_of":5,"fork_seq":2,"fork_offset":"0000000000000002_0000000000000000",'
+        b'"fork_sub_offset":0,"first_seq":2,"batches":[1,2],"ts":1700000000000}',
+        (b"[1]", b"2", b"3"),
+        records.CreateHeader(
+            "v1/stream/f",
+            "application/json",
+            60,
+            None,
+            None,
+            False,
+            5,
+            2,
+            "0000000000000002_0000000000000000",
+            0,
+            2,
+            (1, 2),
+            1700000000000,
+        ),
+    ),
+    (
+        2,
+        b'{"first_seq":3,"ts":1700000000001,"producer":["writer-1",4,17],"stream_seq":"0009","close":true}',
+        (b"x",),
+        records.AppendHeader(3, 1700000000001, ("writer-1", 4, 17), "0009", True),
+    ),
+    (
+        2,
+        b'{"first_seq":0,"ts":1700000000002,"producer":null,"stream_seq":null,"close":false}',
+        (b"a", b"b"),
+        records.AppendHeader(0, 1700000000002, None, None, False),
+    ),
+    (3, b'{"ts":1700000000003}', (), records.DeleteHeader(1700000000003)),
+    (
+        4,
+        b'{"seq":3,"content_type":"application/x-snap","ts":1700000000004}',
+        (b"\x00blob",),
+        records.SnapshotHeader(3, "application/x-snap", 1700000000004),
+    ),
+    (5, b'{"bucket_id":"b-1","ts":1700000000005}', (), records.BucketCreateHeader("b-1", 1700000000005)),
+    (6, b'{"ts":1700000000006}', (), records.BucketDeleteHeader(1700000000006)),
+]
+
+
+def _old_frame(lsn: int, kind: int, uid: int, header: bytes, messages: tuple[bytes, ...]) -> bytes:
+    """u32 payload_length | u32 crc32(payload) | payload, built by hand from the layout."""
+    payload = struct.pack("<QBQI", lsn, kind, uid, len(header)) + header + struct.pack("<I", len(messages))
+    for message in messages:
+        payload += struct.pack("<I", len(message)) + message
+    return struct.pack("<II", len(payload), zlib.crc32(payload)) + payload
+
+
+@pytest.mark.parametrize("old", OLD_LAYOUT, ids=lambda old: f"{RecordKind(old[0]).name}-{len(old[2])}msgs")
+def test_frames_of_the_untyped_layout_decode_to_typed_records(
+    old: tuple[int, bytes, tuple[bytes, ...], Header],
+) -> None:
+    kind, header_json, messages, header = old
+    assert json.loads(header_json) == header.to_json()
+    frame = _old_frame(41, kind, 7, header_json, messages)
+    ((decoded, end),) = _decode_all(frame)
+    assert decoded == Record(41, 7, header, messages)
+    assert decoded.kind is RecordKind(kind) and type(decoded.header) is type(header)
+    assert end == len(frame)
+    assert encode(decoded) == frame  # and the typed headers write the very same bytes
 
 
 def test_concatenated_frames_decode_in_order_with_end_positions() -> None:

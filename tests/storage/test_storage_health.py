@@ -106,7 +106,7 @@ def test_wal_mode_reports_and_refuses_over_the_cap_then_recovers(
             try:
                 await _append(engine, b"y" * 1000)
             except ServiceUnavailable as refused:
-                assert refused.code == "WAL_FULL" and int(refused.headers["Retry-After"]) >= 1
+                assert refused.code == "WAL_FULL" and refused.retry_after_s is not None and refused.retry_after_s >= 1
                 break
             assert storage.wal_bytes == _on_disk(tmp_path)
         assert storage.wal_bytes == _on_disk(tmp_path) > MAX_WAL_BYTES

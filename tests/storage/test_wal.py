@@ -6,19 +6,19 @@ from pathlib import Path
 
 import pytest
 
-from durable_streams_server.storage.records import Record, RecordKind, encode
+from durable_streams_server.storage.records import AppendHeader, Header, Record, encode
 from durable_streams_server.storage.wal import WriteAheadLog
 
 
-def rec(lsn: int, *messages: bytes) -> Record:
-    return Record(lsn, RecordKind.APPEND, lsn % 3, {"first_seq": lsn}, tuple(messages))
+def rec(lsn: int, *messages: bytes) -> Record[Header]:
+    return Record(lsn, lsn % 3, AppendHeader(lsn, 0, None, None, False), tuple(messages))
 
 
 def segment_starts(directory: Path) -> list[int]:
     return sorted(int(p.stem) for p in directory.glob("*.wal"))
 
 
-def write_segments(wal: WriteAheadLog, bounds: list[tuple[int, int]]) -> list[Record]:
+def write_segments(wal: WriteAheadLog, bounds: list[tuple[int, int]]) -> list[Record[Header]]:
     """One segment per ``(first, last)`` LSN range, each written in two batches."""
     written = []
     for first, last in bounds:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from durable_streams_server.storage.records import Record, RecordKind, encode
+from durable_streams_server.storage.records import AppendHeader, Record, encode
 from durable_streams_server.storage.wal import WriteAheadLog
 
 
 def frame(lsn: int, size: int = 100) -> bytes:
-    return encode(Record(lsn, RecordKind.APPEND, 1, {"first_seq": lsn}, (b"x" * size,)))
+    return encode(Record(lsn, 1, AppendHeader(lsn, 0, None, None, False), (b"x" * size,)))
 
 
 def on_disk(directory: Path) -> int:

@@ -1,4 +1,4 @@
-"""The engine: every stream's live state, and the only code that changes it.
+"""The engine: what requests do to live state (validate, record, apply, await durability).
 
 Theory of operation
 -------------------
@@ -9,19 +9,20 @@ All mutations run on the event loop. Each one validates the request against the
 protocol requires, for free. Only then does the request await durability of the
 stream's newest record, so every answer (including duplicates and conflicts, which
 depend on state that may still be in flight) reflects durable state. Before any of it,
-``storage.check_writable()`` refuses (503) writes storage could not make durable soon
+``storage.check_writable()`` refuses writes storage could not make durable soon
 (object-store outage, full WAL), so a refused write changes nothing.
 
-The very same ``_apply_*`` functions replay records at recovery, so a replayed server is
-indistinguishable from the one that crashed.
+Applying a record goes through ``transitions.LiveState``, the state machine recovery
+replays the WAL through too, so a replayed server is indistinguishable from the one
+that crashed. The engine talks to storage only through ``ports.StoragePort``.
 
 Readers see ``visible_tail``: storage calls ``on_durable`` after each group commit and
 the engine publishes the tails those records produced, waking long-poll and SSE waiters.
 
 Deletion follows the fork rules: a stream with live forks is soft-deleted (its data
 stays readable through the forks, its URL answers 410); removing the last fork of a
-soft-deleted stream removes that stream too, recursively. TTL expiry is checked lazily
-on access and behaves like a delete.
+soft-deleted stream removes that stream too, recursively (``transitions``). TTL expiry
+is checked lazily on access and behaves like a delete.
 """
 
 from __future__ import annotations
@@ -31,20 +32,28 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from ..protocol import producers
 from ..protocol.errors import Conflict, Gone, NotFound
 from ..protocol.headers import DEFAULT_CONTENT_TYPE, is_json, normalize_content_type
 from ..protocol.json_mode import split_messages
 from ..protocol.offsets import encode_seq
-from ..storage.committer import Recovery, Storage
-from ..storage.records import Record, RecordKind
+from ..storage.records import (
+    AppendHeader,
+    BucketCreateHeader,
+    BucketDeleteHeader,
+    CreateHeader,
+    DeleteHeader,
+    SnapshotHeader,
+)
+from ..storage.view import Recovery, StreamState
 from . import forks
 from .buckets import Bucket, Buckets, bucket_of
 from .history import HistoryCache
+from .ports import StoragePort
 from .stream import Stream
-from .types import AppendOutcome, AppendRequest, CreateOutcome, CreateRequest
+from .transitions import LiveState
+from .types import AppendOutcome, AppendRequest, AppendResult, CreateOutcome, CreateRequest
 
 log = logging.getLogger("durable_streams_server.engine")
 
@@ -65,83 +74,38 @@ def _now_ms() -> int:
 
 class Engine:
     def __init__(
-        self, storage: Storage, config: EngineConfig | None = None, clock: Callable[[], int] = _now_ms
+        self, storage: StoragePort, config: EngineConfig | None = None, clock: Callable[[], int] = _now_ms
     ) -> None:
         self.storage = storage
         self.config = config or EngineConfig()
         self.clock = clock
-        self.streams: dict[str, Stream] = {}
-        self.by_uid: dict[int, Stream] = {}
+        self.live = LiveState(clock)
         self._becoming_visible: deque[tuple[int, Stream, int, bool]] = deque()
-        self._tombstones: dict[int, dict[str, Any]] = {}
-        self.buckets = Buckets()
         self.history = HistoryCache(self.config.history_cache_bytes)
         storage.attach(self)
+
+    @property
+    def streams(self) -> dict[str, Stream]:
+        """Every stream by name (soft-deleted ones included)."""
+        return self.live.streams
+
+    @property
+    def by_uid(self) -> dict[int, Stream]:
+        return self.live.by_uid
+
+    @property
+    def buckets(self) -> Buckets:
+        return self.live.buckets
 
     # -- recovery ---------------------------------------------------------------------
 
     def load(self, recovery: Recovery) -> None:
-        live = [state for state in recovery.states.values() if not state.get("deleted")]
-        for state in live:
-            if state.get("type") == "bucket":
-                self.buckets.load(state)
-        for state in live:
-            if state.get("type") != "bucket":
-                stream = Stream.from_state(state)
-                self.by_uid[stream.uid] = stream
-                self.buckets.stream_added(stream.name)
-        for stream in self.by_uid.values():
-            if stream.fork_of is not None and stream.fork_of in self.by_uid:
-                self.by_uid[stream.fork_of].forks += 1
-        for record in recovery.records:
-            self._replay(record)
-        for stream in list(self.by_uid.values()):
-            if stream.soft_deleted and stream.forks == 0 and stream.uid in self.by_uid:
-                self._remove(stream)
-        self.streams = {s.name: s for s in self.by_uid.values()}
-        now = self.clock()
-        for stream in self.streams.values():
-            # Access times are persisted lazily; never let a restart expire a stream early.
-            stream.last_access_ms = max(stream.last_access_ms, now)
-
-    def _replay(self, record: Record) -> None:
-        if record.kind is RecordKind.BUCKET_CREATE:
-            self._apply_bucket_create(record)
-            return
-        if record.kind is RecordKind.BUCKET_DELETE:
-            self.buckets.remove(self.buckets.by_uid[record.uid])
-            return
-        if record.kind is RecordKind.CREATE:
-            stream = self._apply_create(record)
-            self.streams[stream.name] = stream
-        else:
-            stream = self.by_uid[record.uid]
-            if record.kind is RecordKind.APPEND:
-                self._apply_append(stream, record)
-            elif record.kind is RecordKind.SNAPSHOT:
-                self._apply_snapshot(stream, record)
-            else:
-                self._apply_delete(stream)
-        stream.visible_tail = stream.tail
-        stream.visible_closed = stream.closed
+        self.live.load(recovery)
 
     # -- StateView (called by storage) ------------------------------------------------
 
-    def snapshot_states(self, uids: set[int]) -> dict[int, dict[str, Any]]:
-        now = self.clock()
-        states: dict[int, dict[str, Any]] = {}
-        for uid in uids:
-            stream = self.by_uid.get(uid)
-            bucket = self.buckets.by_uid.get(uid)
-            if stream is not None:
-                states[uid] = stream.to_state(written_ms=now)
-            elif bucket is not None:
-                states[uid] = bucket.to_state(written_ms=now)
-            elif uid in self._tombstones:
-                states[uid] = self._tombstones.pop(uid)
-        states.update(self._tombstones)
-        self._tombstones.clear()
-        return states
+    def snapshot_states(self, uids: set[int]) -> dict[int, StreamState]:
+        return self.live.states_for(uids)
 
     def on_durable(self, lsn: int) -> None:
         queue = self._becoming_visible
@@ -154,7 +118,7 @@ class Engine:
         for stream in woken.values():
             stream.wake()
 
-    def on_flushed(self, states: Mapping[int, dict[str, Any]]) -> None:
+    def on_flushed(self, states: Mapping[int, StreamState]) -> None:
         keep = self.config.tail_cache_bytes
         for uid, state in states.items():
             stream = self.by_uid.get(uid)
@@ -250,24 +214,23 @@ class Engine:
             if initial:
                 messages.extend(initial)
                 batches.append(len(initial))
-        header = {
-            "name": request.name,
-            "content_type": content_type,
-            "ttl_s": ttl_s,
-            "expires_at": expires_at,
-            "expires_at_ms": expires_at_ms,
-            "closed": request.closed,
-            "fork_of": source.uid if source else None,
-            "fork_seq": fork_seq,
-            "fork_offset": request.fork_offset.encode() if request.fork_offset else None,
-            "fork_sub_offset": request.fork_sub_offset or 0,
-            "first_seq": fork_seq,
-            "batches": batches,
-            "ts": self.clock(),
-        }
-        record = self.storage.submit(RecordKind.CREATE, self.storage.next_lsn, header, tuple(messages))
-        stream = self._apply_create(record)
-        self.streams[stream.name] = stream
+        header = CreateHeader(
+            name=request.name,
+            content_type=content_type,
+            ttl_s=ttl_s,
+            expires_at=expires_at,
+            expires_at_ms=expires_at_ms,
+            closed=request.closed,
+            fork_of=source.uid if source else None,
+            fork_seq=fork_seq,
+            fork_offset=request.fork_offset.encode() if request.fork_offset else None,
+            fork_sub_offset=request.fork_sub_offset or 0,
+            first_seq=fork_seq,
+            batches=tuple(batches),
+            ts=self.clock(),
+        )
+        record = self.storage.submit(self.storage.next_lsn, header, tuple(messages))
+        stream = self.live.create(record)
         self._publish(record.lsn, stream)
         return CreateOutcome(True, stream, stream.tail)
 
@@ -289,38 +252,6 @@ class Engine:
         (stored,) = await self.storage.read_messages(stream.uid, seq, seq + 1)
         return stored.data, stored.batch
 
-    def _apply_create(self, record: Record) -> Stream:
-        header = record.header
-        now = header["ts"]
-        stream = Stream(
-            name=header["name"],
-            uid=record.uid,
-            content_type=header["content_type"],
-            created_ms=now,
-            ttl_s=header["ttl_s"],
-            expires_at=header["expires_at"],
-            expires_at_ms=header["expires_at_ms"],
-            closed=header["closed"],
-            fork_of=header["fork_of"],
-            fork_seq=header["fork_seq"],
-            fork_offset=header["fork_offset"],
-            fork_sub_offset=header["fork_sub_offset"],
-            last_access_ms=now,
-            last_write_ms=now,
-        )
-        stream.tail = stream.visible_tail = stream.mem_base = stream.flushed_tail = header["first_seq"]
-        seq = header["first_seq"]
-        for size in header["batches"]:
-            stream.remember(seq, record.messages[seq - header["first_seq"] : seq - header["first_seq"] + size], now)
-            seq += size
-        stream.tail = seq
-        stream.last_lsn = record.lsn
-        if stream.fork_of is not None:
-            self.by_uid[stream.fork_of].forks += 1
-        self.by_uid[stream.uid] = stream
-        self.buckets.stream_added(stream.name)
-        return stream
-
     # -- append / close ---------------------------------------------------------------
 
     async def append(self, name: str, request: AppendRequest) -> AppendOutcome:
@@ -337,9 +268,9 @@ class Engine:
         producer = request.producer
         if stream.closed:
             if producer is not None and stream.closed_by == (producer.producer_id, producer.epoch, producer.seq):
-                return AppendOutcome(204, stream.tail, True, producer.epoch, producer.seq)
+                return AppendOutcome(AppendResult.ALREADY_CLOSED, stream.tail, True, producer.epoch, producer.seq)
             if not request.body and producer is None:
-                return AppendOutcome(204, stream.tail, True)
+                return AppendOutcome(AppendResult.ALREADY_CLOSED, stream.tail, True)
             raise Conflict("stream is closed", code="STREAM_CLOSED", headers=_closed_headers(stream))
         if (
             request.body
@@ -354,7 +285,9 @@ class Engine:
         if producer is not None:
             decision = producers.admit(stream.producers.get(producer.producer_id), producer)
             if isinstance(decision, producers.Duplicate):
-                return AppendOutcome(204, stream.tail, False, producer.epoch, decision.last_seq, include_offset=False)
+                return AppendOutcome(
+                    AppendResult.DUPLICATE, stream.tail, False, producer.epoch, decision.last_seq, include_offset=False
+                )
             producer_state = decision
         if (
             request.stream_seq is not None
@@ -369,43 +302,25 @@ class Engine:
                 if is_json(stream.content_type)
                 else [request.body]
             )
-        header = {
-            "first_seq": stream.tail,
-            "ts": self.clock(),
-            "producer": [producer.producer_id, producer_state.epoch, producer_state.last_seq]
+        header = AppendHeader(
+            first_seq=stream.tail,
+            ts=self.clock(),
+            producer=(producer.producer_id, producer_state.epoch, producer_state.last_seq)
             if producer and producer_state
             else None,
-            "stream_seq": request.stream_seq,
-            "close": request.close,
-        }
-        record = self.storage.submit(RecordKind.APPEND, stream.uid, header, tuple(messages))
-        self._apply_append(stream, record)
+            stream_seq=request.stream_seq,
+            close=request.close,
+        )
+        record = self.storage.submit(stream.uid, header, tuple(messages))
+        self.live.append(stream, record)
         self._publish(record.lsn, stream)
-        status = 200 if producer is not None and messages else 204
         return AppendOutcome(
-            status,
+            AppendResult.STORED_FOR_PRODUCER if producer is not None and messages else AppendResult.STORED,
             stream.tail,
             stream.closed,
             producer.epoch if producer else None,
             producer.seq if producer else None,
         )
-
-    def _apply_append(self, stream: Stream, record: Record) -> None:
-        header = record.header
-        stream.last_write_ms = header["ts"]
-        if record.messages:
-            stream.remember(header["first_seq"], record.messages, header["ts"])
-            stream.tail = header["first_seq"] + len(record.messages)
-        if header["producer"] is not None:
-            producer_id, epoch, seq = header["producer"]
-            stream.producers[producer_id] = producers.ProducerState(epoch, seq)
-        if header["stream_seq"] is not None:
-            stream.stream_seq = header["stream_seq"]
-        if header["close"]:
-            stream.closed = True
-            if header["producer"] is not None:
-                stream.closed_by = (header["producer"][0], header["producer"][1], header["producer"][2])
-        stream.last_lsn = record.lsn
 
     # -- delete -----------------------------------------------------------------------
 
@@ -416,47 +331,18 @@ class Engine:
         await self.storage.wait_durable(stream.last_lsn)
 
     def _submit_delete(self, stream: Stream) -> None:
-        record = self.storage.submit(RecordKind.DELETE, stream.uid, {"ts": self.clock()})
-        self._apply_delete(stream)
-        stream.last_lsn = record.lsn
-        stream.wake()
-
-    def _apply_delete(self, stream: Stream) -> None:
-        if stream.forks > 0:
-            stream.soft_deleted = True
-            self._tombstones.pop(stream.uid, None)
-        else:
-            self._remove(stream)
-
-    def _remove(self, stream: Stream) -> None:
-        """Forget a stream; a soft-deleted source whose last fork this was goes too."""
-        self.by_uid.pop(stream.uid, None)
-        if self.streams.get(stream.name) is stream:
-            del self.streams[stream.name]
-            self.buckets.stream_removed(stream.name)
-        self._tombstones[stream.uid] = stream.to_state(written_ms=self.clock(), deleted=True)
-        stream.wake()
-        if stream.fork_of is not None:
-            source = self.by_uid.get(stream.fork_of)
-            if source is not None:
-                source.forks -= 1
-                if source.forks == 0 and source.soft_deleted:
-                    self._remove(source)
+        record = self.storage.submit(stream.uid, DeleteHeader(ts=self.clock()))
+        self.live.delete(stream, record)
 
     # -- buckets ----------------------------------------------------------------------
 
     async def create_bucket(self, bucket_id: str) -> Bucket:
         self.storage.check_writable()
         self.buckets.require_absent(bucket_id)
-        header = {"bucket_id": bucket_id, "ts": self.clock()}
-        record = self.storage.submit(RecordKind.BUCKET_CREATE, self.storage.next_lsn, header)
-        bucket = self._apply_bucket_create(record)
+        header = BucketCreateHeader(bucket_id=bucket_id, ts=self.clock())
+        record = self.storage.submit(self.storage.next_lsn, header)
+        bucket = self.live.create_bucket(record)
         await self.storage.wait_durable(record.lsn)
-        return bucket
-
-    def _apply_bucket_create(self, record: Record) -> Bucket:
-        bucket = Bucket(record.header["bucket_id"], record.uid, record.header["ts"])
-        self.buckets.add(bucket)
         return bucket
 
     async def delete_bucket(self, bucket_id: str) -> None:
@@ -465,9 +351,8 @@ class Engine:
         for stream_id in list(bucket.stream_ids):
             self.find(f"{bucket_id}/{stream_id}")  # lets expired streams go first
         self.buckets.require_empty(bucket)
-        record = self.storage.submit(RecordKind.BUCKET_DELETE, bucket.uid, {"ts": self.clock()})
-        self.buckets.remove(bucket)
-        self._tombstones[bucket.uid] = bucket.to_state(written_ms=self.clock(), deleted=True)
+        record = self.storage.submit(bucket.uid, BucketDeleteHeader(ts=self.clock()))
+        self.live.delete_bucket(bucket, record)
         await self.storage.wait_durable(record.lsn)
 
     # -- snapshots ----------------------------------------------------------------------
@@ -480,17 +365,11 @@ class Engine:
         if seq < stream.earliest_retained:
             raise Gone("the snapshot offset is older than the earliest retained offset", code="OFFSET_GONE")
         self.touch(stream)
-        header = {"seq": seq, "content_type": content_type, "ts": self.clock()}
-        record = self.storage.submit(RecordKind.SNAPSHOT, stream.uid, header, (blob,))
-        self._apply_snapshot(stream, record)
+        header = SnapshotHeader(seq=seq, content_type=content_type, ts=self.clock())
+        record = self.storage.submit(stream.uid, header, (blob,))
+        self.live.snapshot(stream, record)
         await self.storage.wait_durable(record.lsn)
         return stream
-
-    def _apply_snapshot(self, stream: Stream, record: Record) -> None:
-        stream.snapshot_seq = record.header["seq"]
-        stream.snapshot_content_type = record.header["content_type"]
-        stream.snapshot_data = record.messages[0]
-        stream.snapshot_lsn = stream.last_lsn = record.lsn
 
     async def snapshot_blob(self, stream: Stream) -> bytes:
         """The latest snapshot's bytes, from memory or (once flushed) from Delta."""

@@ -251,7 +251,7 @@ async def _history(engine: Engine, stream: Stream, start: int, budget: int) -> p
     else:
         size, window = _DEFAULT_MESSAGE_BYTES, budget
     scan_end = min(stream.mem_base, start + window // size + 1)
-    table = await asyncio.to_thread(engine.storage.delta.read_message_table, stream.uid, start, scan_end)
+    table = await engine.storage.read_message_table(stream.uid, start, scan_end)
     engine.history.put(stream.uid, table)
     return table
 

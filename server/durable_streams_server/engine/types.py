@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 from ..protocol.headers import ProducerHeaders
 from ..protocol.offsets import Offset
@@ -39,12 +40,24 @@ class AppendRequest:
     close: bool
 
 
+class AppendResult(Enum):
+    """What became of an append (the HTTP layer picks the status from it)."""
+
+    STORED = "stored"
+    """A plain write or a close was stored."""
+    STORED_FOR_PRODUCER = "stored_for_producer"
+    """An idempotent producer's messages were stored (the protocol answers 200)."""
+    DUPLICATE = "duplicate"
+    """An idempotent producer's retry of a write already stored: nothing changed."""
+    ALREADY_CLOSED = "already_closed"
+    """A repeated close of a closed stream: nothing changed."""
+
+
 @dataclass(frozen=True, slots=True)
 class AppendOutcome:
-    """What an append did. ``status`` is 200 (producer write), 204 (plain write,
-    close, or duplicate)."""
+    """What an append did, and the state to report back."""
 
-    status: int
+    result: AppendResult
     tail: int
     closed: bool
     producer_epoch: int | None = None

@@ -30,8 +30,12 @@ _EVERY_RESPONSE = [
 
 
 def error_response(error: ProtocolError) -> Response:
+    """The one rendering of every protocol error: JSON body, its headers, ``Retry-After``."""
     body = json.dumps({"error": {"code": error.code, "message": error.message}}).encode()
-    return Response(body, status_code=error.status, headers=error.headers, media_type="application/json")
+    headers = dict(error.headers)
+    if error.retry_after_s is not None:
+        headers["Retry-After"] = str(error.retry_after_s)
+    return Response(body, status_code=error.status, headers=headers, media_type="application/json")
 
 
 async def http_error_response(_: Request, exc: Exception) -> Response:

@@ -18,7 +18,7 @@ from starlette.responses import Response
 from ..engine import reads
 from ..engine.engine import Engine
 from ..engine.stream import Stream
-from ..engine.types import AppendOutcome, AppendRequest, CreateRequest, ReadResult
+from ..engine.types import AppendOutcome, AppendRequest, AppendResult, CreateRequest, ReadResult
 from ..protocol import headers as h
 from ..protocol.cursor import response_cursor
 from ..protocol.errors import BadRequest, PayloadTooLarge
@@ -113,7 +113,8 @@ class StreamHandlers:
         outcome = await self.engine.append(
             name, AppendRequest(body, content_type, producer, headers.get(h.STREAM_SEQ), close)
         )
-        return Response(status_code=outcome.status, headers=_append_headers(outcome))
+        status = 200 if outcome.result is AppendResult.STORED_FOR_PRODUCER else 204
+        return Response(status_code=status, headers=_append_headers(outcome))
 
     # -- DELETE / HEAD ------------------------------------------------------------------
 

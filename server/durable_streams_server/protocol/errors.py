@@ -1,10 +1,10 @@
 """Every protocol error the server can answer with, written out once.
 
-Each error carries its HTTP status, a stable machine-readable ``code``, a human message
-and any protocol headers the spec requires on that response (``Stream-Closed``,
-``Producer-Expected-Seq`` ...). The HTTP layer turns one into a JSON body
-``{"error": {"code": ..., "message": ...}}`` plus those headers; nothing else decides
-statuses.
+Each error carries its HTTP status, a stable machine-readable ``code``, a human message,
+any protocol headers the spec requires on that response (``Stream-Closed``,
+``Producer-Expected-Seq`` ...) and, for refusals that pass, ``retry_after_s``: when to
+try again. The HTTP layer turns one into a JSON body ``{"error": {"code": ...,
+"message": ...}}`` plus those headers and ``Retry-After``; nothing else decides statuses.
 
     ProtocolError
     ├── BadRequest             400  malformed headers, offsets, bodies, parameters
@@ -31,11 +31,20 @@ class ProtocolError(Exception):
     status: int = 500
     default_code: str = "INTERNAL_ERROR"
 
-    def __init__(self, message: str, *, code: str | None = None, headers: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        retry_after_s: int | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.code = code or self.default_code
         self.headers: dict[str, str] = dict(headers or {})
+        self.retry_after_s = retry_after_s
+        """Seconds after which a retry may succeed (rendered as ``Retry-After``)."""
 
 
 class BadRequest(ProtocolError):

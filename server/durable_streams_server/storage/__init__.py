@@ -1,1 +1,68 @@
-"""Durability: the write-ahead log and the Delta tier."""
+"""Durability: the write-ahead log and the Delta tier.
+
+Theory of operation
+-------------------
+The engine hands every state change to ``Storage.submit`` synchronously, in the order it
+applied them, as a typed record (``records``); ``submit`` stamps the next LSN and queues
+the record. A request is acknowledged only after ``wait_durable(lsn)`` returns
+(``acks``: LSNs and the waiters for them).
+
+``durability="wal"``: one writer task (``wal_writer``) drains the queue, writes every
+pending frame with one ``write`` and one ``fdatasync`` on a worker thread, then marks
+them all durable (group commit: while one batch syncs, the next one accumulates). The
+flusher (``flusher``) periodically cuts the log at the newest LSN, asks the engine for
+the state of every stream the cut's records touched (``view.StateView``), and commits
+messages + states to Delta (``delta_log``) with the cut LSN as the commit's
+application-transaction version. The WAL (``wal``) rotates at the cut, and segments
+below it are deleted once the commit has succeeded.
+
+``durability="delta"``: no WAL; the flusher runs continuously and a record is durable
+when the Delta commit containing it succeeds (group commit at Delta's pace).
+
+Recovery is the mirror image: newest Delta state per stream, then the WAL records after
+the Delta commit's LSN (``view.Recovery``), replayed by the engine in order through the
+same transitions that live requests use.
+
+Compaction (``compaction``) purges, clusters, checkpoints and vacuums the Delta table in
+the background, beside appends and reads.
+
+Object-store outages
+--------------------
+A failed Delta commit is retried by the flusher with backoff, forever and without giving
+up on the batch (the commit is idempotent: see ``flusher``). What the outage means for
+requests depends on the durability mode:
+
+* ``wal``: nothing changes for clients while the WAL has room; records keep being
+  acknowledged after their fsync and pile up in the WAL (and in memory). Once the WAL
+  holds more than ``max_wal_bytes``, new writes get 503 (``WAL_FULL``, with a retry
+  delay). When a commit succeeds again the WAL segments below it are deleted and writes
+  are accepted again, without a restart.
+* ``delta``: a record is acknowledged only by its commit, so the first failed attempt
+  (or one without an answer for ``commit_timeout_s``: a store that hangs rather than
+  refuses) answers every waiting request with 503 (``COMMIT_IN_DOUBT``): like a
+  timeout, the write may or may not become durable. Its record stays applied in memory
+  and queued, and does commit once the store is back (or is lost with a crash before
+  that: it was never acknowledged). Readers never see it before it commits, since
+  visibility follows durability. A producer retrying the same (id, epoch, seq) after the
+  outage therefore meets either its committed record (duplicate: 204) or, after a
+  restart that lost it, no record (accepted): exactly one copy either way. Plain appends
+  retried by the client may duplicate, as after any timeout. Until a commit succeeds
+  again, new writes are refused up-front (``DELTA_UNAVAILABLE``).
+
+Refusals happen in ``check_writable`` (``admission``), which the engine calls before it
+validates or changes anything, so a refused write leaves memory untouched. A WAL write
+or fsync failure (local disk) is different: memory may be ahead of the WAL, so storage
+refuses writes until a restart (``STORAGE_FAILED``), answering at once instead of
+hanging. A refusal carries ``retry_after_s``; storage never builds HTTP headers.
+
+Modules: ``committer`` (the ``Storage`` facade wiring the rest), ``records``, ``acks``,
+``admission``, ``wal``, ``wal_writer``, ``flusher``, ``delta_log``, ``compaction``,
+``view`` (what storage and the engine hand each other), ``observer`` (metrics hooks).
+Storage never imports the engine.
+"""
+
+from .committer import Durability, Storage, StorageConfig
+from .compaction import CompactionConfig
+from .view import Recovery, StateView
+
+__all__ = ["CompactionConfig", "Durability", "Recovery", "StateView", "Storage", "StorageConfig"]

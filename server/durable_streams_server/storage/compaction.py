@@ -19,10 +19,17 @@ conflict. Vacuum is different: it deletes every file the handle's snapshot does 
 reference, so a file committed by the flusher a moment earlier would look unreferenced.
 It therefore runs through the flusher's handle, under its lock, after a refresh
 (``vacuum`` callback).
+
+``Compaction`` schedules the passes (every ``interval_s``, or on demand through
+``Storage.compact``) on a worker thread, one at a time. It learns what to purge from
+the flusher (streams whose deleted state reached Delta) and from the engine's retention
+plan, and forgets either only after a pass that covered it succeeded: a failed pass
+(e.g. during an object-store outage) leaves everything for the next one.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -32,7 +39,11 @@ from typing import TypeVar
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 
+from .observer import StorageObserver
+from .view import StateView, StreamState
+
 log = logging.getLogger("durable_streams_server.compaction")
+_storage_log = logging.getLogger("durable_streams_server.storage")
 
 _T = TypeVar("_T")
 _DELETE_BATCH = 200
@@ -109,3 +120,59 @@ class Compactor:
 def _batches(items: list[_T]) -> Iterable[list[_T]]:
     for start in range(0, len(items), _DELETE_BATCH):
         yield items[start : start + _DELETE_BATCH]
+
+
+class Compaction:
+    """The background loop and the bookkeeping between passes (see the module docstring)."""
+
+    def __init__(self, compactor: Compactor, vacuum: Callable[[int], int], observer: StorageObserver) -> None:
+        self.compactor = compactor
+        self._vacuum = vacuum
+        self._observer = observer
+        self.view: StateView | None = None
+        self._removed_uids: set[int] = set()
+        self._retention_done: dict[int, int] = {}
+        self._lock = asyncio.Lock()
+
+    def note_flushed(self, states: Mapping[int, StreamState]) -> None:
+        """The flusher committed these states: deleted ones can now be purged."""
+        self._removed_uids.update(uid for uid, state in states.items() if state.get("deleted"))
+
+    async def loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.compactor.config.interval_s)
+            try:
+                await self.compact()
+            except Exception as error:  # the next pass retries; the table stays consistent
+                _storage_log.warning("compaction pass failed", extra={"error": str(error)})
+
+    async def compact(self) -> CompactionReport:
+        """One compaction pass over what has been flushed; runs beside appends and reads."""
+        assert self.view is not None
+        async with self._lock:
+            removed = set(self._removed_uids)
+            retention = {
+                uid: seq for uid, seq in self.view.retention_plan().items() if seq > self._retention_done.get(uid, 0)
+            }
+            started = time.perf_counter()
+            try:
+                report = await asyncio.to_thread(self.compactor.run_once, removed, retention, self._vacuum)
+            except Exception:
+                self._observer.compaction(time.perf_counter() - started, False)
+                raise
+            self._observer.compaction(time.perf_counter() - started, True)
+            # (vacuum refreshed the writer's handle after the pass's last commit)
+            self._removed_uids -= removed
+            self._retention_done.update(retention)
+        _storage_log.info(
+            "compacted",
+            extra={
+                "files_before": report.files_before,
+                "files_after": report.files_after,
+                "purged_streams": report.purged_uids,
+                "retention_purges": report.retention_purges,
+                "vacuumed_files": report.vacuumed_files,
+                "seconds": report.seconds,
+            },
+        )
+        return report

@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
-from .records import Record, RecordKind
+from .records import AppendHeader, CreateHeader, Header, Record, SnapshotHeader
 
 APP_ID = "durable-streams-server"
 TABLE_NAME = "streams"
@@ -131,27 +131,33 @@ class DeltaLog:
                 newest[uid] = (lsn, meta)
         return {uid: json.loads(meta) for uid, (_, meta) in newest.items()}
 
-    def commit(self, records: Iterable[Record], states: Mapping[int, dict[str, Any]], through_lsn: int) -> None:
+    def commit(self, records: Iterable[Record[Header]], states: Mapping[int, dict[str, Any]], through_lsn: int) -> None:
         """Write the records' messages and snapshots plus the given states in one commit."""
         rows = _Rows()
         names = {uid: state["name"] for uid, state in states.items()}
         for record in records:
+            header = record.header
             if not record.messages:
                 continue
-            name = names.get(record.uid) or record.header.get("name", "")
-            ts_us = record.header["ts"] * 1000
-            if record.kind is RecordKind.SNAPSHOT:
-                meta = json.dumps({"content_type": record.header["content_type"]})
-                rows.add(
-                    name, record.uid, KIND_SNAPSHOT, record.header["seq"], ts_us, record.messages[0], meta, record.lsn
-                )
+            ts_us = header.ts * 1000
+            if isinstance(header, SnapshotHeader):
+                meta = json.dumps({"content_type": header.content_type})
+                name = names.get(record.uid) or ""
+                rows.add(name, record.uid, KIND_SNAPSHOT, header.seq, ts_us, record.messages[0], meta, record.lsn)
                 continue
-            first_seq = record.header["first_seq"]
-            batch_starts = _batch_starts(record.header.get("batches") or [len(record.messages)])
+            if isinstance(header, CreateHeader):
+                name, batches = names.get(record.uid) or header.name, header.batches
+            elif isinstance(header, AppendHeader):
+                name, batches = names.get(record.uid) or "", ()
+            else:  # (no other kind carries messages)
+                continue
+            batch_starts = _batch_starts(batches or (len(record.messages),))
             for index, message in enumerate(record.messages):
                 size = batch_starts.get(index, 1)
                 batch_meta = f'{{"batch":{size}}}' if size > 1 else None
-                rows.add(name, record.uid, KIND_MESSAGE, first_seq + index, ts_us, message, batch_meta, record.lsn)
+                rows.add(
+                    name, record.uid, KIND_MESSAGE, header.first_seq + index, ts_us, message, batch_meta, record.lsn
+                )
         for uid, state in states.items():
             meta = json.dumps(state, separators=(",", ":"))
             rows.add(state["name"], uid, KIND_STATE, state["tail"], state["written_ms"] * 1000, None, meta, through_lsn)
@@ -219,7 +225,7 @@ class _Rows:
         return pa.Table.from_arrays(arrays, schema=SCHEMA)
 
 
-def _batch_starts(sizes: list[int]) -> dict[int, int]:
+def _batch_starts(sizes: Sequence[int]) -> dict[int, int]:
     """Index of each append batch's first message -> the batch's length."""
     starts, index = {}, 0
     for size in sizes:

@@ -1,10 +1,16 @@
-"""Records: the unit of durability, and their byte encoding in the write-ahead log.
+"""Records: the unit of durability, one typed header per kind, and their WAL byte encoding.
 
 Every change to the server's state is one record, and a record carries everything a
 change touches: the messages an append adds *and* the producer state, ``Stream-Seq``
 and closure it moves. Writing one record is therefore atomic for data and state, which
 is what makes idempotent producers exactly-once across crashes. Replaying the records
-after the last Delta commit, in LSN order, rebuilds exactly the acknowledged state.
+after the last Delta commit, in LSN order, through the engine's transitions
+(``engine.transitions``) rebuilds exactly the acknowledged state.
+
+Each kind has a frozen header dataclass (``CreateHeader`` ... ``BucketDeleteHeader``);
+the record's kind is its header's type, so the two can never disagree. A header encodes
+to (and decodes from) a JSON object whose keys are its field names in field order: the
+bytes the untyped headers of earlier versions wrote, so their WAL files stay readable.
 
 Frame layout (little-endian)::
 
@@ -18,10 +24,12 @@ from __future__ import annotations
 import json
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any
+from typing import Any, ClassVar, Generic, TypeGuard, TypeVar
+
+_R = TypeVar("_R", bound="_Removal")
 
 
 class RecordKind(IntEnum):
@@ -34,21 +42,184 @@ class RecordKind(IntEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class Record:
-    """One durable state change of one stream.
+class CreateHeader:
+    """A stream's creation (or a fork's): its configuration and initial messages, which
+    start at ``first_seq`` (the fork point) in append batches of ``batches`` lengths."""
 
-    ``header`` holds the kind-specific fields (see ``engine.replay``); ``messages`` the
-    payloads an append or create adds, starting at sequence ``header["first_seq"]``.
+    KIND: ClassVar[RecordKind] = RecordKind.CREATE
+    name: str
+    content_type: str
+    ttl_s: int | None
+    expires_at: str | None
+    expires_at_ms: int | None
+    closed: bool
+    fork_of: int | None
+    fork_seq: int
+    fork_offset: str | None
+    fork_sub_offset: int
+    first_seq: int
+    batches: tuple[int, ...]
+    ts: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "content_type": self.content_type,
+            "ttl_s": self.ttl_s,
+            "expires_at": self.expires_at,
+            "expires_at_ms": self.expires_at_ms,
+            "closed": self.closed,
+            "fork_of": self.fork_of,
+            "fork_seq": self.fork_seq,
+            "fork_offset": self.fork_offset,
+            "fork_sub_offset": self.fork_sub_offset,
+            "first_seq": self.first_seq,
+            "batches": list(self.batches),
+            "ts": self.ts,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CreateHeader:
+        return cls(
+            name=data["name"],
+            content_type=data["content_type"],
+            ttl_s=data["ttl_s"],
+            expires_at=data["expires_at"],
+            expires_at_ms=data["expires_at_ms"],
+            closed=data["closed"],
+            fork_of=data["fork_of"],
+            fork_seq=data["fork_seq"],
+            fork_offset=data["fork_offset"],
+            fork_sub_offset=data["fork_sub_offset"],
+            first_seq=data["first_seq"],
+            batches=tuple(data["batches"]),
+            ts=data["ts"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AppendHeader:
+    """Messages from ``first_seq`` (one append batch), and the state they move: the
+    producer's ``(id, epoch, last_seq)``, ``Stream-Seq``, closure."""
+
+    KIND: ClassVar[RecordKind] = RecordKind.APPEND
+    first_seq: int
+    ts: int
+    producer: tuple[str, int, int] | None
+    stream_seq: str | None
+    close: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "first_seq": self.first_seq,
+            "ts": self.ts,
+            "producer": list(self.producer) if self.producer is not None else None,
+            "stream_seq": self.stream_seq,
+            "close": self.close,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> AppendHeader:
+        producer = data["producer"]
+        return cls(
+            first_seq=data["first_seq"],
+            ts=data["ts"],
+            producer=(producer[0], producer[1], producer[2]) if producer is not None else None,
+            stream_seq=data["stream_seq"],
+            close=data["close"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotHeader:
+    """A snapshot of the stream at offset ``seq``; its blob is the record's one message."""
+
+    KIND: ClassVar[RecordKind] = RecordKind.SNAPSHOT
+    seq: int
+    content_type: str
+    ts: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seq": self.seq, "content_type": self.content_type, "ts": self.ts}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SnapshotHeader:
+        return cls(seq=data["seq"], content_type=data["content_type"], ts=data["ts"])
+
+
+@dataclass(frozen=True, slots=True)
+class _Removal:
+    """A removal carries nothing but its time (the uid says what goes)."""
+
+    ts: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ts": self.ts}
+
+    @classmethod
+    def from_json(cls: type[_R], data: dict[str, Any]) -> _R:
+        return cls(ts=data["ts"])
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteHeader(_Removal):
+    KIND: ClassVar[RecordKind] = RecordKind.DELETE
+
+
+@dataclass(frozen=True, slots=True)
+class BucketCreateHeader:
+    KIND: ClassVar[RecordKind] = RecordKind.BUCKET_CREATE
+    bucket_id: str
+    ts: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"bucket_id": self.bucket_id, "ts": self.ts}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> BucketCreateHeader:
+        return cls(bucket_id=data["bucket_id"], ts=data["ts"])
+
+
+@dataclass(frozen=True, slots=True)
+class BucketDeleteHeader(_Removal):
+    KIND: ClassVar[RecordKind] = RecordKind.BUCKET_DELETE
+
+
+Header = CreateHeader | AppendHeader | SnapshotHeader | DeleteHeader | BucketCreateHeader | BucketDeleteHeader
+H = TypeVar("H", bound=Header)
+H_co = TypeVar("H_co", bound=Header, covariant=True)
+
+_DECODERS: dict[RecordKind, Callable[[dict[str, Any]], Header]] = {
+    header.KIND: header.from_json
+    for header in (CreateHeader, AppendHeader, SnapshotHeader, DeleteHeader, BucketCreateHeader, BucketDeleteHeader)
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Record(Generic[H_co]):
+    """One durable state change of one stream (or bucket), identified by ``uid``.
+
+    ``messages`` are the payloads a create or append adds (from ``header.first_seq``) or a
+    snapshot's blob. (Build one as ``Record(...)``, never ``Record[X](...)``: a frozen
+    slotted generic cannot take the alias's ``__orig_class__``.)
     """
 
     lsn: int
-    kind: RecordKind
     uid: int
-    header: dict[str, Any]
+    header: H_co
     messages: tuple[bytes, ...] = field(default=())
+
+    @property
+    def kind(self) -> RecordKind:
+        return self.header.KIND
 
     def encoded_size(self) -> int:
         return sum(len(m) for m in self.messages)
+
+
+def is_kind(record: Record[Header], kind: type[H]) -> TypeGuard[Record[H]]:
+    """Whether ``record`` carries a header of type ``kind`` (narrows it for mypy)."""
+    return isinstance(record.header, kind)
 
 
 _FRAME = struct.Struct("<II")
@@ -56,8 +227,8 @@ _PREFIX = struct.Struct("<QBQI")
 _U32 = struct.Struct("<I")
 
 
-def encode(record: Record) -> bytes:
-    header = json.dumps(record.header, separators=(",", ":")).encode()
+def encode(record: Record[Header]) -> bytes:
+    header = json.dumps(record.header.to_json(), separators=(",", ":")).encode()
     parts = [_PREFIX.pack(record.lsn, record.kind, record.uid, len(header)), header, _U32.pack(len(record.messages))]
     for message in record.messages:
         parts.append(_U32.pack(len(message)))
@@ -66,10 +237,10 @@ def encode(record: Record) -> bytes:
     return _FRAME.pack(len(payload), zlib.crc32(payload)) + payload
 
 
-def _decode_payload(payload: memoryview) -> Record:
+def _decode_payload(payload: memoryview) -> Record[Header]:
     lsn, kind, uid, header_length = _PREFIX.unpack_from(payload, 0)
     position = _PREFIX.size
-    header = json.loads(bytes(payload[position : position + header_length]))
+    header = _DECODERS[RecordKind(kind)](json.loads(bytes(payload[position : position + header_length])))
     position += header_length
     (count,) = _U32.unpack_from(payload, position)
     position += _U32.size
@@ -79,10 +250,10 @@ def _decode_payload(payload: memoryview) -> Record:
         position += _U32.size
         messages.append(bytes(payload[position : position + length]))
         position += length
-    return Record(lsn, RecordKind(kind), uid, header, tuple(messages))
+    return Record(lsn, uid, header, tuple(messages))
 
 
-def decode_frames(data: bytes) -> Iterator[tuple[Record, int]]:
+def decode_frames(data: bytes) -> Iterator[tuple[Record[Header], int]]:
     """Yield ``(record, end_position)`` for each intact frame; stop at the first torn one.
 
     A torn or corrupt frame can only be the last one a crash interrupted: it was never

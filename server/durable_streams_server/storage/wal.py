@@ -1,6 +1,6 @@
 """The write-ahead log: segmented, append-only, fsync'd files under ``<data-dir>/wal``.
 
-Blocking file operations only; ``storage.committer`` decides when they run (on a worker
+Blocking file operations only; ``storage.wal_writer`` decides when they run (on a worker
 thread, in batches: group commit). A segment is named by the LSN of its first record.
 After the Delta tier has committed everything up to some LSN, the segments wholly below
 it are deleted; the segment being written is never deleted.
@@ -19,7 +19,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from .records import Record, decode_frames
+from .records import Header, Record, decode_frames
 
 _SUFFIX = ".wal"
 
@@ -48,7 +48,7 @@ class WriteAheadLog:
                 found.append((int(path.stem), path))
         return sorted(found)
 
-    def replay(self) -> Iterator[Record]:
+    def replay(self) -> Iterator[Record[Header]]:
         """Every intact record in LSN order; a torn tail is cut off the file it is in."""
         for start, path in self._segments():
             data = path.read_bytes()

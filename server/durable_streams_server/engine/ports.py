@@ -1,0 +1,57 @@
+"""What the engine needs from storage: the port it talks through (``StoragePort``).
+
+The engine and the readers in ``reads`` depend on this protocol, not on the storage
+package's classes: ``storage.Storage`` implements it, and nothing in the engine reaches
+past it into Delta tables or WAL files. (The reverse direction, what storage needs from
+the engine, is ``storage.view.StateView``.)
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import pyarrow as pa
+
+from ..storage.delta_log import StoredMessage
+from ..storage.records import H, Record
+from ..storage.view import StateView
+
+
+class StoragePort(Protocol):
+    def attach(self, view: StateView) -> None:
+        """Register the engine for state snapshots and progress callbacks."""
+        ...
+
+    # -- writes -----------------------------------------------------------------------
+
+    def check_writable(self) -> None:
+        """Raise ``ServiceUnavailable`` (with ``retry_after_s``) while storage could not
+        make a write durable soon; called before anything is validated or changed."""
+        ...
+
+    @property
+    def next_lsn(self) -> int:
+        """The LSN the next record will get (a create uses it as the new uid)."""
+        ...
+
+    def submit(self, uid: int, header: H, messages: tuple[bytes, ...] = ()) -> Record[H]:
+        """Stamp the next LSN on a state change and queue it for durability."""
+        ...
+
+    async def wait_durable(self, lsn: int) -> None:
+        """Return once the record ``lsn`` (and all before it) is durable."""
+        ...
+
+    # -- history ----------------------------------------------------------------------
+
+    async def read_messages(self, uid: int, start_seq: int, end_seq: int) -> list[StoredMessage]:
+        """Stored messages ``start_seq <= seq < end_seq`` of one stream, in order."""
+        ...
+
+    async def read_message_table(self, uid: int, start_seq: int, end_seq: int) -> pa.Table:
+        """The same as Arrow columns ``seq``, ``data``, ``ts``, in order."""
+        ...
+
+    async def read_snapshot(self, uid: int, seq: int) -> tuple[str, bytes] | None:
+        """Content type and blob of the newest snapshot stored for offset ``seq``."""
+        ...

@@ -1,0 +1,212 @@
+"""The state machine: every stream and bucket, and the transitions that change them.
+
+Theory of operation
+-------------------
+Each record kind has one transition here (``create``, ``append``, ``snapshot``,
+``delete``, ``create_bucket``, ``delete_bucket``), and a transition is the *only* way
+that kind changes live state. A live request validates against the applied state,
+builds the record, submits it to storage and applies it through its transition, in one
+synchronous step; recovery replays the WAL records after the last Delta commit through
+the very same transitions (``load`` / ``apply``), in LSN order. So a recovered server is
+indistinguishable from the one that crashed: there is no second code path for replay to
+drift from, and everything a transition does (fork counts, bucket listings, the
+tombstones that make removals durable) happens on both.
+
+Transitions never validate and never fail: a record is a fact once submitted. They also
+never touch visibility (``visible_tail``): live requests publish what a record made
+visible once it is durable (the engine), while replayed records were durable already.
+
+Removal: a stream with live forks is soft-deleted (data stays readable through the
+forks); otherwise it is forgotten, and a soft-deleted source whose last fork this was
+goes with it, recursively. Each removal leaves a tombstone (its state marked deleted)
+that the next flush writes to Delta (``states_for``), so the removal outlives the WAL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..protocol import producers
+from ..storage.records import (
+    AppendHeader,
+    BucketCreateHeader,
+    BucketDeleteHeader,
+    CreateHeader,
+    DeleteHeader,
+    Header,
+    Record,
+    SnapshotHeader,
+    is_kind,
+)
+from ..storage.view import Recovery, StreamState
+from .buckets import Bucket, Buckets
+from .stream import Stream
+
+
+class LiveState:
+    def __init__(self, clock: Callable[[], int]) -> None:
+        self.clock = clock
+        self.streams: dict[str, Stream] = {}
+        self.by_uid: dict[int, Stream] = {}
+        self.buckets = Buckets()
+        self._tombstones: dict[int, StreamState] = {}
+
+    # -- recovery ---------------------------------------------------------------------
+
+    def load(self, recovery: Recovery) -> None:
+        """The Delta states, then the WAL records after them through the transitions."""
+        live = [state for state in recovery.states.values() if not state.get("deleted")]
+        for state in live:
+            if state.get("type") == "bucket":
+                self.buckets.load(state)
+        for state in live:
+            if state.get("type") != "bucket":
+                stream = Stream.from_state(state)
+                self.by_uid[stream.uid] = stream
+                self.streams[stream.name] = stream
+                self.buckets.stream_added(stream.name)
+        for stream in self.by_uid.values():
+            if stream.fork_of is not None and stream.fork_of in self.by_uid:
+                self.by_uid[stream.fork_of].forks += 1
+        for record in recovery.records:
+            changed = self.apply(record)
+            if isinstance(changed, Stream):
+                changed.visible_tail = changed.tail  # durable already
+                changed.visible_closed = changed.closed
+        for stream in list(self.by_uid.values()):
+            if stream.soft_deleted and stream.forks == 0 and stream.uid in self.by_uid:
+                self._remove(stream)
+        self.streams = {s.name: s for s in self.by_uid.values()}
+        now = self.clock()
+        for stream in self.streams.values():
+            # Access times are persisted lazily; never let a restart expire a stream early.
+            stream.last_access_ms = max(stream.last_access_ms, now)
+
+    def apply(self, record: Record[Header]) -> Stream | Bucket | None:
+        """Apply any record through its transition; return what it changed."""
+        if is_kind(record, CreateHeader):
+            return self.create(record)
+        if is_kind(record, BucketCreateHeader):
+            return self.create_bucket(record)
+        if is_kind(record, BucketDeleteHeader):
+            self.delete_bucket(self.buckets.by_uid[record.uid], record)
+            return None
+        stream = self.by_uid[record.uid]
+        if is_kind(record, AppendHeader):
+            self.append(stream, record)
+        elif is_kind(record, SnapshotHeader):
+            self.snapshot(stream, record)
+        elif is_kind(record, DeleteHeader):
+            self.delete(stream, record)
+        return stream
+
+    # -- what the next flush writes ---------------------------------------------------
+
+    def states_for(self, uids: set[int]) -> dict[int, StreamState]:
+        """The current state of each uid, plus every tombstone not yet handed out."""
+        now = self.clock()
+        states: dict[int, StreamState] = {}
+        for uid in uids:
+            stream = self.by_uid.get(uid)
+            bucket = self.buckets.by_uid.get(uid)
+            if stream is not None:
+                states[uid] = stream.to_state(written_ms=now)
+            elif bucket is not None:
+                states[uid] = bucket.to_state(written_ms=now)
+            elif uid in self._tombstones:
+                states[uid] = self._tombstones.pop(uid)
+        states.update(self._tombstones)
+        self._tombstones.clear()
+        return states
+
+    # -- transitions ------------------------------------------------------------------
+
+    def create(self, record: Record[CreateHeader]) -> Stream:
+        header = record.header
+        now = header.ts
+        stream = Stream(
+            name=header.name,
+            uid=record.uid,
+            content_type=header.content_type,
+            created_ms=now,
+            ttl_s=header.ttl_s,
+            expires_at=header.expires_at,
+            expires_at_ms=header.expires_at_ms,
+            closed=header.closed,
+            fork_of=header.fork_of,
+            fork_seq=header.fork_seq,
+            fork_offset=header.fork_offset,
+            fork_sub_offset=header.fork_sub_offset,
+            last_access_ms=now,
+            last_write_ms=now,
+        )
+        first = header.first_seq
+        stream.tail = stream.visible_tail = stream.mem_base = stream.flushed_tail = first
+        seq = first
+        for size in header.batches:
+            stream.remember(seq, record.messages[seq - first : seq - first + size], now)
+            seq += size
+        stream.tail = seq
+        stream.last_lsn = record.lsn
+        if stream.fork_of is not None:
+            self.by_uid[stream.fork_of].forks += 1
+        self.by_uid[stream.uid] = stream
+        self.streams[stream.name] = stream
+        self.buckets.stream_added(stream.name)
+        return stream
+
+    def append(self, stream: Stream, record: Record[AppendHeader]) -> None:
+        header = record.header
+        stream.last_write_ms = header.ts
+        if record.messages:
+            stream.remember(header.first_seq, record.messages, header.ts)
+            stream.tail = header.first_seq + len(record.messages)
+        if header.producer is not None:
+            producer_id, epoch, seq = header.producer
+            stream.producers[producer_id] = producers.ProducerState(epoch, seq)
+        if header.stream_seq is not None:
+            stream.stream_seq = header.stream_seq
+        if header.close:
+            stream.closed = True
+            if header.producer is not None:
+                stream.closed_by = header.producer
+        stream.last_lsn = record.lsn
+
+    def snapshot(self, stream: Stream, record: Record[SnapshotHeader]) -> None:
+        stream.snapshot_seq = record.header.seq
+        stream.snapshot_content_type = record.header.content_type
+        stream.snapshot_data = record.messages[0]
+        stream.snapshot_lsn = stream.last_lsn = record.lsn
+
+    def delete(self, stream: Stream, record: Record[DeleteHeader]) -> None:
+        if stream.forks > 0:
+            stream.soft_deleted = True
+            self._tombstones.pop(stream.uid, None)
+        else:
+            self._remove(stream)
+        stream.last_lsn = record.lsn
+        stream.wake()
+
+    def create_bucket(self, record: Record[BucketCreateHeader]) -> Bucket:
+        bucket = Bucket(record.header.bucket_id, record.uid, record.header.ts)
+        self.buckets.add(bucket)
+        return bucket
+
+    def delete_bucket(self, bucket: Bucket, record: Record[BucketDeleteHeader]) -> None:
+        self.buckets.remove(bucket)
+        self._tombstones[bucket.uid] = bucket.to_state(written_ms=self.clock(), deleted=True)
+
+    def _remove(self, stream: Stream) -> None:
+        """Forget a stream; a soft-deleted source whose last fork this was goes too."""
+        self.by_uid.pop(stream.uid, None)
+        if self.streams.get(stream.name) is stream:
+            del self.streams[stream.name]
+            self.buckets.stream_removed(stream.name)
+        self._tombstones[stream.uid] = stream.to_state(written_ms=self.clock(), deleted=True)
+        stream.wake()
+        if stream.fork_of is not None:
+            source = self.by_uid.get(stream.fork_of)
+            if source is not None:
+                source.forks -= 1
+                if source.forks == 0 and source.soft_deleted:
+                    self._remove(source)

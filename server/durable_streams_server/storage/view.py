@@ -1,0 +1,40 @@
+"""What storage and the engine hand each other across the layer boundary.
+
+Storage never imports the engine: it sees it only through ``StateView`` (state snapshots
+for a flush, progress callbacks), and hands it a ``Recovery`` at start. The other
+direction, what the engine needs from storage, is the engine's port
+(``engine.ports.StoragePort``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .records import Header, Record
+
+StreamState = dict[str, Any]
+"""One stream's (or bucket's) state as stored in a Delta ``state`` row (JSON object)."""
+
+
+class StateView(Protocol):
+    """What storage needs from the engine: state snapshots and progress callbacks."""
+
+    def snapshot_states(self, uids: set[int]) -> dict[int, StreamState]: ...
+
+    def on_durable(self, lsn: int) -> None: ...
+
+    def on_flushed(self, states: Mapping[int, StreamState]) -> None: ...
+
+    def retention_plan(self) -> dict[int, int]:
+        """uid -> first retained seq, for streams whose older messages nothing reads."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """The newest Delta state of every uid, and the WAL records after the Delta commit."""
+
+    states: dict[int, StreamState]
+    records: list[Record[Header]]

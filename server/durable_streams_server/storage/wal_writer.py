@@ -1,0 +1,87 @@
+"""The WAL writer: group commit of submitted records into the write-ahead log.
+
+``queue`` takes each record's encoded frame synchronously (from ``Storage.submit``, in
+LSN order). One writer task drains everything queued so far, writes it with one
+``write`` and one ``fdatasync`` on a worker thread, then marks it durable (waking its
+waiters): while one batch syncs, the next one accumulates.
+
+The flusher asks for a rotation at its cut (``rotate_at``): the frames below the cut go
+into the current segment, the rest into a new segment named by the cut, so the segments
+below it can be deleted once the Delta commit covering them has succeeded. A write or
+fsync error is fatal (``on_failure``): memory may be ahead of the log, and the writer
+stops; the next start recovers what the log holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from .acks import Acknowledgements
+from .wal import WriteAheadLog
+
+
+class WalWriter:
+    def __init__(self, wal: WriteAheadLog, acks: Acknowledgements, on_failure: Callable[[OSError], None]) -> None:
+        self.wal = wal
+        self._acks = acks
+        self._on_failure = on_failure
+        self._buffer: list[tuple[int, bytes]] = []
+        self._last_queued_lsn = 0
+        self._rotate_at: int | None = None
+        self._wakeup = asyncio.Event()
+        self._closing = False
+
+    def recovered(self, last_lsn: int) -> None:
+        """Continue after ``last_lsn``, in a new segment."""
+        self._last_queued_lsn = last_lsn
+        self.wal.start_segment(last_lsn + 1)
+
+    def queue(self, lsn: int, frame: bytes) -> None:
+        self._buffer.append((lsn, frame))
+        self._wakeup.set()
+
+    def rotate_at(self, first_lsn: int) -> None:
+        """Start a new segment at ``first_lsn`` once everything before it is written."""
+        self._rotate_at = first_lsn
+        self._wakeup.set()
+
+    def close(self) -> None:
+        """Let ``run`` return once everything queued is written."""
+        self._closing = True
+        self._wakeup.set()
+
+    async def run(self) -> None:
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            while True:
+                batch, self._buffer = self._buffer, []
+                if batch:
+                    self._last_queued_lsn = batch[-1][0]
+                rotate_at = self._rotate_at
+                rotate = rotate_at is not None and self._last_queued_lsn >= rotate_at - 1
+                if not batch and not rotate:
+                    break
+                before = [frame for lsn, frame in batch if not rotate or lsn < (rotate_at or 0)]
+                after = [frame for lsn, frame in batch if rotate and lsn >= (rotate_at or 0)]
+                if rotate:
+                    self._rotate_at = None
+                try:
+                    await asyncio.to_thread(_write_and_rotate, self.wal, before, rotate_at if rotate else None, after)
+                except OSError as error:
+                    self._on_failure(error)
+                    return
+                if batch:
+                    self._acks.mark_durable(batch[-1][0])
+            if self._closing and not self._buffer:
+                return
+
+
+def _write_and_rotate(wal: WriteAheadLog, before: list[bytes], rotate_at: int | None, after: list[bytes]) -> None:
+    if before:
+        wal.write(before)
+    if rotate_at is not None:
+        wal.start_segment(rotate_at)
+    if after:
+        wal.write(after)
