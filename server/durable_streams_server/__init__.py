@@ -5,6 +5,6 @@
 """
 
 from .config import ServerConfig
-from .http.app import create_app
+from .server import create_app
 
 __all__ = ["ServerConfig", "create_app"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import ipaddress
 import json
 import logging
@@ -11,15 +12,20 @@ import ssl
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import get_args
 
 import uvicorn
 
-from .config import ServerConfig
-from .http.app import create_app
-from .http.auth import TOKENS_ENV, AuthConfigError, load_auth_config
+from .config import ConfigError, ServerConfig, require_number
 from .http.connections import guarded_h11
+from .protocol.tokens import AuthConfig, AuthConfigError, parse_tokens
+from .server import create_app
+from .storage.committer import Durability
 
 ENV_PREFIX = "DURABLE_STREAMS_"
+TOKENS_ENV = "DURABLE_STREAMS_AUTH_TOKENS"
+DEFAULTS = ServerConfig()
+"""The CLI's defaults for the options that configure the server are the config's."""
 
 # Fields every LogRecord has; the rest are the structured ``extra`` of one event.
 # (uvicorn adds a ``color_message`` duplicate of the message: dropped.)
@@ -89,6 +95,14 @@ def _add(parser: argparse.ArgumentParser, flag: str, default: object, help: str,
     parser.add_argument(flag, default=value, help=help + shown, **kwargs)  # type: ignore[arg-type]
 
 
+def _add_config(parser: argparse.ArgumentParser, flag: str, help: str, **kwargs: object) -> None:
+    """An option setting the ``ServerConfig`` field of the same name, with that field's default."""
+    default = getattr(DEFAULTS, flag.lstrip("-").replace("-", "_"))
+    if isinstance(default, int | float | Path):
+        kwargs.setdefault("type", Path if isinstance(default, Path) else type(default))
+    _add(parser, flag, default, help, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="durable-streams-server",
@@ -98,15 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add(parser, "--host", "127.0.0.1", "address to bind")
     _add(parser, "--port", 4437, "port", type=int)
-    _add(
-        parser,
-        "--data-dir",
-        Path("./data"),
-        "local state: the WAL, and the Delta table unless --storage-uri",
-        type=Path,
-    )
-    _add(
-        parser, "--storage-uri", None, "where the Delta table lives, e.g. s3://bucket/prefix (default <data-dir>/delta)"
+    _add_config(parser, "--data-dir", "local state: the WAL, and the Delta table unless --storage-uri")
+    _add_config(
+        parser, "--storage-uri", "where the Delta table lives, e.g. s3://bucket/prefix (default <data-dir>/delta)"
     )
     _add(
         parser,
@@ -116,55 +124,46 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         metavar="KEY=VALUE",
     )
-    _add(
+    _add_config(
         parser,
         "--durability",
-        "wal",
         "acknowledge appends after the local WAL fsync (wal) or after the Delta commit (delta)",
-        choices=["wal", "delta"],
+        choices=list(get_args(Durability)),
     )
-    _add(parser, "--long-poll-timeout-ms", 30_000, "how long a long-poll waits for data", type=int)
-    _add(parser, "--sse-reconnect-ms", 60_000, "SSE connections are closed after this long", type=int)
-    _add(parser, "--max-body-bytes", 64 * 1024 * 1024, "larger request bodies get 413", type=int)
-    _add(parser, "--max-read-bytes", 1024 * 1024, "about how many bytes one read response carries", type=int)
-    _add(parser, "--max-header-bytes", 16 * 1024, "a larger request line + headers gets 431; 0: no limit", type=int)
-    _add(
+    _add_config(parser, "--long-poll-timeout-ms", "how long a long-poll waits for data")
+    _add_config(parser, "--sse-reconnect-ms", "SSE connections are closed after this long")
+    _add_config(parser, "--max-body-bytes", "larger request bodies get 413")
+    _add_config(parser, "--max-read-bytes", "about how many bytes one read response carries")
+    _add_config(parser, "--max-header-bytes", "a larger request line + headers gets 431; 0: no limit")
+    _add_config(
         parser,
         "--request-timeout-s",
-        30.0,
         "a request head must arrive within this (else the connection is closed), a body too (else 408)",
-        type=float,
     )
     _add(parser, "--keep-alive-timeout-s", 5, "idle keep-alive connections are closed after this", type=int)
     _add(parser, "--max-connections", 0, "more concurrent connections get uvicorn's 503; 0: no limit", type=int)
-    _add(parser, "--max-live-readers", 0, "more concurrent long-polls + SSE streams get 503; 0: no limit", type=int)
-    _add(parser, "--max-streams-per-bucket", 0, "creating a stream in a full bucket gets 409; 0: no limit", type=int)
-    _add(
+    _add_config(parser, "--max-live-readers", "more concurrent long-polls + SSE streams get 503; 0: no limit")
+    _add_config(parser, "--max-streams-per-bucket", "creating a stream in a full bucket gets 409; 0: no limit")
+    _add_config(
         parser,
         "--rate-limit-rps",
-        0.0,
         "requests/s per token (per client address without auth); more get 429 + Retry-After; 0: off",
-        type=float,
     )
-    _add(parser, "--rate-limit-burst", 0, "requests a client may make at once; 0: one second's worth", type=int)
-    _add(parser, "--flush-interval-ms", 1_000, "WAL mode: how often the WAL is flushed into Delta", type=int)
-    _add(
+    _add_config(parser, "--rate-limit-burst", "requests a client may make at once; 0: one second's worth")
+    _add_config(parser, "--flush-interval-ms", "WAL mode: how often the WAL is flushed into Delta")
+    _add_config(
         parser,
         "--max-wal-bytes",
-        1024**3,
         "WAL mode: while the WAL holds more than this (Delta unreachable), writes get 503 + Retry-After",
-        type=int,
     )
-    _add(parser, "--tail-cache-bytes", 4 * 1024 * 1024, "flushed bytes kept in memory per stream", type=int)
-    _add(
+    _add_config(parser, "--tail-cache-bytes", "flushed bytes kept in memory per stream")
+    _add_config(
         parser,
         "--history-cache-bytes",
-        64 * 1024 * 1024,
         "history read from Delta kept (read ahead) for the next sequential read, all streams; 0: off",
-        type=int,
     )
-    _add(parser, "--compaction-interval-s", 600.0, "seconds between compaction passes; 0 turns it off", type=float)
-    _add(parser, "--vacuum-retention-hours", 1, "unreferenced data files older than this are deleted", type=int)
+    _add_config(parser, "--compaction-interval-s", "seconds between compaction passes; 0 turns it off")
+    _add_config(parser, "--vacuum-retention-hours", "unreferenced data files older than this are deleted")
     _add(
         parser,
         "--auth-tokens-file",
@@ -194,44 +193,39 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# Numeric options whose zero would mean "nothing works" (every request times out, every body
-# is too large …) must be positive; the others may be 0, which documents "off" or "none".
-_POSITIVE = (
-    "port",
-    "long_poll_timeout_ms",
-    "sse_reconnect_ms",
-    "max_body_bytes",
-    "max_read_bytes",
-    "request_timeout_s",
-    "keep_alive_timeout_s",
-    "flush_interval_ms",
-    "max_wal_bytes",
-)
-_NON_NEGATIVE = (
-    "max_header_bytes",
-    "max_connections",
-    "max_live_readers",
-    "max_streams_per_bucket",
-    "rate_limit_rps",
-    "rate_limit_burst",
-    "tail_cache_bytes",
-    "history_cache_bytes",
-    "compaction_interval_s",
-    "vacuum_retention_hours",
-)
+def load_auth_config(path: Path | None, env_text: str | None) -> AuthConfig | None:
+    """Tokens from the file or from ``DURABLE_STREAMS_AUTH_TOKENS``; ``None`` when neither is set."""
+    if path is not None and env_text is not None:
+        raise AuthConfigError(f"tokens are configured twice: use --auth-tokens-file or {TOKENS_ENV}, not both")
+    if path is not None:
+        try:
+            return parse_tokens(path.read_text(encoding="utf-8"), f"--auth-tokens-file {path}")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise AuthConfigError(f"cannot read --auth-tokens-file {path}: {exc}") from None
+    return parse_tokens(env_text, TOKENS_ENV) if env_text is not None else None
 
 
-def check_ranges(args: argparse.Namespace) -> None:
-    for name in _POSITIVE:
-        if getattr(args, name) <= 0:
-            raise SystemExit(f"--{name.replace('_', '-')} must be greater than 0, got {getattr(args, name)}")
-    for name in _NON_NEGATIVE:
-        if getattr(args, name) < 0:
-            raise SystemExit(f"--{name.replace('_', '-')} must be 0 or more, got {getattr(args, name)}")
+_CONFIG_FIELDS = [
+    field.name for field in dataclasses.fields(ServerConfig) if field.name not in ("storage_options", "auth")
+]
+"""The fields set by the option of the same name."""
+
+
+def _as_option(error: ConfigError) -> SystemExit:
+    return SystemExit(f"--{error.field.replace('_', '-')} {error.problem}")
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
-    check_ranges(args)
+    """The server's configuration; ``SystemExit`` naming the option if an option is unusable.
+
+    Also checks the options that only the CLI's uvicorn uses (port, connections).
+    """
+    try:
+        require_number("port", args.port, positive=True)
+        require_number("keep_alive_timeout_s", args.keep_alive_timeout_s, positive=True)
+        require_number("max_connections", args.max_connections, positive=False)
+    except ConfigError as exc:
+        raise _as_option(exc) from None
     options: dict[str, str] = {}
     for item in args.storage_option:
         key, sep, value = item.partition("=")
@@ -242,29 +236,11 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         auth = load_auth_config(args.auth_tokens_file, os.environ.get(TOKENS_ENV))
     except AuthConfigError as exc:
         raise SystemExit(str(exc)) from None
-    return ServerConfig(
-        data_dir=args.data_dir,
-        storage_uri=args.storage_uri,
-        storage_options=options,
-        durability=args.durability,
-        long_poll_timeout_ms=args.long_poll_timeout_ms,
-        sse_reconnect_ms=args.sse_reconnect_ms,
-        max_body_bytes=args.max_body_bytes,
-        max_read_bytes=args.max_read_bytes,
-        max_header_bytes=args.max_header_bytes,
-        request_timeout_s=args.request_timeout_s,
-        max_live_readers=args.max_live_readers,
-        max_streams_per_bucket=args.max_streams_per_bucket,
-        rate_limit_rps=args.rate_limit_rps,
-        rate_limit_burst=args.rate_limit_burst,
-        flush_interval_ms=args.flush_interval_ms,
-        max_wal_bytes=args.max_wal_bytes,
-        tail_cache_bytes=args.tail_cache_bytes,
-        history_cache_bytes=args.history_cache_bytes,
-        compaction_interval_s=args.compaction_interval_s,
-        vacuum_retention_hours=args.vacuum_retention_hours,
-        auth=auth,
-    )
+    fields = {name: getattr(args, name) for name in _CONFIG_FIELDS}
+    try:
+        return ServerConfig(storage_options=options, auth=auth, **fields)
+    except ConfigError as exc:
+        raise _as_option(exc) from None
 
 
 def configure_logging(level: str, fmt: str) -> None:

@@ -1,13 +1,63 @@
-"""The server's configuration: one frozen value, built by the CLI or by an embedding app."""
+"""The server's configuration: one frozen value, built by the CLI or by an embedding app.
+
+Constructing a ``ServerConfig`` checks it (``__post_init__``): every numeric option is a
+number in its range and ``durability`` is a known mode, else ``ConfigError`` names the
+field. An app mounted by an embedder therefore gets the same checks as the command line,
+which takes its defaults from these fields and reports a ``ConfigError`` as its option.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import get_args
 
-from .http.auth import AuthConfig
+from .protocol.tokens import AuthConfig
 from .storage.committer import Durability
+
+
+class ConfigError(ValueError):
+    """An option out of its range; ``field`` names it, ``problem`` says what is wrong."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field} {problem}")
+        self.field = field
+        self.problem = problem
+
+
+def require_number(name: str, value: object, *, positive: bool) -> None:
+    """``value`` is an int or float, greater than 0 if ``positive``, else 0 or more."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(name, f"must be a number, got {value!r}")
+    if positive and value <= 0:
+        raise ConfigError(name, f"must be greater than 0, got {value}")
+    if value < 0:
+        raise ConfigError(name, f"must be 0 or more, got {value}")
+
+
+# Options whose zero would mean "nothing works" (every request times out, every body is too
+# large …) must be positive; the others may be 0, which documents "off" or "none".
+_POSITIVE = (
+    "long_poll_timeout_ms",
+    "sse_reconnect_ms",
+    "max_body_bytes",
+    "max_read_bytes",
+    "request_timeout_s",
+    "flush_interval_ms",
+    "max_wal_bytes",
+)
+_NON_NEGATIVE = (
+    "max_header_bytes",
+    "max_live_readers",
+    "max_streams_per_bucket",
+    "rate_limit_rps",
+    "rate_limit_burst",
+    "tail_cache_bytes",
+    "history_cache_bytes",
+    "compaction_interval_s",
+    "vacuum_retention_hours",
+)
 
 
 @dataclass(frozen=True)
@@ -43,6 +93,15 @@ class ServerConfig:
     vacuum_retention_hours: int = 1
     auth: AuthConfig | None = None
     """Bearer tokens and what each may do; ``None`` serves every request without a token."""
+
+    def __post_init__(self) -> None:
+        for name in _POSITIVE:
+            require_number(name, getattr(self, name), positive=True)
+        for name in _NON_NEGATIVE:
+            require_number(name, getattr(self, name), positive=False)
+        modes = get_args(Durability)
+        if self.durability not in modes:
+            raise ConfigError("durability", f"must be one of {', '.join(modes)}, got {self.durability!r}")
 
     @property
     def resolved_storage_uri(self) -> str:

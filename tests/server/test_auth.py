@@ -26,7 +26,9 @@ from starlette.types import Message, Receive, Scope, Send
 
 from durable_streams_server.cli import build_parser, check_exposure, config_from_args
 from durable_streams_server.config import ServerConfig
-from durable_streams_server.http.auth import PRINCIPAL_KEY, AuthMiddleware, parse_tokens
+from durable_streams_server.http.auth import AuthMiddleware
+from durable_streams_server.http.limits import PRINCIPAL_KEY
+from durable_streams_server.protocol.tokens import parse_tokens
 
 TEXT = {"Content-Type": "text/plain"}
 TEAM_A = {"prefixes": ["v1/stream/team-a/"], "buckets": ["bucket-a", "spare-a"]}
@@ -503,6 +505,23 @@ def test_a_mounted_app_is_checked_on_the_path_its_router_sees() -> None:
     assert len(passed) == 1
     passed, answered = call_middleware("/ds/v1/stream/team-b/x", root_path="/ds")
     assert not passed and answered[0]["status"] == 403
+
+
+@pytest.mark.parametrize(
+    ("path", "allowed"),
+    [
+        ("/v1/stream/team-a/x/snapshot/5", True),
+        ("/v1/stream/team-b/x/snapshot/5", False),
+        ("/bucket-b", False),
+        ("/bucket-b/", False),  # the router redirects to /bucket-b: judged as that
+        ("/bucket-b/x/", False),
+        ("/bucket-b/x/snapshot/1/extra", True),  # no route: a valid token, then the router's 404
+    ],
+)
+def test_the_policy_judges_paths_as_the_route_table_does(path: str, allowed: bool) -> None:
+    passed, answered = call_middleware(path)
+    status = answered[0]["status"] if answered else None
+    assert (len(passed), status) == ((1, None) if allowed else (0, 403))
 
 
 # -- configuration ----------------------------------------------------------------------------

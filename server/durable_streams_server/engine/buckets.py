@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..protocol.errors import Conflict, NotFound
-
-BASE_SURFACE_PREFIX = "v1/stream/"
+from ..protocol.ids import BASE_SURFACE_PREFIX
 
 
 def bucket_of(stream_name: str) -> tuple[str, str] | None:

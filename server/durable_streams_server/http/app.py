@@ -1,8 +1,9 @@
 """The ASGI application: routes, error mapping, and the storage lifecycle.
 
-``create_app(config)`` returns a Starlette app that users can mount inside their own
-ASGI application; starting it recovers state from Delta + WAL, stopping it flushes.
-Mounted apps do not get their own lifespan events from Starlette, so the server also
+``DurableStreamsApp`` gets an opener that builds storage + engine and recovers their state
+(``server.py`` assembles it from a ``ServerConfig``); its ``asgi`` Starlette app can be
+mounted inside the user's own ASGI application. Starting calls the opener, stopping
+flushes. Mounted apps do not get their own lifespan events from Starlette, so the app also
 starts itself on its first request; without the shutdown event nothing is lost (the WAL
 is the durable copy), the final flush simply happens at the next start.
 """
@@ -19,62 +20,68 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
-from ..config import ServerConfig
-from ..engine.engine import Engine, EngineConfig
+from ..engine.engine import Engine
 from ..protocol.errors import BadRequest, MethodNotAllowed, NotFound, ProtocolError, ServiceUnavailable
-from ..protocol.ids import validate_base_path, validate_bucket_id, validate_raw_path, validate_stream_id
-from ..storage.committer import Storage, StorageConfig
-from ..storage.compaction import CompactionConfig
+from ..protocol.ids import (
+    BASE_SURFACE_PREFIX,
+    validate_base_path,
+    validate_bucket_id,
+    validate_raw_path,
+    validate_stream_id,
+)
+from ..protocol.tokens import AuthConfig
+from ..storage.committer import Storage
+from ..storage.observer import StorageObserver
 from .auth import AuthMiddleware
 from .extensions import ExtensionHandlers
 from .limits import HttpLimits, LimitsMiddleware, LiveReaders
 from .metrics import ROUTE_KEY, MetricsMiddleware, ServerMetrics
 from .responses import SecurityHeadersMiddleware, error_response, http_error_response, preflight_response
+from .routes import starlette_routes
 from .streams import StreamHandlers
 from .targets import base_target
 
 log = logging.getLogger("durable_streams_server.http")
 
-BASE_PREFIX = "v1/stream/"
+Opener = Callable[[StorageObserver], tuple[Storage, Engine]]
+"""Builds storage (reporting to the observer) and its engine, and recovers their state."""
 
 
 class DurableStreamsApp:
     """Owns the storage and engine for one server; its ``asgi`` attribute is the app."""
 
-    def __init__(self, config: ServerConfig) -> None:
-        self.config = config
+    def __init__(self, opener: Opener, limits: HttpLimits, auth: AuthConfig | None = None) -> None:
+        self.opener = opener
+        self.limits = limits
         self.storage: Storage | None = None
         self.engine: Engine | None = None
         self.handlers: StreamHandlers | None = None
         self.extensions: ExtensionHandlers | None = None
         self._start_lock = asyncio.Lock()
-        self.live_readers = LiveReaders(config.max_live_readers)
+        self.live_readers = LiveReaders(limits.max_live_readers)
         self.metrics = ServerMetrics(self)
-        methods = ["GET", "HEAD", "PUT", "POST", "DELETE", "OPTIONS"]
         self.asgi = Starlette(
-            routes=[
-                # every method: else POST /healthz would fall through to the bucket route
-                Route("/healthz", self._healthz, methods=methods),
-                Route("/readyz", self._readyz, methods=methods),
-                Route("/metrics", self._metrics, methods=methods),
-                Route("/v1/stream/{path:path}", self._base_endpoint, methods=methods),
-                Route("/{bucket_id}", self._bucket_endpoint, methods=methods),
-                Route("/{bucket_id}/streams", self._listing_endpoint, methods=methods),
-                Route("/{bucket_id}/{stream_id}", self._bucketed_endpoint, methods=methods),
-                Route("/{bucket_id}/{stream_id}/{resource}", self._bucketed_endpoint, methods=methods),
-                Route("/{bucket_id}/{stream_id}/{resource}/{token}", self._bucketed_endpoint, methods=methods),
-            ],
+            routes=starlette_routes(
+                {
+                    "healthz": self._healthz,
+                    "readyz": self._readyz,
+                    "metrics": self._metrics,
+                    "base": self._base_endpoint,
+                    "bucket": self._bucket_endpoint,
+                    "listing": self._listing_endpoint,
+                    "bucketed": self._bucketed_endpoint,
+                }
+            ),
             middleware=[
                 Middleware(SecurityHeadersMiddleware),
                 Middleware(MetricsMiddleware, metrics=self.metrics),
-                *([Middleware(AuthMiddleware, config=config.auth)] if config.auth is not None else []),
+                *([Middleware(AuthMiddleware, config=auth)] if auth is not None else []),
                 Middleware(
                     LimitsMiddleware,
-                    max_header_bytes=config.max_header_bytes,
-                    rate_limit_rps=config.rate_limit_rps,
-                    rate_limit_burst=config.rate_limit_burst,
+                    max_header_bytes=limits.max_header_bytes,
+                    rate_limit_rps=limits.rate_limit_rps,
+                    rate_limit_burst=limits.rate_limit_burst,
                     live_readers=self.live_readers,
                 ),
             ],
@@ -100,56 +107,16 @@ class DurableStreamsApp:
                 await self.storage.start()
 
     def _start_now(self) -> None:
-        config = self.config
-        config.data_dir.mkdir(parents=True, exist_ok=True)
-        storage = Storage(
-            StorageConfig(
-                data_dir=config.data_dir,
-                storage_uri=config.resolved_storage_uri,
-                storage_options=config.storage_options,
-                durability=config.durability,
-                flush_interval_s=config.flush_interval_ms / 1000,
-                max_wal_bytes=config.max_wal_bytes,
-                compaction=CompactionConfig(
-                    interval_s=config.compaction_interval_s, vacuum_retention_hours=config.vacuum_retention_hours
-                ),
-            ),
-            observer=self.metrics,
-        )
-        engine_config = EngineConfig(
-            tail_cache_bytes=config.tail_cache_bytes,
-            history_cache_bytes=config.history_cache_bytes,
-            max_streams_per_bucket=config.max_streams_per_bucket,
-        )
-        engine = Engine(storage, engine_config)
-        engine.load(storage.recover())
-        self.storage, self.engine = storage, engine
-        self.handlers = handlers = StreamHandlers(
-            engine,
-            HttpLimits(
-                max_body_bytes=config.max_body_bytes,
-                max_read_bytes=config.max_read_bytes,
-                long_poll_timeout_s=config.long_poll_timeout_ms / 1000,
-                sse_reconnect_s=config.sse_reconnect_ms / 1000,
-                request_timeout_s=config.request_timeout_s,
-            ),
-            self.live_readers,
-        )
+        self.storage, engine = self.opener(self.metrics)
+        self.engine = engine
+        self.handlers = handlers = StreamHandlers(engine, self.limits, self.live_readers)
         self.extensions = ExtensionHandlers(handlers)
-        log.info(
-            "ready",
-            extra={
-                "storage_uri": config.resolved_storage_uri,
-                "durability": config.durability,
-                "streams": len(engine.streams),
-            },
-        )
 
     # -- routing ----------------------------------------------------------------------
 
     async def _base_endpoint(self, request: Request) -> Response:
         """``/v1/stream/{path}``: a stream, or a sub-resource of one (see ``base_target``)."""
-        name = BASE_PREFIX + request.path_params["path"]
+        name = BASE_SURFACE_PREFIX + request.path_params["path"]
         stream, resource, token = base_target(name)
         request.scope[ROUTE_KEY] = resource or "base_stream"
 
@@ -294,8 +261,3 @@ class DurableStreamsApp:
             if method == "DELETE":
                 return extensions.delete_snapshot(name, token)
         raise MethodNotAllowed(f"{method} is not supported on {request.url.path}")
-
-
-def create_app(config: ServerConfig | None = None) -> Starlette:
-    """An ASGI app serving the Durable Streams protocol with the given configuration."""
-    return DurableStreamsApp(config or ServerConfig()).asgi

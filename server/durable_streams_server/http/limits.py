@@ -41,11 +41,17 @@ LIVE_RETRY_AFTER_S = 2
 
 @dataclass(frozen=True, slots=True)
 class HttpLimits:
+    """The HTTP layer's share of ``ServerConfig`` (0 means "no limit" where the config says so)."""
+
     max_body_bytes: int
     max_read_bytes: int
     long_poll_timeout_s: float
     sse_reconnect_s: float
     request_timeout_s: float
+    max_header_bytes: int
+    max_live_readers: int
+    rate_limit_rps: float
+    rate_limit_burst: int
 
 
 class BodyDeadline:

@@ -7,7 +7,7 @@ against the raw URL (``.../x/snapshot/5`` belongs to stream ``.../x``).
 
 from __future__ import annotations
 
-from ..engine.buckets import BASE_SURFACE_PREFIX
+from ..protocol.ids import BASE_SURFACE_PREFIX
 
 
 def base_target(name: str) -> tuple[str, str | None, str | None]:

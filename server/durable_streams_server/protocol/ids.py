@@ -8,6 +8,8 @@ from urllib.parse import unquote_to_bytes
 
 from .errors import BadRequest
 
+BASE_SURFACE_PREFIX = "v1/stream/"
+"""Stream keys (and URL paths, after the leading '/') of the base surface start with this."""
 _BUCKET_ID_RE = re.compile(r"[a-z0-9_-]{4,64}")
 MAX_STREAM_KEY_BYTES = 122
 MAX_BASE_PATH_BYTES = 1024
@@ -39,7 +41,7 @@ def validate_raw_path(raw_path: bytes) -> None:
 def validate_base_path(name: str) -> str:
     """A base-surface stream key ``v1/stream/<path>``: non-empty '/'-separated segments,
     none of them '.' or '..', no NUL, at most ``MAX_BASE_PATH_BYTES`` in UTF-8."""
-    segments = name.split("/")[2:]
+    segments = name.removeprefix(BASE_SURFACE_PREFIX).split("/")
     if any(segment in ("", ".", "..") for segment in segments) or "\0" in name:
         raise BadRequest(
             f"invalid stream path {name!r}: empty, '.' or '..' segments and NUL are not allowed",

@@ -1,0 +1,81 @@
+"""One server assembled from a ``ServerConfig``: storage, engine, and the ASGI app.
+
+``create_app(config)`` maps the configuration onto the layers: the HTTP limits and the
+token grants go to the app (``http/app.py``), the rest to ``open_storage``, which the app
+calls when it starts (on its lifespan startup, or on its first request when mounted): it
+builds the storage and the engine and recovers their state, Delta + WAL replayed into
+the engine. Nothing touches the disk before that, so building an app is cheap and an
+embedder can create it at import time.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+from starlette.applications import Starlette
+
+from .config import ServerConfig
+from .engine.engine import Engine, EngineConfig
+from .http.app import DurableStreamsApp
+from .http.limits import HttpLimits
+from .storage.committer import Storage, StorageConfig
+from .storage.compaction import CompactionConfig
+from .storage.observer import StorageObserver
+
+log = logging.getLogger("durable_streams_server.http")  # the "ready" event keeps its logger from before
+
+
+def open_storage(config: ServerConfig, observer: StorageObserver) -> tuple[Storage, Engine]:
+    """Storage and engine for ``config``, their state recovered (the storage not yet started)."""
+    config.data_dir.mkdir(parents=True, exist_ok=True)
+    storage = Storage(
+        StorageConfig(
+            data_dir=config.data_dir,
+            storage_uri=config.resolved_storage_uri,
+            storage_options=config.storage_options,
+            durability=config.durability,
+            flush_interval_s=config.flush_interval_ms / 1000,
+            max_wal_bytes=config.max_wal_bytes,
+            compaction=CompactionConfig(
+                interval_s=config.compaction_interval_s, vacuum_retention_hours=config.vacuum_retention_hours
+            ),
+        ),
+        observer=observer,
+    )
+    engine_config = EngineConfig(
+        tail_cache_bytes=config.tail_cache_bytes,
+        history_cache_bytes=config.history_cache_bytes,
+        max_streams_per_bucket=config.max_streams_per_bucket,
+    )
+    engine = Engine(storage, engine_config)
+    engine.load(storage.recover())
+    log.info(
+        "ready",
+        extra={
+            "storage_uri": config.resolved_storage_uri,
+            "durability": config.durability,
+            "streams": len(engine.streams),
+        },
+    )
+    return storage, engine
+
+
+def http_limits(config: ServerConfig) -> HttpLimits:
+    return HttpLimits(
+        max_body_bytes=config.max_body_bytes,
+        max_read_bytes=config.max_read_bytes,
+        long_poll_timeout_s=config.long_poll_timeout_ms / 1000,
+        sse_reconnect_s=config.sse_reconnect_ms / 1000,
+        request_timeout_s=config.request_timeout_s,
+        max_header_bytes=config.max_header_bytes,
+        max_live_readers=config.max_live_readers,
+        rate_limit_rps=config.rate_limit_rps,
+        rate_limit_burst=config.rate_limit_burst,
+    )
+
+
+def create_app(config: ServerConfig | None = None) -> Starlette:
+    """An ASGI app serving the Durable Streams protocol with the given configuration."""
+    config = config or ServerConfig()
+    return DurableStreamsApp(functools.partial(open_storage, config), http_limits(config), config.auth).asgi
