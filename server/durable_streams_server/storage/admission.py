@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from ..protocol.errors import ServiceUnavailable
 from .wal import WriteAheadLog
@@ -113,7 +113,7 @@ class Admission:
 
 
 def _iso(timestamp: float) -> str:
-    return datetime.fromtimestamp(timestamp, timezone.utc).isoformat()
+    return datetime.fromtimestamp(timestamp, UTC).isoformat()
 
 
 def _size_text(size: int) -> str:
