@@ -84,10 +84,13 @@ def test_tail_follow_prints_lines_as_they_arrive(ours: ServerProcess) -> None:
     command = [sys.executable, "-m", "pyspark_durable_streams.client.cli", "tail", "-f", path]
     with subprocess.Popen(command, stdout=subprocess.PIPE, env=env, cwd=REPO_ROOT) as proc:
         assert proc.stdout is not None
+        watchdog = threading.Timer(120, proc.kill)  # a stuck tail ends the test (EOF) instead of hanging it
+        watchdog.start()
         time.sleep(1.0)  # let it print the last messages (like tail -f) and connect after them
         for i in range(3):
             stream.append_json({"live": i})
-        lines = [json.loads(proc.stdout.readline()) for _ in range(4)]
+        lines = [json.loads(line) for line in (proc.stdout.readline() for _ in range(4)) if line]
+        watchdog.cancel()
         proc.send_signal(signal.SIGKILL)
     assert lines == ["history", {"live": 0}, {"live": 1}, {"live": 2}]
 
