@@ -18,6 +18,7 @@ from .config import ServerConfig
 from .http.app import create_app
 from .http.auth import TOKENS_ENV, AuthConfigError, load_auth_config
 from .http.connections import guarded_h11
+from .protocol.webhook_rules import parse_networks
 
 ENV_PREFIX = "DURABLE_STREAMS_"
 
@@ -180,6 +181,19 @@ def build_parser() -> argparse.ArgumentParser:
         "serve a non-loopback --host without tokens (e.g. behind an authenticating proxy)",
         action="store_true",
     )
+    _add(
+        parser,
+        "--allow-private-webhook-urls",
+        [],
+        "CIDR networks webhook URLs may target although private, loopback or link-local (refused by default, "
+        "SSRF protection), e.g. 127.0.0.0/8 for local development; http:// is allowed only to these (repeatable, "
+        "or comma-separated)",
+        action="append",
+        metavar="CIDR",
+    )
+    _add(parser, "--webhook-retry-initial-ms", 1_000, "first webhook retry delay; doubles per failure", type=int)
+    _add(parser, "--webhook-retry-max-ms", 60_000, "longest webhook retry delay", type=int)
+    _add(parser, "--webhook-timeout-ms", 10_000, "a webhook receiver must answer within this", type=int)
     _add(parser, "--tls-certfile", None, "serve HTTPS with this PEM certificate (chain); needs --tls-keyfile")
     _add(parser, "--tls-keyfile", None, "the PEM private key of --tls-certfile (unencrypted)")
     _add(
@@ -206,6 +220,9 @@ _POSITIVE = (
     "keep_alive_timeout_s",
     "flush_interval_ms",
     "max_wal_bytes",
+    "webhook_retry_initial_ms",
+    "webhook_retry_max_ms",
+    "webhook_timeout_ms",
 )
 _NON_NEGATIVE = (
     "max_header_bytes",
@@ -239,6 +256,10 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
             raise SystemExit(f"--storage-option expects KEY=VALUE, got {item!r}")
         options[key.strip()] = value
     try:
+        parse_networks(args.allow_private_webhook_urls)
+    except ValueError as exc:
+        raise SystemExit(f"--allow-private-webhook-urls: {exc}") from None
+    try:
         auth = load_auth_config(args.auth_tokens_file, os.environ.get(TOKENS_ENV))
     except AuthConfigError as exc:
         raise SystemExit(str(exc)) from None
@@ -263,6 +284,10 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         history_cache_bytes=args.history_cache_bytes,
         compaction_interval_s=args.compaction_interval_s,
         vacuum_retention_hours=args.vacuum_retention_hours,
+        allow_private_webhook_urls=tuple(args.allow_private_webhook_urls),
+        webhook_retry_initial_ms=args.webhook_retry_initial_ms,
+        webhook_retry_max_ms=args.webhook_retry_max_ms,
+        webhook_timeout_ms=args.webhook_timeout_ms,
         auth=auth,
     )
 

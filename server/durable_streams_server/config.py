@@ -41,6 +41,11 @@ class ServerConfig:
     compaction_interval_s: float = 600.0
     """Seconds between background compaction passes; 0 turns compaction off."""
     vacuum_retention_hours: int = 1
+    allow_private_webhook_urls: tuple[str, ...] = ()
+    """Networks (CIDR) webhook targets may be in although private/loopback/link-local."""
+    webhook_retry_initial_ms: int = 1_000
+    webhook_retry_max_ms: int = 60_000
+    webhook_timeout_ms: int = 10_000
     auth: AuthConfig | None = None
     """Bearer tokens and what each may do; ``None`` serves every request without a token."""
 

@@ -44,7 +44,7 @@ from . import forks
 from .buckets import Bucket, Buckets, bucket_of
 from .history import HistoryCache
 from .stream import Stream
-from .types import AppendOutcome, AppendRequest, CreateOutcome, CreateRequest
+from .types import AppendOutcome, AppendRequest, CreateOutcome, CreateRequest, StreamHooks
 
 log = logging.getLogger("durable_streams_server.engine")
 
@@ -76,6 +76,7 @@ class Engine:
         self._tombstones: dict[int, dict[str, Any]] = {}
         self.buckets = Buckets()
         self.history = HistoryCache(self.config.history_cache_bytes)
+        self.subscription_hooks: StreamHooks | None = None
         storage.attach(self)
 
     # -- recovery ---------------------------------------------------------------------
@@ -153,6 +154,10 @@ class Engine:
             woken[stream.uid] = stream
         for stream in woken.values():
             stream.wake()
+        if self.subscription_hooks is not None:
+            for stream in woken.values():
+                if self.by_uid.get(stream.uid) is stream and not stream.soft_deleted:
+                    self.subscription_hooks.on_visible(stream)
 
     def on_flushed(self, states: Mapping[int, dict[str, Any]]) -> None:
         keep = self.config.tail_cache_bytes
@@ -425,6 +430,8 @@ class Engine:
         if stream.forks > 0:
             stream.soft_deleted = True
             self._tombstones.pop(stream.uid, None)
+            if self.subscription_hooks is not None:
+                self.subscription_hooks.on_removed(stream)
         else:
             self._remove(stream)
 
@@ -436,6 +443,8 @@ class Engine:
             self.buckets.stream_removed(stream.name)
         self._tombstones[stream.uid] = stream.to_state(written_ms=self.clock(), deleted=True)
         stream.wake()
+        if self.subscription_hooks is not None:
+            self.subscription_hooks.on_removed(stream)
         if stream.fork_of is not None:
             source = self.by_uid.get(stream.fork_of)
             if source is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from ..protocol.headers import ProducerHeaders
 from ..protocol.offsets import Offset
@@ -64,3 +65,11 @@ class ReadResult:
     """Append time (ms) of each chunk's message."""
     up_to_date: bool
     closed: bool
+
+
+class StreamHooks(Protocol):
+    """Told about stream changes once they are durable (the subscriptions use this)."""
+
+    def on_visible(self, stream: Stream) -> None: ...
+
+    def on_removed(self, stream: Stream) -> None: ...

@@ -23,8 +23,11 @@ from starlette.routing import Route
 
 from ..config import ServerConfig
 from ..engine.engine import Engine, EngineConfig
+from ..engine.subscriptions import SubscriptionManager
+from ..engine.wakes import SubscriptionSettings
 from ..protocol.errors import BadRequest, MethodNotAllowed, NotFound, ProtocolError, ServiceUnavailable
 from ..protocol.ids import validate_base_path, validate_bucket_id, validate_raw_path, validate_stream_id
+from ..protocol.webhook_rules import parse_networks
 from ..storage.committer import Storage, StorageConfig
 from ..storage.compaction import CompactionConfig
 from .auth import AuthMiddleware
@@ -33,6 +36,7 @@ from .limits import HttpLimits, LimitsMiddleware, LiveReaders
 from .metrics import ROUTE_KEY, MetricsMiddleware, ServerMetrics
 from .responses import SecurityHeadersMiddleware, error_response, http_error_response, preflight_response
 from .streams import StreamHandlers
+from .subscriptions import SubscriptionHandlers, control_path
 from .targets import base_target
 
 log = logging.getLogger("durable_streams_server.http")
@@ -49,6 +53,7 @@ class DurableStreamsApp:
         self.engine: Engine | None = None
         self.handlers: StreamHandlers | None = None
         self.extensions: ExtensionHandlers | None = None
+        self.subscriptions: SubscriptionHandlers | None = None
         self._start_lock = asyncio.Lock()
         self.live_readers = LiveReaders(config.max_live_readers)
         self.metrics = ServerMetrics(self)
@@ -61,6 +66,9 @@ class DurableStreamsApp:
                 Route("/metrics", self._metrics, methods=methods),
                 Route("/v1/stream/{path:path}", self._base_endpoint, methods=methods),
                 Route("/{bucket_id}", self._bucket_endpoint, methods=methods),
+                # the reserved control namespace, routed before any stream route
+                Route("/{bucket_id}/__ds", self._bucket_control_endpoint, methods=methods),
+                Route("/{bucket_id}/__ds/{rest:path}", self._bucket_control_endpoint, methods=methods),
                 Route("/{bucket_id}/streams", self._listing_endpoint, methods=methods),
                 Route("/{bucket_id}/{stream_id}", self._bucketed_endpoint, methods=methods),
                 Route("/{bucket_id}/{stream_id}/{resource}", self._bucketed_endpoint, methods=methods),
@@ -88,6 +96,8 @@ class DurableStreamsApp:
         try:
             yield
         finally:
+            if self.subscriptions is not None:
+                await self.subscriptions.manager.close()
             if self.storage is not None:
                 await self.storage.close()
             log.info("stopped")
@@ -136,6 +146,7 @@ class DurableStreamsApp:
             self.live_readers,
         )
         self.extensions = ExtensionHandlers(handlers)
+        self.subscriptions = self._start_subscriptions(engine)
         log.info(
             "ready",
             extra={
@@ -145,10 +156,25 @@ class DurableStreamsApp:
             },
         )
 
+    def _start_subscriptions(self, engine: Engine) -> SubscriptionHandlers:
+        config = self.config
+        settings = SubscriptionSettings(
+            allowed_networks=parse_networks(config.allow_private_webhook_urls),
+            retry_initial_s=config.webhook_retry_initial_ms / 1000,
+            retry_max_s=config.webhook_retry_max_ms / 1000,
+            delivery_timeout_s=config.webhook_timeout_ms / 1000,
+        )
+        manager = SubscriptionManager(engine, config.data_dir / "subscriptions", settings)
+        manager.start()
+        return SubscriptionHandlers(manager)
+
     # -- routing ----------------------------------------------------------------------
 
     async def _base_endpoint(self, request: Request) -> Response:
         """``/v1/stream/{path}``: a stream, or a sub-resource of one (see ``base_target``)."""
+        rest = control_path(request.path_params["path"])
+        if rest is not None:
+            return await self._control(request, BASE_PREFIX, rest, bucketed=False)
         name = BASE_PREFIX + request.path_params["path"]
         stream, resource, token = base_target(name)
         request.scope[ROUTE_KEY] = resource or "base_stream"
@@ -176,6 +202,24 @@ class DurableStreamsApp:
             if request.method == "DELETE":
                 return await self.extensions.delete_bucket(bucket_id)
             raise MethodNotAllowed(f"{request.method} is not supported on a bucket")
+
+        return await self._guarded(request, route)
+
+    async def _bucket_control_endpoint(self, request: Request) -> Response:
+        """``/{bucket_id}/__ds/...``: a bucket's subscriptions (never a stream named __ds)."""
+        bucket_id = request.path_params["bucket_id"]
+        rest = request.path_params.get("rest")
+        return await self._control(request, bucket_id + "/", rest.split("/") if rest is not None else [], True)
+
+    async def _control(self, request: Request, root: str, rest: list[str], bucketed: bool) -> Response:
+        request.scope[ROUTE_KEY] = "subscriptions"
+
+        async def route() -> Response:
+            assert self.subscriptions is not None and self.engine is not None
+            validate_raw_path(request.scope.get("raw_path", b""))
+            if bucketed:
+                self.engine.buckets.get(validate_bucket_id(root[:-1]))
+            return await self.subscriptions.handle(request, root, rest, bucketed)
 
         return await self._guarded(request, route)
 

@@ -30,6 +30,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..engine.buckets import BASE_SURFACE_PREFIX, bucket_of
 from ..protocol.errors import BadRequest, Forbidden, ProtocolError, Unauthorized
 from ..protocol.ids import validate_bucket_id
+from ..protocol.subscriptions import RESERVED_SEGMENT
 from .responses import error_response
 from .streams import stream_name_from_reference
 from .targets import base_target
@@ -44,6 +45,7 @@ PRINCIPAL_KEY = "durable_streams.principal"
 MIN_TOKEN_CHARS = 16
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 METRICS_PATH = "/metrics"
+WAKE_TOKEN_ACTIONS = ("callback", "ack", "release")
 
 _B64TOKEN = re.compile(r"[A-Za-z0-9._~+/-]+=*")  # RFC 6750's token68: what fits in the header
 _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
@@ -218,10 +220,14 @@ def request_needs(method: str, path: str, fork_from: str | None) -> tuple[Need, 
     admin; creating a fork also reads its source.
     """
     reading = method in ("GET", "HEAD")
+    segments = path[1:].split("/")
     if path.startswith("/" + BASE_SURFACE_PREFIX):
+        if segments[2:3] == [RESERVED_SEGMENT]:
+            return _control_needs(method, segments[3:], Need("read", "stream", BASE_SURFACE_PREFIX))
         stream, _, _ = base_target(path[1:])
         return _stream_needs(method, stream, fork_from)
-    segments = path[1:].split("/")
+    if segments[1:2] == [RESERVED_SEGMENT]:
+        return _control_needs(method, segments[2:], Need("read", "bucket", segments[0]))
     if len(segments) == 1:
         if reading and path in OPEN_PATHS:
             return ()
@@ -233,6 +239,18 @@ def request_needs(method: str, path: str, fork_from: str | None) -> tuple[Need, 
     if len(segments) <= 4:
         return _stream_needs(method, f"{segments[0]}/{segments[1]}", fork_from)
     return (Need("read", "any"),)
+
+
+def _control_needs(method: str, rest: list[str], root: Need) -> tuple[Need, ...]:
+    """The ``__ds`` namespace. A subscription can cover any stream of its root (a pattern is
+    only known from the body), so managing or claiming one needs write on the whole root
+    (the base surface, or the bucket); reading one needs read on it. The JWKS is public,
+    and callback/ack/release carry their own wake token instead of a service token."""
+    if rest == ["jwks.json"] or (len(rest) == 3 and rest[0] == "subscriptions" and rest[2] in WAKE_TOKEN_ACTIONS):
+        return ()
+    if method in ("GET", "HEAD"):
+        return (root,)
+    return (Need("write", root.kind, root.target),)
 
 
 def _stream_needs(method: str, key: str, fork_from: str | None) -> tuple[Need, ...]:
