@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 
 import pytest
+
 from durable_streams_server.protocol import wake_tokens
 from durable_streams_server.protocol.errors import BadRequest, Unauthorized
 from durable_streams_server.protocol.subscriptions import (
@@ -112,7 +113,11 @@ def test_wake_report_parses_acks_at_message_boundaries_only() -> None:
     assert (report.wake_id, report.generation, report.acks, report.done) == ("w1", 3, (("a", 2),), True)
     with pytest.raises(BadRequest) as caught:
         parse_wake_report(
-            {"wake_id": "w1", "generation": 3, "acks": [{"stream": "a", "offset": "0000000000000002_0000000000000005"}]},
+            {
+                "wake_id": "w1",
+                "generation": 3,
+                "acks": [{"stream": "a", "offset": "0000000000000002_0000000000000005"}],
+            },
             False,
         )
     assert caught.value.code == "INVALID_OFFSET"
