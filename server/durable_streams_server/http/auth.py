@@ -12,6 +12,8 @@ Streams are identified by their key, as the router resolves it: ``v1/stream/<pat
 the base surface, ``<bucket_id>/<stream_id>`` on the bucketed one. A grant covers a stream
 if the key starts with one of its ``prefixes`` or lies in one of its ``buckets``; bucket
 operations and listings need the bucket itself; ``/metrics`` needs an unlimited admin token.
+The reserved ``__ds`` namespace of a root (subscriptions) needs that whole root: see
+``_control_needs``.
 """
 
 from __future__ import annotations
