@@ -36,6 +36,8 @@ setup(
             "starlette>=0.40",
             "uvicorn>=0.30",
             "prometheus_client>=0.20",
+            "cryptography>=42",  # Ed25519 webhook signatures
+            "httpx>=0.27",  # webhook deliveries
         ],
         "test": [
             "deltalake>=1.2,<2",
@@ -47,7 +49,7 @@ setup(
             "pytest>=8",
             "moto[server]>=5.0",
             "boto3>=1.34",
-            "cryptography>=42",  # self-signed certificates for the TLS tests
+            "cryptography>=42",  # TLS test certificates; webhook signatures
             "httpx>=0.27",
             "ruff>=0.6",
             "mypy>=1.10",

@@ -179,6 +179,19 @@ def build_parser() -> argparse.ArgumentParser:
         "serve a non-loopback --host without tokens (e.g. behind an authenticating proxy)",
         action="store_true",
     )
+    _add(
+        parser,
+        "--allow-private-webhook-urls",
+        [],
+        "CIDR networks webhook URLs may target although private, loopback or link-local (refused by default, "
+        "SSRF protection), e.g. 127.0.0.0/8 for local development; http:// is allowed only to these (repeatable, "
+        "or comma-separated)",
+        action="append",
+        metavar="CIDR",
+    )
+    _add_config(parser, "--webhook-retry-initial-ms", "first webhook retry delay; doubles per failure")
+    _add_config(parser, "--webhook-retry-max-ms", "longest webhook retry delay")
+    _add_config(parser, "--webhook-timeout-ms", "a webhook receiver must answer within this")
     _add(parser, "--tls-certfile", None, "serve HTTPS with this PEM certificate (chain); needs --tls-keyfile")
     _add(parser, "--tls-keyfile", None, "the PEM private key of --tls-certfile (unencrypted)")
     _add(

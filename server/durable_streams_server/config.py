@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import get_args
 
 from .protocol.tokens import AuthConfig
+from .protocol.webhook_rules import parse_networks
 from .storage.committer import Durability
 
 
@@ -46,6 +47,9 @@ _POSITIVE = (
     "request_timeout_s",
     "flush_interval_ms",
     "max_wal_bytes",
+    "webhook_retry_initial_ms",
+    "webhook_retry_max_ms",
+    "webhook_timeout_ms",
 )
 _NON_NEGATIVE = (
     "max_header_bytes",
@@ -91,6 +95,14 @@ class ServerConfig:
     compaction_interval_s: float = 600.0
     """Seconds between background compaction passes; 0 turns compaction off."""
     vacuum_retention_hours: int = 1
+    allow_private_webhook_urls: tuple[str, ...] = ()
+    """Networks (CIDR) webhook targets may be in although private/loopback/link-local
+    (entries may also be comma-separated lists); by default only public addresses."""
+    webhook_retry_initial_ms: int = 1_000
+    """First webhook retry delay; it doubles per failed attempt up to ``webhook_retry_max_ms``."""
+    webhook_retry_max_ms: int = 60_000
+    webhook_timeout_ms: int = 10_000
+    """A webhook receiver must answer within this."""
     auth: AuthConfig | None = None
     """Bearer tokens and what each may do; ``None`` serves every request without a token."""
 
@@ -99,6 +111,19 @@ class ServerConfig:
             require_number(name, getattr(self, name), positive=True)
         for name in _NON_NEGATIVE:
             require_number(name, getattr(self, name), positive=False)
+        if self.webhook_retry_max_ms < self.webhook_retry_initial_ms:
+            raise ConfigError(
+                "webhook_retry_max_ms",
+                f"must be at least webhook_retry_initial_ms ({self.webhook_retry_initial_ms}), "
+                f"got {self.webhook_retry_max_ms}",
+            )
+        allowed: object = self.allow_private_webhook_urls
+        networks = (allowed,) if isinstance(allowed, str) else tuple(self.allow_private_webhook_urls)
+        object.__setattr__(self, "allow_private_webhook_urls", networks)  # (the CLI passes a list)
+        try:
+            parse_networks(networks)
+        except ValueError as exc:
+            raise ConfigError("allow_private_webhook_urls", str(exc)) from None
         modes = get_args(Durability)
         if self.durability not in modes:
             raise ConfigError("durability", f"must be one of {', '.join(modes)}, got {self.durability!r}")

@@ -17,8 +17,11 @@ from starlette.applications import Starlette
 
 from .config import ServerConfig
 from .engine.engine import Engine, EngineConfig
+from .engine.subscriptions import SubscriptionManager
+from .engine.wakes import SubscriptionSettings
 from .http.app import DurableStreamsApp
 from .http.limits import HttpLimits
+from .protocol.webhook_rules import parse_networks
 from .storage.committer import Storage, StorageConfig
 from .storage.compaction import CompactionConfig
 from .storage.observer import StorageObserver
@@ -61,6 +64,18 @@ def open_storage(config: ServerConfig, observer: StorageObserver) -> tuple[Stora
     return storage, engine
 
 
+def open_server(config: ServerConfig, observer: StorageObserver) -> tuple[Storage, Engine, SubscriptionManager]:
+    """``open_storage``, and the subscription manager over its engine (started by the app)."""
+    storage, engine = open_storage(config, observer)
+    settings = SubscriptionSettings(
+        allowed_networks=parse_networks(config.allow_private_webhook_urls),
+        retry_initial_s=config.webhook_retry_initial_ms / 1000,
+        retry_max_s=config.webhook_retry_max_ms / 1000,
+        delivery_timeout_s=config.webhook_timeout_ms / 1000,
+    )
+    return storage, engine, SubscriptionManager(engine, config.data_dir / "subscriptions", settings)
+
+
 def http_limits(config: ServerConfig) -> HttpLimits:
     return HttpLimits(
         max_body_bytes=config.max_body_bytes,
@@ -78,4 +93,4 @@ def http_limits(config: ServerConfig) -> HttpLimits:
 def create_app(config: ServerConfig | None = None) -> Starlette:
     """An ASGI app serving the Durable Streams protocol with the given configuration."""
     config = config or ServerConfig()
-    return DurableStreamsApp(functools.partial(open_storage, config), http_limits(config), config.auth).asgi
+    return DurableStreamsApp(functools.partial(open_server, config), http_limits(config), config.auth).asgi

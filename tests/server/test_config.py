@@ -26,6 +26,15 @@ from durable_streams_server.config import ConfigError
         ({"long_poll_timeout_ms": "30000"}, "long_poll_timeout_ms must be a number, got '30000'"),
         ({"max_header_bytes": True}, "max_header_bytes must be a number, got True"),
         ({"durability": "fast"}, "durability must be one of wal, delta, got 'fast'"),
+        ({"webhook_timeout_ms": 0}, "webhook_timeout_ms must be greater than 0, got 0"),
+        (
+            {"webhook_retry_max_ms": 500, "webhook_retry_initial_ms": 1000},
+            "webhook_retry_max_ms must be at least webhook_retry_initial_ms (1000), got 500",
+        ),
+        (
+            {"allow_private_webhook_urls": ("127.0.0.0/8", "intranet")},
+            "allow_private_webhook_urls not a network (CIDR) or address: 'intranet'",
+        ),
     ],
 )
 def test_bad_values_are_refused_naming_the_field(values: dict[str, object], message: str) -> None:
@@ -58,3 +67,17 @@ def test_the_cli_reports_a_config_error_as_its_option() -> None:
     with pytest.raises(SystemExit, match=r"^--keep-alive-timeout-s must be greater than 0, got 0$"):
         config_from_args(build_parser().parse_args(["--keep-alive-timeout-s", "0"]))
     assert config_from_args(build_parser().parse_args(["--data-dir", "elsewhere"])).data_dir == Path("elsewhere")
+
+
+def test_allowed_webhook_networks_come_from_the_option_and_its_environment_twin(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    parsed = build_parser().parse_args(["--allow-private-webhook-urls", "127.0.0.0/8,::1/128"])
+    assert config_from_args(parsed).allow_private_webhook_urls == ("127.0.0.0/8,::1/128",)
+    monkeypatch.setenv("DURABLE_STREAMS_ALLOW_PRIVATE_WEBHOOK_URLS", "10.0.0.0/8,192.168.0.0/16")
+    assert config_from_args(build_parser().parse_args([])).allow_private_webhook_urls == (
+        "10.0.0.0/8",
+        "192.168.0.0/16",
+    )
+    with pytest.raises(SystemExit, match=r"^--allow-private-webhook-urls not a network \(CIDR\) or address: 'x'$"):
+        config_from_args(build_parser().parse_args(["--allow-private-webhook-urls", "x"]))

@@ -115,8 +115,11 @@ class Engine:
             stream.visible_tail = tail
             stream.visible_closed = closed
             woken[stream.uid] = stream
+        hooks = self.live.hooks
         for stream in woken.values():
             stream.wake()
+            if hooks is not None and self.by_uid.get(stream.uid) is stream and not stream.soft_deleted:
+                hooks.on_visible(stream)
 
     def on_flushed(self, states: Mapping[int, StreamState]) -> None:
         keep = self.config.tail_cache_bytes

@@ -41,6 +41,7 @@ from ..storage.records import (
 from ..storage.view import Recovery, StreamState
 from .buckets import Bucket, Buckets
 from .stream import Stream
+from .types import StreamHooks
 
 
 class LiveState:
@@ -50,6 +51,8 @@ class LiveState:
         self.by_uid: dict[int, Stream] = {}
         self.buckets = Buckets()
         self._tombstones: dict[int, StreamState] = {}
+        self.hooks: StreamHooks | None = None
+        """Told about removals and (by the engine) newly visible tails; set after recovery."""
 
     # -- recovery ---------------------------------------------------------------------
 
@@ -182,6 +185,8 @@ class LiveState:
         if stream.forks > 0:
             stream.soft_deleted = True
             self._tombstones.pop(stream.uid, None)
+            if self.hooks is not None:
+                self.hooks.on_removed(stream)
         else:
             self._remove(stream)
         stream.last_lsn = record.lsn
@@ -204,6 +209,8 @@ class LiveState:
             self.buckets.stream_removed(stream.name)
         self._tombstones[stream.uid] = stream.to_state(written_ms=self.clock(), deleted=True)
         stream.wake()
+        if self.hooks is not None:
+            self.hooks.on_removed(stream)
         if stream.fork_of is not None:
             source = self.by_uid.get(stream.fork_of)
             if source is not None:

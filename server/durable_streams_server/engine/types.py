@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import Protocol
 
 from ..protocol.headers import ProducerHeaders
 from ..protocol.offsets import Offset
@@ -77,3 +78,13 @@ class ReadResult:
     """Append time (ms) of each chunk's message."""
     up_to_date: bool
     closed: bool
+
+
+class StreamHooks(Protocol):
+    """Told about stream changes (the subscriptions use this): ``on_visible`` once a
+    stream's new tail is durable (the engine), ``on_removed`` when a stream is deleted or
+    soft-deleted (its transition; live requests only, recovery runs before hooks attach)."""
+
+    def on_visible(self, stream: Stream) -> None: ...
+
+    def on_removed(self, stream: Stream) -> None: ...

@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ..engine.engine import Engine
+from ..engine.subscriptions import SubscriptionManager
 from ..protocol.errors import BadRequest, MethodNotAllowed, NotFound, ProtocolError, ServiceUnavailable
 from ..protocol.ids import (
     BASE_SURFACE_PREFIX,
@@ -40,12 +41,14 @@ from .metrics import ROUTE_KEY, MetricsMiddleware, ServerMetrics
 from .responses import SecurityHeadersMiddleware, error_response, http_error_response, preflight_response
 from .routes import starlette_routes
 from .streams import StreamHandlers
+from .subscriptions import SubscriptionHandlers
 from .targets import base_target
 
 log = logging.getLogger("durable_streams_server.http")
 
-Opener = Callable[[StorageObserver], tuple[Storage, Engine]]
-"""Builds storage (reporting to the observer) and its engine, and recovers their state."""
+Opener = Callable[[StorageObserver], tuple[Storage, Engine, SubscriptionManager]]
+"""Builds storage (reporting to the observer), its engine and the subscription manager,
+and recovers their state (the manager not yet started)."""
 
 
 class DurableStreamsApp:
@@ -58,6 +61,7 @@ class DurableStreamsApp:
         self.engine: Engine | None = None
         self.handlers: StreamHandlers | None = None
         self.extensions: ExtensionHandlers | None = None
+        self.subscriptions: SubscriptionHandlers | None = None
         self._start_lock = asyncio.Lock()
         self.live_readers = LiveReaders(limits.max_live_readers)
         self.metrics = ServerMetrics(self)
@@ -67,6 +71,7 @@ class DurableStreamsApp:
                     "healthz": self._healthz,
                     "readyz": self._readyz,
                     "metrics": self._metrics,
+                    "control": self._control_endpoint,
                     "base": self._base_endpoint,
                     "bucket": self._bucket_endpoint,
                     "listing": self._listing_endpoint,
@@ -95,6 +100,8 @@ class DurableStreamsApp:
         try:
             yield
         finally:
+            if self.subscriptions is not None:
+                await self.subscriptions.manager.close()
             if self.storage is not None:
                 await self.storage.close()
             log.info("stopped")
@@ -107,10 +114,12 @@ class DurableStreamsApp:
                 await self.storage.start()
 
     def _start_now(self) -> None:
-        self.storage, engine = self.opener(self.metrics)
+        self.storage, engine, subscriptions = self.opener(self.metrics)
         self.engine = engine
         self.handlers = handlers = StreamHandlers(engine, self.limits, self.live_readers)
         self.extensions = ExtensionHandlers(handlers)
+        subscriptions.start()
+        self.subscriptions = SubscriptionHandlers(subscriptions)
 
     # -- routing ----------------------------------------------------------------------
 
@@ -143,6 +152,25 @@ class DurableStreamsApp:
             if request.method == "DELETE":
                 return await self.extensions.delete_bucket(bucket_id)
             raise MethodNotAllowed(f"{request.method} is not supported on a bucket")
+
+        return await self._guarded(request, route)
+
+    async def _control_endpoint(self, request: Request) -> Response:
+        """``{root}/__ds/...``: the root's subscriptions (never a stream named __ds); the root
+        is the base surface, or a bucket when the path names one."""
+        params = request.path_params
+        bucket_id = params.get("bucket_id")
+        rest = params.get("rest")
+        request.scope[ROUTE_KEY] = "subscriptions"
+
+        async def route() -> Response:
+            assert self.subscriptions is not None and self.engine is not None
+            validate_raw_path(request.scope.get("raw_path", b""))
+            if bucket_id is not None:
+                self.engine.buckets.get(validate_bucket_id(bucket_id))
+            root = BASE_SURFACE_PREFIX if bucket_id is None else bucket_id + "/"
+            segments = rest.split("/") if rest is not None else []
+            return await self.subscriptions.handle(request, root, segments, bucket_id is not None)
 
         return await self._guarded(request, route)
 

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, ProcessCollector
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -27,7 +27,9 @@ from .limits import LIVE_MODE_KEY, LiveReaders
 
 if TYPE_CHECKING:
     from ..engine.engine import Engine
+    from ..engine.subscriptions import SubscriptionManager
     from ..storage.committer import Storage
+    from .subscriptions import SubscriptionHandlers
 
 ROUTE_KEY = "durable_streams.route"
 """ASGI scope key: the route template label of a request, set by its handler."""
@@ -43,6 +45,7 @@ class MetricsSource(Protocol):
     storage: Storage | None
     engine: Engine | None
     live_readers: LiveReaders
+    subscriptions: SubscriptionHandlers | None
 
 
 class ServerMetrics:
@@ -136,6 +139,8 @@ class _StateCollector:
                 "durable_streams_streams", "Streams (soft-deleted ones with live forks included)", len(engine.streams)
             )
             yield _gauge("durable_streams_buckets", "Buckets", len(engine.buckets.by_id))
+        if source.subscriptions is not None:
+            yield from _subscription_metrics(source.subscriptions.manager)
         storage = source.storage
         if storage is not None:
             yield _gauge("durable_streams_wal_bytes", "Bytes of WAL segments on disk", storage.wal_bytes)
@@ -157,6 +162,22 @@ class _StateCollector:
                 "Sequence number of the newest stored change (every create, append, delete ... is one)",
                 storage.next_lsn - 1,
             )
+
+
+_SUBSCRIPTION_COUNTERS = {
+    "deliveries": "Webhook deliveries the receiver accepted (2xx)",
+    "delivery_failures": "Webhook attempts that failed (and wake events that could not be written)",
+    "retries": "Webhook delivery retries",
+    "lease_expiries": "Wake leases that expired without done or release",
+    "wake_events": "Pull-wake events written to wake streams",
+}
+
+
+def _subscription_metrics(manager: SubscriptionManager) -> Iterator[Metric]:
+    yield _gauge("durable_streams_subscriptions", "Subscriptions", len(manager.all()))
+    for key, documentation in _SUBSCRIPTION_COUNTERS.items():
+        name = f"durable_streams_subscription_{key}"
+        yield CounterMetricFamily(name, documentation, value=manager.stats[key])
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:

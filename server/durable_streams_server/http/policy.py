@@ -11,6 +11,8 @@ surface (a sub-resource such as ``.../x/snapshot/5`` belongs to stream ``.../x``
   writing the listing (which answers 405) is write on the bucket.
 - ``/healthz`` and ``/readyz`` need nothing to read; ``/metrics`` needs an unlimited admin
   grant; other methods there are treated as changes of a bucket of that name.
+- The reserved ``__ds`` namespace of a root (subscriptions, ``control``): see
+  ``_control_needs``.
 - Paths no route serves need just a valid token, and get their 404 from the router.
 
 A grant covers a stream if the key starts with one of its ``prefixes`` or lies in one of
@@ -29,6 +31,8 @@ from ..protocol.tokens import AccessScope, TokenGrant
 from .routes import PROBES, match_route
 from .streams import stream_name_from_reference
 from .targets import base_target
+
+WAKE_TOKEN_ACTIONS = ("callback", "ack", "release")
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,12 @@ def request_needs(method: str, path: str, fork_from: str | None) -> tuple[Need, 
         if not reading:
             return (Need("admin", "bucket", route),)
         return (Need("admin", "server"),) if route == "metrics" else ()
+    if route == "control":
+        bucket_id = params.get("bucket_id")
+        root = (
+            Need("read", "bucket", bucket_id) if bucket_id is not None else Need("read", "stream", BASE_SURFACE_PREFIX)
+        )
+        return _control_needs(method, params.get("rest", "").split("/"), root)
     if route == "base":
         stream, _, _ = base_target(BASE_SURFACE_PREFIX + params["path"])
         return _stream_needs(method, stream, fork_from)
@@ -75,6 +85,18 @@ def request_needs(method: str, path: str, fork_from: str | None) -> tuple[Need, 
     if route == "listing":
         return (Need("read" if reading else "write", "bucket", params["bucket_id"]),)
     return _stream_needs(method, f"{params['bucket_id']}/{params['stream_id']}", fork_from)
+
+
+def _control_needs(method: str, rest: list[str], root: Need) -> tuple[Need, ...]:
+    """The ``__ds`` namespace. A subscription can cover any stream of its root (a pattern is
+    only known from the body), so managing or claiming one needs write on the whole root
+    (the base surface, or the bucket); reading one needs read on it. The JWKS is public,
+    and callback/ack/release carry their own wake token instead of a service token."""
+    if rest == ["jwks.json"] or (len(rest) == 3 and rest[0] == "subscriptions" and rest[2] in WAKE_TOKEN_ACTIONS):
+        return ()
+    if method in ("GET", "HEAD"):
+        return (root,)
+    return (Need("write", root.kind, root.target),)
 
 
 def _stream_needs(method: str, key: str, fork_from: str | None) -> tuple[Need, ...]:

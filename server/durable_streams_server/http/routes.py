@@ -21,8 +21,9 @@ from starlette.routing import Route, compile_path
 from starlette.types import Scope
 
 from ..protocol.ids import BASE_SURFACE_PREFIX
+from ..protocol.subscriptions import RESERVED_SEGMENT
 
-RouteName = Literal["healthz", "readyz", "metrics", "base", "bucket", "listing", "bucketed"]
+RouteName = Literal["healthz", "readyz", "metrics", "control", "base", "bucket", "listing", "bucketed"]
 Endpoint = Callable[[Request], Awaitable[Response]]
 
 METHODS = ("GET", "HEAD", "PUT", "POST", "DELETE", "OPTIONS")
@@ -33,8 +34,13 @@ ROUTES: tuple[tuple[RouteName, str], ...] = (
     ("healthz", "/healthz"),
     ("readyz", "/readyz"),
     ("metrics", "/metrics"),
+    # The reserved ``__ds`` namespace of each surface (subscriptions), before any stream route.
+    ("control", f"/{BASE_SURFACE_PREFIX}{RESERVED_SEGMENT}"),
+    ("control", f"/{BASE_SURFACE_PREFIX}{RESERVED_SEGMENT}/{{rest:path}}"),
     ("base", f"/{BASE_SURFACE_PREFIX}{{path:path}}"),
     ("bucket", "/{bucket_id}"),
+    ("control", f"/{{bucket_id}}/{RESERVED_SEGMENT}"),
+    ("control", f"/{{bucket_id}}/{RESERVED_SEGMENT}/{{rest:path}}"),
     ("listing", "/{bucket_id}/streams"),
     ("bucketed", "/{bucket_id}/{stream_id}"),
     ("bucketed", "/{bucket_id}/{stream_id}/{resource}"),

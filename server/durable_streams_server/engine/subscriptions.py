@@ -1,0 +1,355 @@
+"""Subscriptions' live state: membership, wakes, generations, leases, and their timers.
+
+Theory of operation
+-------------------
+Everything runs on the event loop. Each operation changes memory synchronously (no
+``await`` in between, so operations on one subscription are serialized like the
+engine's appends), then awaits ``store.save()`` before answering, so an answer is
+durable. External effects of a new wake (the webhook POST, the wake event) happen
+only after the wake's generation is durable, so a restart never hands the same
+generation to a second wake.
+
+Membership: creating a subscription links every existing stream its pattern matches at
+the stream's visible tail and each explicit stream at its tail (0 when it does not exist
+yet). The engine calls ``on_visible`` when a stream's new tail becomes durable: a
+matching stream not linked yet is new since the subscription, so it is linked at 0
+(its first data is pending), and pending work wakes the subscription. ``on_removed``
+drops glob links of deleted streams (an explicit link stays, reset to 0). At start-up
+``reconcile`` repairs what a crash between a stream change and the next save left out:
+unlinked matching streams are linked at 0 if created after the subscription, else at
+their tail.
+
+Wakes: an idle subscription with pending work gets a new wake (generation + 1).
+Webhook: a signed POST (``Deliveries``); 2xx ``{"done": true}`` auto-acks the wake
+snapshot; other 2xx starts the lease (extended by callbacks); a failure schedules a
+retry (1 s doubling to 60 s, ±20 %; ``next_attempt_ms`` is persisted and honoured after
+a restart). Pull-wake: wake events go to the wake stream; ``claim`` takes the lease.
+When a lease expires the wake is dropped and, if work is pending, a new one issued.
+One timer per subscription tracks its next deadline (retry or lease expiry).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..protocol.errors import BadRequest, Conflict, NotFound
+from ..protocol.subscriptions import AlreadyClaimed, SubscriptionConfig, WakeReport, fenced
+from ..protocol.wake_tokens import WakeClaim, issue, verify
+from .signing import KeyRing
+from .subscription_state import Link, Subscription, Wake
+from .subscription_store import SubscriptionStore
+from .wakes import Deliveries, SubscriptionSettings
+
+if TYPE_CHECKING:
+    from .engine import Engine
+    from .stream import Stream
+
+log = logging.getLogger("durable_streams_server.subscriptions")
+
+
+def root_of(name: str) -> str:
+    """The surface root of a stream key: ``v1/stream/`` or ``<bucket_id>/``."""
+    if name.startswith("v1/stream/"):
+        return "v1/stream/"
+    return name.partition("/")[0] + "/"
+
+
+class SubscriptionManager:
+    def __init__(self, engine: Engine, directory: Path, settings: SubscriptionSettings | None = None) -> None:
+        self.engine = engine
+        self.settings = settings or SubscriptionSettings()
+        self.clock: Callable[[], int] = engine.clock
+        self.by_root: dict[str, dict[str, Subscription]] = {}
+        self.store = SubscriptionStore(directory, self._snapshot)
+        self.keys = KeyRing.generate(self.clock())
+        self.stats: Counter[str] = Counter()
+        """deliveries, delivery_failures, retries, lease_expiries, wake_events (for /metrics)."""
+        self.deliveries = Deliveries(self)
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Load, reconcile with the engine's streams, persist, attach hooks, resume wakes."""
+        data = self.store.load()
+        if data is not None:
+            self.keys = KeyRing.from_json(data["keys"])
+            for item in data["subscriptions"]:
+                sub = Subscription.from_json(item)
+                self.by_root.setdefault(sub.root, {})[sub.subscription_id] = sub
+        for sub in self.all():
+            self._reconcile(sub)
+        self.store.write_now()
+        self.engine.live.hooks = self
+        for sub in self.all():
+            self._resume(sub)
+
+    async def close(self) -> None:
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        await self.deliveries.close()
+
+    def all(self) -> list[Subscription]:
+        return [sub for subs in self.by_root.values() for sub in subs.values()]
+
+    def _snapshot(self) -> dict[str, Any]:
+        return {"version": 1, "keys": self.keys.to_json(), "subscriptions": [sub.to_json() for sub in self.all()]}
+
+    # -- streams ----------------------------------------------------------------------
+
+    def tails(self, sub: Subscription) -> dict[str, int]:
+        tails = {}
+        for path in sub.links:
+            stream = self.engine.streams.get(sub.root + path)
+            tails[path] = stream.visible_tail if stream is not None and not stream.soft_deleted else 0
+        return tails
+
+    def _streams_of(self, root: str) -> list[tuple[str, Stream]]:
+        return [
+            (name[len(root) :], stream)
+            for name, stream in self.engine.streams.items()
+            if name.startswith(root) and not stream.soft_deleted and root_of(name) == root
+        ]
+
+    def _reconcile(self, sub: Subscription) -> None:
+        for path, stream in self._streams_of(sub.root):
+            if path not in sub.links and self.matches(sub, path):
+                after = stream.created_ms >= sub.created_ms
+                sub.links[path] = Link(glob=True, acked=0 if after else stream.visible_tail)
+        for path, link in list(sub.links.items()):
+            existing = self.engine.streams.get(sub.root + path)
+            if existing is None or existing.soft_deleted:
+                if link.explicit:
+                    link.glob, link.acked = False, 0
+                else:
+                    del sub.links[path]
+
+    def matches(self, sub: Subscription, path: str) -> bool:
+        """Glob membership; never a pull-wake subscription's wake stream (wake events would
+        otherwise wake subscriptions, possibly each other, forever)."""
+        if not sub.matches(path) or path == sub.config.wake_stream:
+            return False
+        return all(other.config.wake_stream != path for other in self.by_root.get(sub.root, {}).values())
+
+    def on_visible(self, stream: Stream) -> None:
+        """A stream's new tail is durable (created or appended): link it, wake subscribers."""
+        root = root_of(stream.name)
+        path = stream.name[len(root) :]
+        for sub in self.by_root.get(root, {}).values():
+            link = sub.links.get(path)
+            if link is None and self.matches(sub, path):
+                link = sub.links[path] = Link(glob=True, acked=0)
+            if link is not None and stream.visible_tail > link.acked:
+                self.kick(sub)
+
+    def on_removed(self, stream: Stream) -> None:
+        root = root_of(stream.name)
+        path = stream.name[len(root) :]
+        for sub in self.by_root.get(root, {}).values():
+            link = sub.links.get(path)
+            if link is not None and link.explicit:
+                link.glob, link.acked = False, 0
+            elif link is not None:
+                del sub.links[path]
+
+    # -- control API ------------------------------------------------------------------
+
+    def get(self, root: str, subscription_id: str) -> Subscription:
+        sub = self.by_root.get(root, {}).get(subscription_id)
+        if sub is None:
+            raise NotFound(f"subscription {subscription_id!r} not found", code="SUBSCRIPTION_NOT_FOUND")
+        return sub
+
+    async def put(
+        self, root: str, subscription_id: str, config: SubscriptionConfig, root_url: str
+    ) -> tuple[bool, Subscription]:
+        existing = self.by_root.get(root, {}).get(subscription_id)
+        if existing is not None:
+            if existing.config.config_hash != config.config_hash:
+                raise Conflict(
+                    f"subscription {subscription_id!r} exists with a different configuration",
+                    code="SUBSCRIPTION_EXISTS",
+                )
+            await self.store.save()
+            return False, existing
+        sub = Subscription(root, subscription_id, config, self.clock(), root_url)
+        for path, stream in self._streams_of(root):
+            if self.matches(sub, path):
+                sub.links[path] = Link(glob=True, acked=stream.visible_tail)
+        self._link_explicit(sub, config.streams)
+        self.by_root.setdefault(root, {})[subscription_id] = sub
+        await self.store.save()
+        self.kick(sub)
+        return True, sub
+
+    def _link_explicit(self, sub: Subscription, paths: tuple[str, ...]) -> None:
+        for path in paths:
+            link = sub.links.get(path)
+            if link is None:
+                stream = self.engine.streams.get(sub.root + path)
+                tail = stream.visible_tail if stream is not None and not stream.soft_deleted else 0
+                link = sub.links[path] = Link(acked=tail)
+            link.explicit = True
+
+    async def delete(self, root: str, subscription_id: str) -> None:
+        sub = self.get(root, subscription_id)
+        sub.deleted = True
+        del self.by_root[root][subscription_id]
+        self._cancel_timer(sub)
+        await self.store.save()
+
+    async def add_streams(self, root: str, subscription_id: str, paths: tuple[str, ...]) -> None:
+        sub = self.get(root, subscription_id)
+        self._link_explicit(sub, paths)
+        await self.store.save()
+        self.kick(sub)
+
+    async def remove_stream(self, root: str, subscription_id: str, path: str) -> None:
+        sub = self.get(root, subscription_id)
+        link = sub.links.get(path)
+        if link is not None and link.explicit:
+            link.explicit = False
+            if self.matches(sub, path) and self.engine.streams.get(root + path) is not None:
+                link.glob = True
+            else:
+                del sub.links[path]
+        await self.store.save()
+
+    # -- wakes ------------------------------------------------------------------------
+
+    def kick(self, sub: Subscription) -> None:
+        """Issue a wake if the subscription is idle and has pending work."""
+        if sub.deleted or sub.wake is not None:
+            return
+        tails = self.tails(sub)
+        if not sub.pending(tails):
+            return
+        sub.generation += 1
+        sub.wake = Wake(f"w_{secrets.token_urlsafe(12)}", sub.generation, tails)
+        self.deliveries.start(sub, sub.wake)
+
+    def token(self, sub: Subscription, wake: Wake, kind: str) -> str:
+        return issue(self.keys.token_key, WakeClaim(sub.key, wake.generation, wake.wake_id, kind))
+
+    def schedule(self, sub: Subscription, at_ms: int | None, action: Callable[[], None]) -> None:
+        self._cancel_timer(sub)
+        if at_ms is not None:
+            delay = max(0.0, (at_ms - self.clock()) / 1000)
+            self._timers[sub.key] = asyncio.get_running_loop().call_later(delay, action)
+
+    def _cancel_timer(self, sub: Subscription) -> None:
+        timer = self._timers.pop(sub.key, None)
+        if timer is not None:
+            timer.cancel()
+
+    def arm_lease(self, sub: Subscription, wake: Wake) -> None:
+        self.schedule(sub, wake.lease_expires_ms, lambda: self._expire(sub, wake))
+
+    def _expire(self, sub: Subscription, wake: Wake) -> None:
+        if sub.wake is not wake or wake.lease_expires_ms is None:
+            return
+        if wake.lease_expires_ms > self.clock():
+            self.arm_lease(sub, wake)
+            return
+        self.stats["lease_expiries"] += 1
+        log.info("lease expired", extra={"subscription": sub.key, "generation": wake.generation})
+        self.finish(sub, {})
+
+    def finish(self, sub: Subscription, acks: dict[str, int]) -> bool:
+        """End the current wake after applying ``acks``; True if work remains (next wake)."""
+        sub.apply_acks(acks)
+        sub.wake = None
+        self._cancel_timer(sub)
+        pending = bool(sub.pending(self.tails(sub)))
+        self.kick(sub)
+        if not pending:
+            self.deliveries.persist()
+        return pending
+
+    def _resume(self, sub: Subscription) -> None:
+        wake = sub.wake
+        if wake is None:
+            self.kick(sub)
+        else:
+            self.deliveries.resume(sub, wake)
+
+    # -- worker requests ----------------------------------------------------------------
+
+    async def claim(self, root: str, subscription_id: str, worker: str) -> dict[str, Any] | None:
+        """Take the lease of the current (or a new) wake; ``None`` when nothing is pending."""
+        sub = self.get(root, subscription_id)
+        if sub.config.type != "pull-wake":
+            raise BadRequest("claim is for pull-wake subscriptions", code="NOT_PULL_WAKE")
+        now = self.clock()
+        wake = sub.wake
+        if wake is not None and wake.holder is not None and wake.lease_expires_ms is not None:
+            if wake.lease_expires_ms > now:
+                raise AlreadyClaimed(wake.holder, wake.generation)
+            self.stats["lease_expiries"] += 1
+            self.finish(sub, {})
+            wake = sub.wake
+        tails = self.tails(sub)
+        if wake is None:
+            if not sub.pending(tails):
+                return None
+            sub.generation += 1
+            wake = sub.wake = Wake(f"w_{secrets.token_urlsafe(12)}", sub.generation, tails, delivered=True)
+        wake.tails = tails
+        wake.holder, wake.lease_expires_ms = worker, now + sub.config.lease_ttl_ms
+        self.arm_lease(sub, wake)
+        await self.store.save()
+        return {
+            "wake_id": wake.wake_id,
+            "generation": wake.generation,
+            "token": self.token(sub, wake, "claim"),
+            "streams": sub.stream_views(tails, wake.tails),
+            "lease_ttl_ms": sub.config.lease_ttl_ms,
+        }
+
+    async def report(
+        self, root: str, subscription_id: str, token: str, report: WakeReport, kind: str
+    ) -> dict[str, bool] | None:
+        """A callback (webhook) or ack (pull-wake) with ``report``; release when ``kind`` is
+        ``"release"`` (returns ``None``)."""
+        sub = self.get(root, subscription_id)
+        claim = verify(self.keys.token_key, token)
+        expected = "callback" if sub.config.type == "webhook" else "claim"
+        if claim.subscription != sub.key or claim.kind != expected:
+            raise fenced("the token was issued for another subscription or wake kind")
+        wake = sub.check_current(report.generation, report.wake_id)
+        if (claim.generation, claim.wake_id) != (wake.generation, wake.wake_id):
+            raise fenced("the token belongs to another wake")
+        if expected == "claim" and wake.holder is None:
+            raise fenced("the wake's lease was released or expired")
+        acks = self._checked_acks(sub, report)
+        if kind == "release":
+            self.finish(sub, {})
+            await self.store.save()
+            return None
+        if report.done:
+            next_wake = self.finish(sub, acks)
+        else:
+            sub.apply_acks(acks)
+            wake.lease_expires_ms = self.clock() + sub.config.lease_ttl_ms
+            self.arm_lease(sub, wake)
+            next_wake = False
+        await self.store.save()
+        return {"ok": True, "next_wake": next_wake}
+
+    def _checked_acks(self, sub: Subscription, report: WakeReport) -> dict[str, int]:
+        tails = self.tails(sub)
+        acks: dict[str, int] = {}
+        for path, seq in report.acks:
+            if path not in sub.links:
+                raise BadRequest(f"stream {path!r} is not linked to this subscription", code="UNKNOWN_STREAM")
+            if seq > tails.get(path, 0):
+                raise BadRequest(f"the ack for {path!r} is beyond the stream's tail", code="INVALID_OFFSET")
+            acks[path] = max(acks.get(path, 0), seq)
+        return acks
