@@ -63,7 +63,6 @@ class EngineConfig:
     tail_cache_bytes: int = 4 * 1024 * 1024
     history_cache_bytes: int = 64 * 1024 * 1024
     """History read from Delta kept for the next sequential read (``history``); 0: off."""
-    read_ahead_bytes: int = 8 * 1024 * 1024
     max_streams_per_bucket: int = 0
     """0: no limit."""
 
