@@ -173,7 +173,8 @@ async def read_slice(
     runs: list[Run] = []
     next_offset = start
     if start.seq < end:
-        runs = await _gather(engine, stream, start.seq, end, max_bytes + start.within)
+        async with engine.memory.reading(max_bytes + start.within):
+            runs = await _gather(engine, stream, start.seq, end, max_bytes + start.within)
         if start.within and start.within >= runs[0].first_size():
             # (an offset we handed out points inside its message; this one was made up)
             raise BadRequest(f"offset {start} points past the end of its message", code="OFFSET_OUT_OF_RANGE")
