@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, ProcessCollector
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -136,6 +136,14 @@ class _StateCollector:
                 "durable_streams_streams", "Streams (soft-deleted ones with live forks included)", len(engine.streams)
             )
             yield _gauge("durable_streams_buckets", "Buckets", len(engine.buckets.by_id))
+            memory = engine.memory
+            yield _gauge(
+                "durable_streams_memory_held_bytes", "Tail caches + history cache held in the budget", memory.held
+            )
+            yield _gauge("durable_streams_memory_in_flight_bytes", "Bytes reserved by reads running", memory.in_flight)
+            yield CounterMetricFamily(
+                "durable_streams_memory_evictions", "Entries the memory budget let go", value=memory.evictions
+            )
         storage = source.storage
         if storage is not None:
             yield _gauge("durable_streams_wal_bytes", "Bytes of WAL segments on disk", storage.wal_bytes)
@@ -156,6 +164,11 @@ class _StateCollector:
                 "durable_streams_last_lsn",
                 "Sequence number of the newest stored change (every create, append, delete ... is one)",
                 storage.next_lsn - 1,
+            )
+            yield CounterMetricFamily(
+                "durable_streams_history_read_bytes",
+                "Bytes read from Delta data files by history reads (footers included)",
+                value=storage.history_read_bytes,
             )
 
 
