@@ -8,19 +8,12 @@ import re
 from collections.abc import Callable
 
 import requests
-from servers import ServerProcess, session, wait_for
+from servers import ServerProcess, flushed, read_all, session, wait_for
 
 from durable_streams_server.protocol.offsets import Offset
 
 OCTETS = {"Content-Type": "application/octet-stream"}
 MIB = 1024 * 1024
-
-
-def flushed(server: ServerProcess) -> Callable[[], bool]:
-    def check() -> bool:
-        return "durable_streams_unflushed_bytes 0.0" in requests.get(f"{server.url}/metrics", timeout=5).text
-
-    return check
 
 
 def history_read_bytes(server: ServerProcess) -> float:
@@ -109,13 +102,7 @@ def test_a_small_read_of_a_large_stream_reads_little_and_a_catch_up_reads_it_onc
 
     server.restart()
     before = history_read_bytes(server)
-    body, offset = b"", "-1"
-    while True:
-        response = http.get(url, params={"offset": offset})
-        body += response.content
-        offset = response.headers["Stream-Next-Offset"]
-        if response.headers.get("Stream-Up-To-Date") == "true":
-            break
+    body = read_all(http, url)
     assert body == b"".join(stored)
     catch_up = history_read_bytes(server) - before
     assert catch_up < 1.1 * len(body), f"a catch-up of {len(body) / MIB:.0f} MiB read {catch_up / MIB:.1f} MiB"

@@ -9,7 +9,7 @@ import re
 from collections.abc import Callable
 
 import requests
-from servers import ServerProcess, session, wait_for
+from servers import ServerProcess, read_all, session, wait_for
 
 from durable_streams_server.engine.memory import MemoryBudget
 
@@ -62,15 +62,15 @@ def metric(server: ServerProcess, name: str) -> float:
     return float(re.search(rf"^{name} (\S+)$", text, re.M).group(1))  # type: ignore[union-attr]
 
 
-def read_all(http: requests.Session, url: str) -> bytes:
-    body, offset = b"", "-1"
-    while True:
-        response = http.get(url, params={"offset": offset})
-        assert response.status_code == 200, response.text
-        body += response.content
-        offset = response.headers["Stream-Next-Offset"]
-        if response.headers.get("Stream-Up-To-Date") == "true":
-            return body
+def fill(http: requests.Session, url: str, rng: random.Random) -> bytes:
+    """Create a stream and append 40 messages of 10 B to 6 KB; what it holds."""
+    assert http.put(url, headers=OCTETS).status_code == 201
+    body = b""
+    for _ in range(40):
+        message = rng.randbytes(rng.choice([10, 3000, 6000]))
+        assert http.post(url, headers=OCTETS, data=message).status_code == 204
+        body += message
+    return body
 
 
 def test_a_tiny_budget_evicts_tails_without_changing_any_answer(server_factory: Callable[..., ServerProcess]) -> None:
@@ -89,13 +89,7 @@ def test_a_tiny_budget_evicts_tails_without_changing_any_answer(server_factory: 
     rng = random.Random(11)
     urls = [server.stream_url(f"s{index}") for index in range(20)]
     expected: dict[str, bytes] = {}
-    for url in urls[:1]:
-        assert http.put(url, headers=OCTETS).status_code == 201
-        expected[url] = b""
-        for _ in range(40):
-            message = rng.randbytes(rng.choice([10, 3000, 6000]))
-            assert http.post(url, headers=OCTETS, data=message).status_code == 204
-            expected[url] += message
+    expected[urls[0]] = fill(http, urls[0], rng)
     wait_for(lambda: metric(server, "durable_streams_unflushed_bytes") == 0)
     first = read_all(http, urls[0])  # its tail is in memory (held) now
     assert first == expected[urls[0]]
@@ -103,12 +97,7 @@ def test_a_tiny_budget_evicts_tails_without_changing_any_answer(server_factory: 
     evictions = metric(server, "durable_streams_memory_evictions_total")
 
     for url in urls[1:]:
-        assert http.put(url, headers=OCTETS).status_code == 201
-        expected[url] = b""
-        for _ in range(40):
-            message = rng.randbytes(rng.choice([10, 3000, 6000]))
-            assert http.post(url, headers=OCTETS, data=message).status_code == 204
-            expected[url] += message
+        expected[url] = fill(http, url, rng)
     wait_for(lambda: metric(server, "durable_streams_unflushed_bytes") == 0)
     assert metric(server, "durable_streams_memory_evictions_total") > evictions
     assert metric(server, "durable_streams_memory_held_bytes") <= 262144 - 262144 // 8
