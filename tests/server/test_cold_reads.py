@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable
 
 import requests
-from servers import ServerProcess, flushed, read_all, session, wait_for
+from servers import MotoServer, ServerProcess, flushed, read_all, session, wait_for
 
 from durable_streams_server.protocol.offsets import Offset
 
@@ -106,3 +106,26 @@ def test_a_small_read_of_a_large_stream_reads_little_and_a_catch_up_reads_it_onc
     assert body == b"".join(stored)
     catch_up = history_read_bytes(server) - before
     assert catch_up < 1.1 * len(body), f"a catch-up of {len(body) / MIB:.0f} MiB read {catch_up / MIB:.1f} MiB"
+
+
+def test_cold_reads_from_s3_match_warm_reads(server_factory: Callable[..., ServerProcess], moto: MotoServer) -> None:
+    """The same seeking reads through the object store (moto's S3 server)."""
+    moto.create_bucket("cold-reads")
+    flags = ("--max-read-bytes", "65536", "--flush-interval-ms", "50", "--compaction-interval-s", "0")
+    server = server_factory(*moto.server_args("s3://cold-reads/ds"), *flags)
+    http = session()
+    url = server.stream_url("remote")
+    assert http.put(url, headers=OCTETS).status_code == 201
+    rng = random.Random(5)
+    messages = [rng.randbytes(rng.choice([40, 5000, 100_000])) for _ in range(30)]
+    for index, message in enumerate(messages):
+        assert http.post(url, headers=OCTETS, data=message).status_code == 204
+        if index % 10 == 9:
+            wait_for(flushed(server))
+    offsets = [Offset(seq) for seq in range(len(messages))] + [Offset(seq, 1) for seq in range(len(messages))]
+    warm = answers(http, url, offsets)
+    server.restart()
+    before = history_read_bytes(server)
+    assert answers(http, url, offsets) == warm
+    assert history_read_bytes(server) > before
+    assert read_all(http, url) == b"".join(messages)
