@@ -11,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -192,3 +192,25 @@ def session() -> requests.Session:
 
 
 os.environ.setdefault("NO_PROXY", "127.0.0.1,localhost")
+
+
+def read_all(http: requests.Session, url: str) -> bytes:
+    """A catch-up read from the beginning to the tail, response after response."""
+    body, offset = b"", "-1"
+    while True:
+        response = http.get(url, params={"offset": offset})
+        assert response.status_code == 200, response.text
+        body += response.content
+        offset = response.headers["Stream-Next-Offset"]
+        if response.headers.get("Stream-Up-To-Date") == "true":
+            return body
+
+
+def flushed(server: ServerProcess) -> Callable[[], bool]:
+    """For ``wait_for``: nothing waits to be committed to Delta."""
+
+    def check() -> bool:
+        metrics = requests.get(f"{server.url}/metrics", timeout=5).text
+        return "durable_streams_unflushed_bytes 0.0" in metrics
+
+    return check

@@ -142,7 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add(parser, "--keep-alive-timeout-s", 5, "idle keep-alive connections are closed after this", type=int)
     _add(parser, "--max-connections", 0, "more concurrent connections get uvicorn's 503; 0: no limit", type=int)
-    _add_config(parser, "--max-live-readers", "more concurrent long-polls + SSE streams get 503; 0: no limit")
+    _add_config(
+        parser, "--max-live-readers", "more concurrent (idle) long-polls + SSE streams get 503 + Retry-After; 0: none"
+    )
     _add_config(parser, "--max-streams-per-bucket", "creating a stream in a full bucket gets 409; 0: no limit")
     _add_config(
         parser,
@@ -156,11 +158,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-wal-bytes",
         "WAL mode: while the WAL holds more than this (Delta unreachable), writes get 503 + Retry-After",
     )
-    _add_config(parser, "--tail-cache-bytes", "flushed bytes kept in memory per stream")
+    _add_config(parser, "--tail-cache-bytes", "flushed bytes kept in memory per stream, at most")
     _add_config(
         parser,
         "--history-cache-bytes",
-        "history read from Delta kept (read ahead) for the next sequential read, all streams; 0: off",
+        "history read from Delta kept for a repeated read of the same place, all streams; 0: off",
+    )
+    _add_config(
+        parser,
+        "--memory-budget",
+        "bytes of tail caches + history cache + in-flight reads together (least recently used let go first); "
+        "0: no limit",
     )
     _add_config(parser, "--compaction-interval-s", "seconds between compaction passes; 0 turns it off")
     _add_config(parser, "--vacuum-retention-hours", "unreferenced data files older than this are deleted")

@@ -59,6 +59,7 @@ _NON_NEGATIVE = (
     "rate_limit_burst",
     "tail_cache_bytes",
     "history_cache_bytes",
+    "memory_budget",
     "compaction_interval_s",
     "vacuum_retention_hours",
 )
@@ -79,8 +80,9 @@ class ServerConfig:
     """Request line + headers; larger requests get 431. 0: no limit."""
     request_timeout_s: float = 30.0
     """A request body must arrive within this (else 408); the CLI's server holds heads to it too."""
-    max_live_readers: int = 0
-    """Concurrent long-poll waits + SSE streams; more get 503. 0: no limit."""
+    max_live_readers: int = 1_000
+    """Concurrent long-poll waits + SSE streams (idle, each holds a connection, a file
+    descriptor and ~20 KiB); more get 503. 0: no limit."""
     max_streams_per_bucket: int = 0
     """Creating a stream in a full bucket gets 409. 0: no limit."""
     rate_limit_rps: float = 0.0
@@ -91,7 +93,11 @@ class ServerConfig:
     max_wal_bytes: int = 1024**3
     """WAL mode: writes get 503 while the WAL (waiting for Delta) holds more than this."""
     tail_cache_bytes: int = 4 * 1024 * 1024
+    """Flushed bytes kept in memory per stream, at most (the memory budget may keep fewer)."""
     history_cache_bytes: int = 64 * 1024 * 1024
+    memory_budget: int = 512 * 1024 * 1024
+    """Bytes of tail caches + history cache + in-flight reads together, least recently used
+    let go first; an eighth of it bounds history reads parked between responses. 0: no limit."""
     compaction_interval_s: float = 600.0
     """Seconds between background compaction passes; 0 turns compaction off."""
     vacuum_retention_hours: int = 1

@@ -43,12 +43,14 @@ def open_storage(config: ServerConfig, observer: StorageObserver) -> tuple[Stora
             compaction=CompactionConfig(
                 interval_s=config.compaction_interval_s, vacuum_retention_hours=config.vacuum_retention_hours
             ),
+            history_parked_bytes=config.memory_budget // 8 if config.memory_budget else 64 * 1024 * 1024,
         ),
         observer=observer,
     )
     engine_config = EngineConfig(
         tail_cache_bytes=config.tail_cache_bytes,
         history_cache_bytes=config.history_cache_bytes,
+        memory_budget_bytes=config.memory_budget - config.memory_budget // 8,
         max_streams_per_bucket=config.max_streams_per_bucket,
     )
     engine = Engine(storage, engine_config)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import requests
-from servers import ServerProcess, append_all, wait_for
+from servers import ServerProcess, append_all, flushed, read_all, wait_for
 
 from durable_streams_server.engine.history import HistoryCache
 
@@ -40,25 +40,6 @@ def test_cache_off_or_too_small_keeps_nothing() -> None:
     small = HistoryCache(max_bytes=10)
     small.put(1, scan(0, 10))
     assert small.get(1, 0) is None
-
-
-def read_all(http: requests.Session, url: str) -> bytes:
-    body, offset = b"", "-1"
-    while True:
-        response = http.get(url, params={"offset": offset})
-        assert response.status_code == 200, response.text
-        body += response.content
-        offset = response.headers["Stream-Next-Offset"]
-        if response.headers.get("Stream-Up-To-Date") == "true":
-            return body
-
-
-def flushed(server: ServerProcess) -> Callable[[], bool]:
-    def check() -> bool:
-        metrics = requests.get(f"{server.url}/metrics", timeout=5).text
-        return "durable_streams_unflushed_bytes 0.0" in metrics
-
-    return check
 
 
 def test_paged_history_reads_are_exact_and_a_recreated_stream_never_sees_the_old_one(

@@ -8,6 +8,7 @@ for buckets with hundreds of thousands of streams.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -99,6 +100,18 @@ class Buckets:
             raise Conflict(
                 f"bucket {bucket.bucket_id!r} already holds its maximum of {cap} streams", code="BUCKET_FULL"
             )
+
+    def index_streams(self, stream_names: Iterable[str]) -> None:
+        """Add many streams at once (recovery): each bucket's ids are sorted once, so
+        rebuilding the index costs O(n log n), not an insertion per stream."""
+        touched: set[str] = set()
+        for stream_name in stream_names:
+            located = bucket_of(stream_name)
+            if located is not None and located[0] in self.by_id:
+                self.by_id[located[0]].stream_ids.append(located[1])
+                touched.add(located[0])
+        for bucket_id in touched:
+            self.by_id[bucket_id].stream_ids.sort()
 
     def stream_added(self, stream_name: str) -> None:
         located = bucket_of(stream_name)

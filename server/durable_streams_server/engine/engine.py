@@ -27,6 +27,7 @@ is checked lazily on access and behaves like a delete.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections import deque
@@ -50,6 +51,7 @@ from ..storage.view import Recovery, StreamState
 from . import forks
 from .buckets import Bucket, Buckets, bucket_of
 from .history import HistoryCache
+from .memory import MemoryBudget
 from .ports import StoragePort
 from .stream import Stream
 from .transitions import LiveState
@@ -61,9 +63,11 @@ log = logging.getLogger("durable_streams_server.engine")
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
     tail_cache_bytes: int = 4 * 1024 * 1024
+    """Flushed bytes kept in memory per stream, at most (the memory budget may keep fewer)."""
     history_cache_bytes: int = 64 * 1024 * 1024
-    """History read from Delta kept for the next sequential read (``history``); 0: off."""
-    read_ahead_bytes: int = 8 * 1024 * 1024
+    """History read from Delta kept for a repeated read of the same place (``history``); 0: off."""
+    memory_budget_bytes: int = 512 * 1024 * 1024
+    """Tail caches + history cache + in-flight reads together (``memory``); 0: no limit."""
     max_streams_per_bucket: int = 0
     """0: no limit."""
 
@@ -81,7 +85,8 @@ class Engine:
         self.clock = clock
         self.live = LiveState(clock)
         self._becoming_visible: deque[tuple[int, Stream, int, bool]] = deque()
-        self.history = HistoryCache(self.config.history_cache_bytes)
+        self.memory = MemoryBudget(self.config.memory_budget_bytes)
+        self.history = HistoryCache(self.config.history_cache_bytes, self.memory)
         storage.attach(self)
 
     @property
@@ -126,8 +131,9 @@ class Engine:
         for uid, state in states.items():
             stream = self.by_uid.get(uid)
             if stream is not None:
-                stream.flushed_tail = max(stream.flushed_tail, state["tail"])
+                stream.mark_flushed(state["tail"])
                 stream.trim_flushed(keep)
+                self.memory.hold(("tail", uid), stream.flushed_mem_bytes, functools.partial(stream.trim_flushed, 0))
                 if stream.snapshot_lsn == state.get("snapshot_lsn"):
                     stream.snapshot_data = None  # in Delta now
 
@@ -170,8 +176,10 @@ class Engine:
         return stream
 
     def touch(self, stream: Stream) -> None:
-        """Reads and writes renew a sliding TTL (HEAD does not)."""
+        """Reads and writes renew a sliding TTL (HEAD does not), and keep the stream's tail
+        cache from being the next one the memory budget lets go."""
         stream.last_access_ms = self.clock()
+        self.memory.touch(("tail", stream.uid))
 
     # -- create -----------------------------------------------------------------------
 
@@ -335,7 +343,13 @@ class Engine:
 
     def _submit_delete(self, stream: Stream) -> None:
         record = self.storage.submit(stream.uid, DeleteHeader(ts=self.clock()))
+        ancestry = [stream]  # a removal may take soft-deleted sources with it
+        while ancestry[-1].fork_of is not None and ancestry[-1].fork_of in self.by_uid:
+            ancestry.append(self.by_uid[ancestry[-1].fork_of])
         self.live.delete(stream, record)
+        for each in ancestry:
+            if each.uid not in self.by_uid:
+                self.memory.drop(("tail", each.uid))
 
     # -- buckets ----------------------------------------------------------------------
 

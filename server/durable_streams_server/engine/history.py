@@ -1,9 +1,11 @@
-"""Read-ahead for history: Delta scans that serve the next sequential read too.
+"""The history cache: messages read from Delta, kept for the next read of the same place.
 
-A read below a stream's memory tail costs a Delta scan: a few milliseconds of opening and
-decoding files, whatever the size of the answer. A catch-up reader or a Spark partition
-walks history one response at a time, so each scan reads ahead of the response it serves
-and keeps the rest here for the next one.
+A read below a stream's memory tail reads about its budget from Delta
+(``storage.history_reader``), and the history reader resumes a sequential read where the
+previous one stopped. What this cache adds is the repeated read of one place: a large
+message served in slices (each slice re-reads the message's offset), a retried response,
+several readers at the same offset. Its entries are held in the engine's memory budget
+(``memory``), which may let any of them go; ``max_bytes`` caps the cache on its own.
 
 Caching is safe because history is immutable: the messages below the memory tail of one
 incarnation (uid) of a stream never change. Retention only removes old ones, and reads
@@ -17,12 +19,15 @@ from collections import OrderedDict
 
 import pyarrow as pa
 
+from .memory import MemoryBudget
+
 
 class HistoryCache:
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, memory: MemoryBudget | None = None) -> None:
         self.max_bytes = max_bytes
+        self.memory = memory or MemoryBudget(0)
         self._entries: OrderedDict[tuple[int, int], pa.Table] = OrderedDict()
-        """(uid, first seq) -> a scan's messages (``seq``, ``data``, ``ts``), consecutive."""
+        """(uid, first seq) -> a read's messages (``seq``, ``data``, ``ts``), consecutive."""
         self._bytes = 0
 
     def get(self, uid: int, seq: int) -> pa.Table | None:
@@ -30,6 +35,7 @@ class HistoryCache:
         for key, table in self._entries.items():
             if key[0] == uid and key[1] <= seq < key[1] + table.num_rows:
                 self._entries.move_to_end(key)
+                self.memory.touch(("history", *key))
                 return table.slice(seq - key[1])
         return None
 
@@ -37,11 +43,17 @@ class HistoryCache:
         if not self.max_bytes or not table.num_rows or table.nbytes > self.max_bytes:
             return
         key = (uid, table["seq"][0].as_py())
-        previous = self._entries.pop(key, None)
-        if previous is not None:
-            self._bytes -= previous.nbytes
+        self._forget(key)
         self._entries[key] = table
         self._bytes += table.nbytes
         while self._bytes > self.max_bytes:
-            _, evicted = self._entries.popitem(last=False)
-            self._bytes -= evicted.nbytes
+            self._forget(next(iter(self._entries)))
+        if key in self._entries:
+            self.memory.hold(("history", *key), table.nbytes, lambda: self._forget(key, held=False))
+
+    def _forget(self, key: tuple[int, int], *, held: bool = True) -> None:
+        table = self._entries.pop(key, None)
+        if table is not None:
+            self._bytes -= table.nbytes
+            if held:
+                self.memory.drop(("history", *key))

@@ -12,7 +12,7 @@ from typing import Protocol
 
 import pyarrow as pa
 
-from ..storage.delta_log import StoredMessage
+from ..storage.history_reader import StoredMessage
 from ..storage.records import H, Record
 from ..storage.view import StateView
 
@@ -48,8 +48,11 @@ class StoragePort(Protocol):
         """Stored messages ``start_seq <= seq < end_seq`` of one stream, in order."""
         ...
 
-    async def read_message_table(self, uid: int, start_seq: int, end_seq: int) -> pa.Table:
-        """The same as Arrow columns ``seq``, ``data``, ``ts``, in order."""
+    async def read_history(self, uid: int, start_seq: int, end_seq: int, max_bytes: int) -> pa.Table:
+        """Whole stored messages from ``start_seq`` (before ``end_seq``), each taken while
+        ``max_bytes`` is not yet spent and at least one, as Arrow columns ``seq``, ``ts``,
+        ``data`` (and ``meta``), in order. Reads about ``max_bytes`` from storage, wherever
+        in the stream ``start_seq`` is."""
         ...
 
     async def read_snapshot(self, uid: int, seq: int) -> tuple[str, bytes] | None:

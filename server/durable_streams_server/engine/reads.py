@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from ..protocol.errors import BadRequest, Gone
 from ..protocol.offsets import Offset, encode_seq
+from ..storage.history_reader import within_budget
 from .engine import Engine
 from .stream import Stream
 from .types import ReadResult
@@ -36,8 +37,6 @@ COLUMNS = pa.schema(
     ]
 )
 """A run as Arrow: sequence number, append time and bytes of each message."""
-_DEFAULT_MESSAGE_BYTES = 64
-"""The message size assumed when sizing a Delta scan of a stream with nothing in memory."""
 
 
 class Run(Protocol):
@@ -87,7 +86,7 @@ class MemoryRun:
 @dataclass(frozen=True, slots=True)
 class StoredRun:
     table: pa.Table
-    """``seq``, ``data`` and ``ts`` as the Delta scan returned them."""
+    """``seq``, ``ts``, ``data`` (and ``meta``) as the history read returned them."""
 
     def __len__(self) -> int:
         return int(self.table.num_rows)
@@ -174,7 +173,8 @@ async def read_slice(
     runs: list[Run] = []
     next_offset = start
     if start.seq < end:
-        runs = await _gather(engine, stream, start.seq, end, max_bytes + start.within)
+        async with engine.memory.reading(max_bytes + start.within):
+            runs = await _gather(engine, stream, start.seq, end, max_bytes + start.within)
         if start.within and start.within >= runs[0].first_size():
             # (an offset we handed out points inside its message; this one was made up)
             raise BadRequest(f"offset {start} points past the end of its message", code="OFFSET_OUT_OF_RANGE")
@@ -216,12 +216,12 @@ async def _gather(engine: Engine, stream: Stream, start: int, end: int, budget: 
     # while a Delta read is awaited, so re-check it on every round.
     while start < end and (not runs or budget > 0):
         if start < stream.mem_base:
-            table = await _history(engine, stream, start, budget)
+            table = await _history(engine, stream, start, end, budget)
             table = table.slice(0, min(end, stream.mem_base) - start)
             seqs = table["seq"]
             if not len(seqs) or seqs[0].as_py() != start or seqs[-1].as_py() != start + len(seqs) - 1:
                 raise RuntimeError(f"stream {stream.name!r}: messages from {start} missing from Delta")
-            kept, size = _within_budget(table["data"], budget, at_least_one=not runs)
+            kept, size = within_budget(table["data"], budget, at_least_one=not runs)
             runs.append(StoredRun(table.slice(0, kept)))
             start += kept
             budget -= size
@@ -238,31 +238,16 @@ async def _gather(engine: Engine, stream: Stream, start: int, end: int, budget: 
     return runs
 
 
-async def _history(engine: Engine, stream: Stream, start: int, budget: int) -> pa.Table:
-    """Messages from ``start`` below the memory tail: from the read-ahead cache, or a Delta
-    scan sized to the budget, plus read-ahead when the stream's message size is known
-    (without it, a guess too small could make the scan read far more than intended)."""
+async def _history(engine: Engine, stream: Stream, start: int, end: int, budget: int) -> pa.Table:
+    """Messages from ``start`` (before ``end``, at most the memory tail) within ``budget``: from
+    the history cache, or read from Delta, which reads about ``budget`` bytes wherever
+    ``start`` is (``storage.history_reader``)."""
     cached = engine.history.get(stream.uid, start)
     if cached is not None:
         return cached
-    if stream.messages:
-        size = max(16, stream.mem_bytes // len(stream.messages))
-        window = max(budget, engine.config.read_ahead_bytes)
-    else:
-        size, window = _DEFAULT_MESSAGE_BYTES, budget
-    scan_end = min(stream.mem_base, start + window // size + 1)
-    table = await engine.storage.read_message_table(stream.uid, start, scan_end)
+    table = await engine.storage.read_history(stream.uid, start, min(end, stream.mem_base), budget)
     engine.history.put(stream.uid, table)
     return table
-
-
-def _within_budget(data: pa.ChunkedArray, budget: int, *, at_least_one: bool) -> tuple[int, int]:
-    """How many leading messages a read takes (each while budget remains before it) and their bytes."""
-    sizes = pc.binary_length(data).cast(pa.int64())
-    ends = pc.cumulative_sum(sizes)
-    kept = pc.sum(pc.less(pc.subtract(ends, sizes), budget)).as_py() or 0
-    kept = max(kept, 1 if at_least_one else 0)
-    return kept, ends[kept - 1].as_py() if kept else 0
 
 
 async def wait_for_change(stream: Stream, seq: int, timeout_s: float) -> bool:

@@ -53,6 +53,9 @@ class Stream:
     snapshot_data: bytes | None = None
     """The latest snapshot's blob while it is not yet in Delta (afterwards read from there)."""
     flushed_tail: int = 0
+    flushed_mem_bytes: int = 0
+    """Bytes of the in-memory messages below ``flushed_tail``: the part of the tail cache
+    that can be let go (reads then go to Delta); the rest is not in Delta yet."""
     waiters: set[asyncio.Future[None]] = field(default_factory=set)
 
     @property
@@ -86,17 +89,27 @@ class Stream:
         self.stamps.extend([ts_ms] * len(messages))
         self.mem_bytes += sum(len(m) for m in messages)
 
+    def mark_flushed(self, tail: int) -> None:
+        """Messages below ``tail`` are in Delta now."""
+        if tail <= self.flushed_tail:
+            return
+        first = max(0, self.flushed_tail - self.mem_base)
+        self.flushed_mem_bytes += sum(len(m) for m in self.messages[first : max(first, tail - self.mem_base)])
+        self.flushed_tail = tail
+
     def trim_flushed(self, keep_bytes: int) -> None:
         """Forget flushed messages beyond the newest ``keep_bytes``; unflushed ones stay."""
-        drop = 0
+        drop, dropped = 0, 0
         limit = self.flushed_tail - self.mem_base
-        while drop < limit and self.mem_bytes > keep_bytes:
-            self.mem_bytes -= len(self.messages[drop])
+        while drop < limit and self.mem_bytes - dropped > keep_bytes:
+            dropped += len(self.messages[drop])
             drop += 1
         if drop:
             del self.messages[:drop]
             del self.stamps[:drop]
             self.mem_base += drop
+            self.mem_bytes -= dropped
+            self.flushed_mem_bytes -= dropped
             for seq in [seq for seq in self.batches if seq < self.mem_base]:
                 del self.batches[seq]
 

@@ -67,7 +67,7 @@ class LiveState:
                 stream = Stream.from_state(state)
                 self.by_uid[stream.uid] = stream
                 self.streams[stream.name] = stream
-                self.buckets.stream_added(stream.name)
+        self.buckets.index_streams(self.streams)
         for stream in self.by_uid.values():
             if stream.fork_of is not None and stream.fork_of in self.by_uid:
                 self.by_uid[stream.fork_of].forks += 1

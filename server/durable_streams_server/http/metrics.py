@@ -139,6 +139,14 @@ class _StateCollector:
                 "durable_streams_streams", "Streams (soft-deleted ones with live forks included)", len(engine.streams)
             )
             yield _gauge("durable_streams_buckets", "Buckets", len(engine.buckets.by_id))
+            memory = engine.memory
+            yield _gauge(
+                "durable_streams_memory_held_bytes", "Tail caches + history cache held in the budget", memory.held
+            )
+            yield _gauge("durable_streams_memory_in_flight_bytes", "Bytes reserved by reads running", memory.in_flight)
+            yield CounterMetricFamily(
+                "durable_streams_memory_evictions", "Entries the memory budget let go", value=memory.evictions
+            )
         if source.subscriptions is not None:
             yield from _subscription_metrics(source.subscriptions.manager)
         storage = source.storage
@@ -161,6 +169,11 @@ class _StateCollector:
                 "durable_streams_last_lsn",
                 "Sequence number of the newest stored change (every create, append, delete ... is one)",
                 storage.next_lsn - 1,
+            )
+            yield CounterMetricFamily(
+                "durable_streams_history_read_bytes",
+                "Bytes read from Delta data files by history reads (footers included)",
+                value=storage.history_read_bytes,
             )
 
 

@@ -26,6 +26,12 @@ same transitions that live requests use.
 Compaction (``compaction``) purges, clusters, checkpoints and vacuums the Delta table in
 the background, beside appends and reads.
 
+History reads (``history_reader``) seek: the file statistics in the Delta log and the row
+group statistics in the Parquet footers say where a stream's messages from an offset are,
+and a read streams pages from there until its byte budget is filled, parking its position
+for the next read. A read costs what it serves (plus at most one row group when it starts
+inside one), not the stream's history.
+
 Object-store outages
 --------------------
 A failed Delta commit is retried by the flusher with backoff, forever and without giving
@@ -56,7 +62,7 @@ refuses writes until a restart (``STORAGE_FAILED``), answering at once instead o
 hanging. A refusal carries ``retry_after_s``; storage never builds HTTP headers.
 
 Modules: ``committer`` (the ``Storage`` facade wiring the rest), ``records``, ``acks``,
-``admission``, ``wal``, ``wal_writer``, ``flusher``, ``delta_log``, ``compaction``,
+``admission``, ``wal``, ``wal_writer``, ``flusher``, ``delta_log``, ``history_reader``, ``compaction``,
 ``view`` (what storage and the engine hand each other), ``observer`` (metrics hooks).
 Storage never imports the engine.
 """

@@ -20,8 +20,9 @@ import pyarrow as pa
 from .acks import Acknowledgements
 from .admission import Admission
 from .compaction import Compaction, CompactionConfig, CompactionReport, Compactor
-from .delta_log import DeltaLog, StoredMessage
+from .delta_log import DeltaLog
 from .flusher import DeltaFlusher
+from .history_reader import HistoryReader, StoredMessage
 from .observer import NullObserver, StorageObserver
 from .records import H, Record, encode
 from .view import Recovery, StateView
@@ -48,6 +49,8 @@ class StorageConfig:
     commit_timeout_s: float = 10.0
     """Delta mode: a commit attempt without an answer for this long counts as failing."""
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
+    history_parked_bytes: int = 64 * 1024 * 1024
+    """Memory of history reads parked between responses (``history_reader``)."""
 
 
 class Storage:
@@ -55,6 +58,9 @@ class Storage:
         self.config = config
         observer = observer or NullObserver()
         self.delta = DeltaLog(config.storage_uri, config.storage_options)
+        self.history = HistoryReader(
+            self.delta.uri, config.storage_options, max_parked_bytes=config.history_parked_bytes
+        )
         self.wal = WriteAheadLog(config.data_dir / "wal") if config.durability == "wal" else None
         self._acks = Acknowledgements()
         self._admission = Admission(self.wal, config.max_wal_bytes)
@@ -185,11 +191,17 @@ class Storage:
     # -- history reads ----------------------------------------------------------------
 
     async def read_messages(self, uid: int, start_seq: int, end_seq: int) -> list[StoredMessage]:
-        return await asyncio.to_thread(self.delta.read_messages, uid, start_seq, end_seq)
+        return await asyncio.to_thread(self.history.read_messages, uid, start_seq, end_seq)
 
-    async def read_message_table(self, uid: int, start_seq: int, end_seq: int) -> pa.Table:
-        """Messages ``start_seq <= seq < end_seq`` as Arrow columns ``seq``, ``data``, ``ts``."""
-        return await asyncio.to_thread(self.delta.read_message_table, uid, start_seq, end_seq)
+    async def read_history(self, uid: int, start_seq: int, end_seq: int, max_bytes: int) -> pa.Table:
+        """Whole messages from ``start_seq`` (before ``end_seq``) within ``max_bytes``, at least
+        one, as Arrow columns ``seq``, ``ts``, ``data``, ``meta`` (``history_reader``)."""
+        return await asyncio.to_thread(self.history.read, uid, start_seq, end_seq, max_bytes)
+
+    @property
+    def history_read_bytes(self) -> int:
+        """Bytes read from Delta data files by history reads since the start."""
+        return self.history.bytes_read
 
     async def read_snapshot(self, uid: int, seq: int) -> tuple[str, bytes] | None:
         return await asyncio.to_thread(self.delta.read_snapshot, uid, seq)

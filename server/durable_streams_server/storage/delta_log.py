@@ -23,7 +23,8 @@ commit also records the highest LSN it covers as a Delta application transaction
 (``txn`` action, app id ``durable-streams-server``): recovery replays exactly the WAL
 records after it, and a flush retried after a crash is recognised and skipped.
 
-All methods block; callers run them on worker threads.
+History reads go through ``history_reader``. All methods block; callers run them on worker
+threads.
 """
 
 from __future__ import annotations
@@ -31,11 +32,9 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
@@ -60,14 +59,6 @@ SCHEMA = pa.schema(
 KIND_MESSAGE = "message"
 KIND_STATE = "state"
 KIND_SNAPSHOT = "snapshot"
-
-
-@dataclass(frozen=True, slots=True)
-class StoredMessage:
-    seq: int
-    data: bytes
-    ts_ms: int
-    batch: int = 1
 
 
 def table_uri(storage_uri: str) -> str:
@@ -173,30 +164,6 @@ class DeltaLog:
         table = pa.RecordBatchReader.from_stream(reader).read_all()
         # delta-rs scans produce view types; plain ones keep the rest of the code simple.
         return table.cast(pa.schema([SCHEMA.field(name).with_nullable(True) for name in columns]))
-
-    def read_message_table(
-        self, uid: int, start_seq: int, end_seq: int, columns: Sequence[str] = ("seq", "data", "ts")
-    ) -> pa.Table:
-        """Messages ``start_seq <= seq < end_seq`` of one stream as Arrow columns, in order:
-        reads that answer in Arrow pass them on without a Python object per message."""
-        predicate = f"stream_uid = {uid} AND kind = '{KIND_MESSAGE}' AND seq >= {start_seq} AND seq < {end_seq}"
-        table = self._scan(list(columns), predicate)
-        seqs = table["seq"]
-        if len(seqs) > 1 and not pc.all(pc.less(seqs.slice(0, len(seqs) - 1), seqs.slice(1))).as_py():
-            table = table.sort_by("seq")  # files are written in order; only compaction may mix them
-        return table
-
-    def read_messages(self, uid: int, start_seq: int, end_seq: int) -> list[StoredMessage]:
-        """Messages ``start_seq <= seq < end_seq`` of one stream, in order."""
-        table = self.read_message_table(uid, start_seq, end_seq, ("seq", "data", "ts", "meta"))
-        seqs = table.column("seq").to_pylist()
-        datas = table.column("data").to_pylist()
-        stamps = table.column("ts").cast(pa.int64()).to_pylist()
-        metas = table.column("meta").to_pylist()
-        return [
-            StoredMessage(seq, data, ts // 1000, json.loads(meta)["batch"] if meta else 1)
-            for seq, data, ts, meta in zip(seqs, datas, stamps, metas, strict=True)
-        ]
 
     def read_snapshot(self, uid: int, seq: int) -> tuple[str, bytes] | None:
         """The newest snapshot blob published for ``seq`` of stream ``uid``."""

@@ -1,0 +1,92 @@
+"""One memory budget for what the server keeps or holds by choice: tail caches, the
+history cache and in-flight reads.
+
+Theory of operation
+-------------------
+Everything the server could do without is *held* here under a key, with its size and a
+way to let it go: the flushed part of each stream's in-memory tail (``("tail", uid)``;
+letting go trims it, and later reads of those messages go to Delta), and each history
+cache entry (``("history", uid, seq)``). Held entries form one least-recently-used order;
+using an entry (a read or a write of the stream) moves it to the back.
+
+*In-flight* reads reserve what they may gather (``reading``) before they ask storage or
+copy from a tail, and give it back when done. Whenever held + in-flight bytes exceed the
+budget, held entries are let go from the front of the order (the tails of the streams idle
+longest first) until they fit. A read that would take the in-flight total past the budget
+waits until earlier reads finish; one read always proceeds, so reads never deadlock, and
+a reservation larger than the budget is cut to it.
+
+Not held here, and so on top of the budget: records not yet in Delta (unflushed messages
+stay in memory until their commit: bounded by the flush interval, and by ``max_wal_bytes``
+while Delta is unreachable), per-stream bookkeeping, the bytes of responses already
+handed to the HTTP layer, and the history reader's parked cursors, which storage bounds
+with its own share of the budget (``history_parked_bytes``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Hashable
+
+
+class MemoryBudget:
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        """Bytes; 0: no limit (nothing is let go, no read waits)."""
+        self.held = 0
+        self.in_flight = 0
+        self.evictions = 0
+        self._entries: OrderedDict[Hashable, tuple[int, Callable[[], None]]] = OrderedDict()
+        self._released: asyncio.Event | None = None
+
+    @property
+    def used(self) -> int:
+        return self.held + self.in_flight
+
+    def hold(self, key: Hashable, nbytes: int, release: Callable[[], None]) -> None:
+        """Keep (or resize) the entry ``key`` of ``nbytes`` as the most recently used;
+        ``release()`` is called if the budget lets it go."""
+        self.drop(key)
+        if nbytes <= 0:
+            return
+        self._entries[key] = (nbytes, release)
+        self.held += nbytes
+        self._shrink()
+
+    def touch(self, key: Hashable) -> None:
+        if key in self._entries:
+            self._entries.move_to_end(key)
+
+    def drop(self, key: Hashable) -> None:
+        """Forget an entry without calling its release (its owner let it go)."""
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self.held -= entry[0]
+
+    @contextlib.asynccontextmanager
+    async def reading(self, nbytes: int) -> AsyncIterator[None]:
+        """Reserve ``nbytes`` for a read while it runs (see the module docstring)."""
+        if self.limit:
+            nbytes = min(nbytes, self.limit)
+            while self.in_flight and self.in_flight + nbytes > self.limit:
+                if self._released is None:
+                    self._released = asyncio.Event()
+                await self._released.wait()
+        self.in_flight += nbytes
+        self._shrink()
+        try:
+            yield
+        finally:
+            self.in_flight -= nbytes
+            released, self._released = self._released, None
+            if released is not None:
+                released.set()
+
+    def _shrink(self) -> None:
+        while self.limit and self.used > self.limit and self._entries:
+            _, (nbytes, release) = self._entries.popitem(last=False)
+            self.held -= nbytes
+            self.evictions += 1
+            release()

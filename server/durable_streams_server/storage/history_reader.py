@@ -1,0 +1,336 @@
+"""Reading a stream's history from Delta: seek to what holds it, read only what a response needs.
+
+Theory of operation
+-------------------
+**Planning.** The Delta log's add actions carry min/max statistics of every data file
+(``stream_uid``, ``seq``, ``kind``). The reader keeps them as a file index of its own table
+snapshot. A read of stream ``uid`` from ``start`` selects the files whose statistics can
+hold messages of ``uid`` at or after ``start``; in each of them (footer cached) the row
+groups whose ``stream_uid``/``seq`` statistics can; and orders those by their first seq.
+Nothing is guessed: no message size is assumed, nothing is scanned beyond the plan.
+
+**Reading.** A row group is read through a buffered stream (``buffer_size``, no
+pre-buffering), in batches of about the response's size (estimated from the row group's
+bytes per row), so Parquet pages are fetched as they are decoded: reading stops as soon as
+the messages from ``start`` are contiguous and fill the byte budget, and bytes after that
+point are never fetched. A read that starts in the middle of a row group streams through
+the row group's start (Parquet cannot seek inside a column chunk without a page index,
+which pyarrow does not use), so its cost is the response plus at most one row group.
+
+**Cursors.** A read that stops inside its plan parks its position ``(uid, next seq)``: the
+open batch iterator, the row groups still to read and the rows decoded beyond the response.
+The next read from exactly that seq resumes there, so a catch-up reads every byte once
+whatever the size of the row groups. Parked cursors are bounded in bytes
+(``max_parked_bytes``: their decoded rows plus one read buffer each) and dropped least
+recently used.
+
+**Concurrent maintenance.** Compaction may rewrite files between planning and reading, and
+the flusher adds files. The snapshot is refreshed only when a plan comes up short: when the
+plan is exhausted before the messages asked for (they were committed after the snapshot),
+or a file of the plan is gone (rewritten and vacuumed). The read then re-plans from the
+first message it still lacks; rows are never skipped: messages still missing after a
+refresh are an error (``MissingHistory``). Old snapshots stay correct to read: history is
+immutable, and what purges remove is never asked for (reads below retention get 410).
+
+``bytes_read`` counts the bytes fetched from data files (footers included): tests and
+metrics see what a read cost. All methods block; callers run them on worker threads.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from collections import OrderedDict, deque
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from deltalake import DeltaTable
+from deltalake.fs import DeltaStorageHandler
+
+from .delta_log import KIND_MESSAGE, SCHEMA
+
+HISTORY_COLUMNS = ["seq", "ts", "data", "meta"]
+_READ_COLUMNS = ["stream_uid", "kind", *HISTORY_COLUMNS]
+_SCHEMA = pa.schema([SCHEMA.field(name).with_nullable(True) for name in HISTORY_COLUMNS])
+_BUFFER_BYTES = 1 << 20
+"""Read buffer of a row group's column chunks: Parquet pages are fetched as they are decoded."""
+_MAX_BATCH_ROWS = 65_536
+_MAX_FOOTERS = 4096
+_ATTEMPTS = 3
+
+
+class MissingHistory(RuntimeError):
+    """Messages the caller asked for are not in the table (after a refresh)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    seq: int
+    data: bytes
+    ts_ms: int
+    batch: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class _Group:
+    """One row group that may hold messages of the stream read."""
+
+    path: str
+    index: int
+    first_seq: int
+    rows_per_batch: int
+
+
+class _CountingFile:
+    """A file object counting the bytes read through it (``pa.PythonFile`` wraps it)."""
+
+    def __init__(self, raw: Any, reader: HistoryReader) -> None:
+        self._raw = raw
+        self._reader = reader
+
+    def read(self, nbytes: int = -1) -> bytes:
+        data: bytes = self._raw.read(nbytes)
+        self._reader.count(len(data))
+        return data
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._raw, name)
+
+
+@dataclass(slots=True)
+class _Cursor:
+    """A read in progress: what is left of its plan, the open batch iterator, decoded rows."""
+
+    uid: int
+    start: int
+    max_bytes: int
+    version: int
+    """The file index version the plan was made from."""
+    plan: deque[str | _Group]
+    """Files (paths) not yet opened and row groups not yet read, in order."""
+    batches: Iterator[pa.RecordBatch] | None = None
+    runs: dict[int, pa.Table] = field(default_factory=dict)
+    """Contiguous messages decoded and not yet returned, by first seq."""
+
+    def nbytes(self) -> int:
+        return _BUFFER_BYTES + sum(int(run.nbytes) for run in self.runs.values())
+
+
+class HistoryReader:
+    def __init__(self, uri: str, storage_options: Mapping[str, str], *, max_parked_bytes: int = 64 << 20) -> None:
+        self.uri = uri
+        self.storage_options = dict(storage_options)
+        self.max_parked_bytes = max_parked_bytes
+        self.bytes_read = 0
+        self.plans = 0
+        self.refreshes = 0
+        self._lock = threading.Lock()
+        self._table: DeltaTable | None = None
+        self._files: pa.Table | None = None
+        self._version = 0
+        """Incremented on every rebuild of the file index."""
+        self._footers: OrderedDict[str, pq.FileMetaData] = OrderedDict()
+        self._parked: OrderedDict[tuple[int, int], _Cursor] = OrderedDict()
+        self._handler = DeltaStorageHandler(uri, self.storage_options)
+
+    def count(self, nbytes: int) -> None:
+        with self._lock:
+            self.bytes_read += nbytes
+
+    # -- reads --------------------------------------------------------------------------
+
+    def read(self, uid: int, start: int, end: int, max_bytes: int) -> pa.Table:
+        """Messages of ``uid`` from ``start`` (before ``end``), whole, each taken while the
+        budget ``max_bytes`` is not yet spent and at least one: columns ``HISTORY_COLUMNS``."""
+        cursor = self._unpark(uid, start) or self._plan(uid, start, max_bytes)
+        taken: list[pa.Table] = []
+        seq, spent, refreshed, failures = start, 0, False, 0
+        while seq < end and (spent < max_bytes or not taken):
+            run = cursor.runs.pop(seq, None)
+            if run is not None:
+                kept, size = within_budget(run["data"].slice(0, end - seq), max_bytes - spent, at_least_one=not taken)
+                taken.append(run.slice(0, kept))
+                if kept < run.num_rows:
+                    cursor.runs[seq + kept] = run.slice(kept)
+                seq, spent = seq + kept, spent + size
+                continue
+            try:
+                batch = self._next_batch(cursor, seq)
+            except OSError:  # a file of the plan is gone: rewritten by compaction, then vacuumed
+                failures += 1
+                if failures >= _ATTEMPTS:
+                    raise
+                cursor = self._plan(uid, seq, max_bytes, refresh=True)
+                continue
+            if batch is not None:
+                _add_runs(cursor.runs, batch, uid, seq)
+                continue
+            # The plan is exhausted short of ``end``: the messages were committed after the
+            # plan's snapshot. Re-plan on a newer index, refreshing it at most once per read.
+            if cursor.version == self._version:
+                if refreshed:
+                    raise MissingHistory(f"stream uid {uid}: messages from {seq} are missing from the Delta table")
+                refreshed = True
+            cursor = self._plan(uid, seq, max_bytes, refresh=cursor.version == self._version)
+        self._park(cursor, seq)
+        return pa.concat_tables(taken) if taken else _SCHEMA.empty_table()
+
+    def read_messages(self, uid: int, start: int, end: int) -> list[StoredMessage]:
+        """All messages ``start <= seq < end`` of one stream, in order."""
+        table = self.read(uid, start, end, max_bytes=1 << 62)
+        stamps = table["ts"].cast(pa.int64()).to_pylist()
+        metas = table["meta"].to_pylist()
+        return [
+            StoredMessage(seq, data, ts // 1000, json.loads(meta)["batch"] if meta else 1)
+            for seq, data, ts, meta in zip(
+                table["seq"].to_pylist(), table["data"].to_pylist(), stamps, metas, strict=True
+            )
+        ]
+
+    # -- planning -----------------------------------------------------------------------
+
+    def _plan(self, uid: int, start: int, max_bytes: int, *, refresh: bool = False) -> _Cursor:
+        """The files that may hold messages of ``uid`` from ``start`` on, by first seq (their
+        row groups are chosen when the read reaches them)."""
+        with self._lock:
+            self.plans += 1
+            if refresh or self._files is None:
+                self._refresh()
+            files, version = self._files, self._version
+        assert files is not None
+        in_files = pc.and_(
+            pc.and_(pc.less_equal(files["min.stream_uid"], uid), pc.greater_equal(files["max.stream_uid"], uid)),
+            pc.and_(pc.less_equal(files["min.kind"], KIND_MESSAGE), pc.greater_equal(files["max.kind"], KIND_MESSAGE)),
+        )
+        mask = pc.and_(in_files, pc.greater_equal(files["max.seq"], start))
+        chosen = files.filter(pc.fill_null(mask, True)).sort_by([("min.seq", "ascending"), ("path", "ascending")])
+        plan: deque[str | _Group] = deque(chosen["path"].to_pylist())
+        return _Cursor(uid, start, max_bytes, version, plan)
+
+    def _refresh(self) -> None:
+        """(Under the lock.) Re-read the table's log and rebuild the file index."""
+        if self._table is None:
+            self._table = DeltaTable(self.uri, storage_options=self.storage_options)
+        else:
+            self._table.update_incremental()
+            self.refreshes += 1
+        columns = ["path", "min.stream_uid", "max.stream_uid", "min.seq", "max.seq", "min.kind", "max.kind"]
+        self._files = pa.table(self._table.get_add_actions(flatten=True)).select(columns)
+        self._version += 1
+
+    def _groups(self, path: str, uid: int, start: int, max_bytes: int) -> list[_Group]:
+        """The row groups of a file that may hold messages of ``uid`` from ``start``, by first seq."""
+        metadata = self._footer(path)
+        names = metadata.schema.names
+        uid_column, seq_column, data_column = names.index("stream_uid"), names.index("seq"), names.index("data")
+        groups = []
+        for index in range(metadata.num_row_groups):
+            group = metadata.row_group(index)
+            uids, seqs = group.column(uid_column).statistics, group.column(seq_column).statistics
+            if uids is not None and uids.has_min_max and not uids.min <= uid <= uids.max:
+                continue
+            if seqs is not None and seqs.has_min_max and seqs.max < start:
+                continue
+            row_bytes = max(1, group.column(data_column).total_uncompressed_size // max(1, group.num_rows))
+            rows = min(_MAX_BATCH_ROWS, max(1, max_bytes // row_bytes))
+            first = seqs.min if seqs is not None and seqs.has_min_max else 0
+            groups.append(_Group(path, index, first, rows))
+        return sorted(groups, key=lambda group: (group.first_seq, group.index))
+
+    def _footer(self, path: str) -> pq.FileMetaData:
+        with self._lock:
+            metadata = self._footers.get(path)
+            if metadata is not None:
+                self._footers.move_to_end(path)
+                return metadata
+        metadata = pq.read_metadata(self._open(path))
+        with self._lock:
+            self._footers[path] = metadata
+            while len(self._footers) > _MAX_FOOTERS:
+                self._footers.popitem(last=False)
+        return metadata
+
+    def _open(self, path: str) -> pa.PythonFile:
+        return pa.PythonFile(_CountingFile(self._handler._handler.open_input_file(path), self), mode="r")
+
+    def _next_batch(self, cursor: _Cursor, seq: int) -> pa.RecordBatch | None:
+        """The next batch of the plan; ``None`` once it is exhausted."""
+        while True:
+            if cursor.batches is not None:
+                batch = next(cursor.batches, None)
+                if batch is not None:
+                    return batch
+                cursor.batches = None
+            if not cursor.plan:
+                return None
+            item = cursor.plan.popleft()
+            if isinstance(item, str):  # a file: its row groups come next
+                cursor.plan.extendleft(reversed(self._groups(item, cursor.uid, seq, cursor.max_bytes)))
+                continue
+            parquet = pq.ParquetFile(
+                self._open(item.path), metadata=self._footer(item.path), buffer_size=_BUFFER_BYTES, pre_buffer=False
+            )
+            cursor.batches = parquet.iter_batches(
+                batch_size=item.rows_per_batch, row_groups=[item.index], columns=_READ_COLUMNS, use_threads=False
+            )
+
+    # -- parked cursors -----------------------------------------------------------------
+
+    def _unpark(self, uid: int, seq: int) -> _Cursor | None:
+        with self._lock:
+            return self._parked.pop((uid, seq), None)
+
+    def _park(self, cursor: _Cursor, seq: int) -> None:
+        if cursor.batches is None and not cursor.plan and not cursor.runs:
+            return
+        with self._lock:
+            self._parked[(cursor.uid, seq)] = cursor
+            parked = sum(each.nbytes() for each in self._parked.values())
+            while parked > self.max_parked_bytes and self._parked:
+                _, dropped = self._parked.popitem(last=False)
+                parked -= dropped.nbytes()
+
+    def forget(self, uid: int) -> None:
+        """Drop the parked cursors of a stream incarnation (it was removed)."""
+        with self._lock:
+            for key in [key for key in self._parked if key[0] == uid]:
+                del self._parked[key]
+
+    @property
+    def parked_bytes(self) -> int:
+        with self._lock:
+            return sum(cursor.nbytes() for cursor in self._parked.values())
+
+
+def _add_runs(runs: dict[int, pa.Table], batch: pa.RecordBatch, uid: int, start: int) -> None:
+    """Split ``uid``'s messages from ``start`` in a batch into contiguous runs."""
+    seqs = batch["seq"]
+    mask = pc.and_(
+        pc.and_(pc.equal(batch["stream_uid"], uid), pc.equal(batch["kind"], KIND_MESSAGE)),
+        pc.greater_equal(seqs, start),
+    )
+    rows = pa.Table.from_batches([batch]).filter(mask).select(HISTORY_COLUMNS)
+    if not rows.num_rows:
+        return
+    rows = rows.cast(_SCHEMA)
+    values = rows["seq"].to_numpy()
+    if rows.num_rows > 1 and not (values[1:] > values[:-1]).all():
+        rows = rows.sort_by("seq")
+        values = rows["seq"].to_numpy()
+    breaks = [0, *((values[1:] != values[:-1] + 1).nonzero()[0] + 1).tolist(), rows.num_rows]
+    for first, stop in itertools.pairwise(breaks):
+        runs[int(values[first])] = rows.slice(first, stop - first)
+
+
+def within_budget(data: pa.ChunkedArray, budget: int, *, at_least_one: bool) -> tuple[int, int]:
+    """How many leading messages a read takes (each while budget remains before it) and their bytes."""
+    sizes = pc.binary_length(data).cast(pa.int64())
+    ends = pc.cumulative_sum(sizes)
+    kept = pc.sum(pc.less(pc.subtract(ends, sizes), budget)).as_py() or 0
+    kept = max(kept, 1 if at_least_one else 0)
+    return kept, ends[kept - 1].as_py() if kept else 0

@@ -1,0 +1,131 @@
+"""Cold reads (history from Delta) answer exactly what warm reads (memory) answered, from any
+offset, and read about what they serve from storage, however much the stream holds."""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Callable
+
+import requests
+from servers import MotoServer, ServerProcess, flushed, read_all, session, wait_for
+
+from durable_streams_server.protocol.offsets import Offset
+
+OCTETS = {"Content-Type": "application/octet-stream"}
+MIB = 1024 * 1024
+
+
+def history_read_bytes(server: ServerProcess) -> float:
+    text = requests.get(f"{server.url}/metrics", timeout=5).text
+    return float(re.search(r"^durable_streams_history_read_bytes_total (\S+)$", text, re.M).group(1))  # type: ignore[union-attr]
+
+
+def compaction_passes(server: ServerProcess) -> int:
+    return len(re.findall(r"msg=compacted ", server.log_text()))
+
+
+def answers(http: requests.Session, url: str, offsets: list[Offset]) -> list[tuple[int, bytes, str]]:
+    """One response per start offset: status, body and next offset."""
+    found = []
+    for offset in offsets:
+        response = http.get(url, params={"offset": offset.encode()})
+        found.append((response.status_code, response.content, response.headers.get("Stream-Next-Offset", "")))
+    return found
+
+
+def test_cold_reads_match_warm_reads_from_any_offset_and_after_compaction(
+    server_factory: Callable[..., ServerProcess],
+) -> None:
+    """Small and large messages over several flushes (files with two streams' rows); reads
+    start at every message and inside the large ones (sliced at 64 KiB)."""
+    flags = ("--max-read-bytes", "65536", "--flush-interval-ms", "50", "--compaction-interval-s", "0")
+    server = server_factory(*flags)
+    http = session()
+    url, other = server.stream_url("mixed"), server.stream_url("other")
+    for each in (url, other):
+        assert http.put(each, headers=OCTETS).status_code == 201
+    rng = random.Random(7)
+    messages = []
+    for index in range(90):
+        size = rng.choice([1, 17, 200, 3000]) if index % 9 else rng.choice([70_000, 150_000, 300_000])
+        messages.append(rng.randbytes(size))
+        assert http.post(url, headers=OCTETS, data=messages[-1]).status_code == 204
+        assert http.post(other, headers=OCTETS, data=b"x" * rng.choice([5, 5000])).status_code == 204
+        if index % 20 == 19:
+            wait_for(flushed(server))
+    wait_for(flushed(server))
+    offsets = [Offset(seq) for seq in range(len(messages))]
+    offsets += [Offset(seq, within) for seq in range(0, len(messages), 9) for within in (1, 65_536, 69_999)]
+    warm = answers(http, url, offsets)
+    assert [status for status, _, _ in warm] == [200] * len(offsets)
+    assert warm[0][1] == b"".join(messages)[: len(warm[0][1])] and len(warm[0][1]) >= 60_000
+    assert warm[len(messages)][1] == messages[0][1:65_537]  # inside a large message: a slice of it
+
+    server.restart()  # nothing in memory: every read goes to Delta
+    before = history_read_bytes(server)
+    assert answers(http, url, offsets) == warm
+    assert history_read_bytes(server) > before
+    assert answers(http, url, list(reversed(offsets))) == list(reversed(warm))  # parked cursors or not
+
+    server.stop()
+    server.extra_args = (*flags[:-1], "0.3")
+    server.start()
+    wait_for(lambda: compaction_passes(server) >= 2, timeout_s=30)
+    assert answers(http, url, offsets) == warm
+
+
+def test_a_small_read_of_a_large_stream_reads_little_and_a_catch_up_reads_it_once(
+    server_factory: Callable[..., ServerProcess],
+) -> None:
+    """48 MiB in 1 MiB messages, flushed 4 MiB at a time (files of one row group each)."""
+    server = server_factory("--flush-interval-ms", "60000", "--compaction-interval-s", "0")
+    http = session()
+    url = server.stream_url("big")
+    assert http.put(url, headers=OCTETS).status_code == 201
+    rng = random.Random(3)
+    stored = [rng.randbytes(MIB) for _ in range(48)]  # incompressible: bytes read are bytes stored
+    for index, message in enumerate(stored):
+        assert http.post(url, headers=OCTETS, data=message).status_code == 204
+        if index % 4 == 3:
+            server.stop()  # a graceful stop flushes: one Delta commit per 4 MiB
+            server.start()
+    wait_for(flushed(server))
+    server.restart()
+
+    before = history_read_bytes(server)
+    response = http.get(url, params={"offset": Offset(30).encode()})
+    assert response.status_code == 200 and response.content == stored[30]
+    one_read = history_read_bytes(server) - before
+    # (at most the row group holding it, 4 MiB, plus the read buffer and footers; before: all 18 MiB after it)
+    assert one_read < 6 * MIB, f"a 1 MiB read of a 48 MiB stream read {one_read / MIB:.1f} MiB"
+
+    server.restart()
+    before = history_read_bytes(server)
+    body = read_all(http, url)
+    assert body == b"".join(stored)
+    catch_up = history_read_bytes(server) - before
+    assert catch_up < 1.1 * len(body), f"a catch-up of {len(body) / MIB:.0f} MiB read {catch_up / MIB:.1f} MiB"
+
+
+def test_cold_reads_from_s3_match_warm_reads(server_factory: Callable[..., ServerProcess], moto: MotoServer) -> None:
+    """The same seeking reads through the object store (moto's S3 server)."""
+    moto.create_bucket("cold-reads")
+    flags = ("--max-read-bytes", "65536", "--flush-interval-ms", "50", "--compaction-interval-s", "0")
+    server = server_factory(*moto.server_args("s3://cold-reads/ds"), *flags)
+    http = session()
+    url = server.stream_url("remote")
+    assert http.put(url, headers=OCTETS).status_code == 201
+    rng = random.Random(5)
+    messages = [rng.randbytes(rng.choice([40, 5000, 100_000])) for _ in range(30)]
+    for index, message in enumerate(messages):
+        assert http.post(url, headers=OCTETS, data=message).status_code == 204
+        if index % 10 == 9:
+            wait_for(flushed(server))
+    offsets = [Offset(seq) for seq in range(len(messages))] + [Offset(seq, 1) for seq in range(len(messages))]
+    warm = answers(http, url, offsets)
+    server.restart()
+    before = history_read_bytes(server)
+    assert answers(http, url, offsets) == warm
+    assert history_read_bytes(server) > before
+    assert read_all(http, url) == b"".join(messages)

@@ -1,0 +1,109 @@
+"""The memory budget lets go of the least recently used tail caches and history, and what it
+lets go of is read back from Delta with identical bytes."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+from collections.abc import Callable
+
+import requests
+from servers import ServerProcess, read_all, session, wait_for
+
+from durable_streams_server.engine.memory import MemoryBudget
+
+OCTETS = {"Content-Type": "application/octet-stream"}
+
+
+def test_budget_lets_go_least_recently_used_first() -> None:
+    released: list[str] = []
+    budget = MemoryBudget(100)
+    for key in ("a", "b", "c"):
+        budget.hold(key, 30, lambda key=key: released.append(key))  # type: ignore[misc]
+    budget.touch("a")
+    budget.hold("d", 30, lambda: released.append("d"))
+    assert released == ["b"] and budget.held == 90
+    budget.hold("a", 50, lambda: released.append("a"))  # resized: the others go, oldest first
+    assert released == ["b", "c"] and budget.held == 80
+    budget.drop("d")
+    assert budget.held == 50 and released == ["b", "c"]
+
+
+def test_reads_reserve_evict_and_wait_for_room() -> None:
+    async def scenario() -> list[str]:
+        events: list[str] = []
+        budget = MemoryBudget(100)
+        budget.hold("tail", 60, lambda: events.append("tail let go"))
+
+        async def read(name: str, nbytes: int, hold_s: float) -> None:
+            async with budget.reading(nbytes):
+                events.append(f"{name} in ({budget.in_flight})")
+                await asyncio.sleep(hold_s)
+            events.append(f"{name} out")
+
+        await asyncio.gather(read("first", 70, 0.05), read("second", 70, 0), read("huge", 500, 0))
+        assert budget.in_flight == 0
+        return events
+
+    assert asyncio.run(scenario()) == [
+        "tail let go",
+        "first in (70)",
+        "first out",
+        "second in (70)",
+        "second out",
+        "huge in (100)",  # cut to the budget, and only once nothing else is in flight
+        "huge out",
+    ]
+
+
+def metric(server: ServerProcess, name: str) -> float:
+    text = requests.get(f"{server.url}/metrics", timeout=5).text
+    return float(re.search(rf"^{name} (\S+)$", text, re.M).group(1))  # type: ignore[union-attr]
+
+
+def fill(http: requests.Session, url: str, rng: random.Random) -> bytes:
+    """Create a stream and append 40 messages of 10 B to 6 KB; what it holds."""
+    assert http.put(url, headers=OCTETS).status_code == 201
+    body = b""
+    for _ in range(40):
+        message = rng.randbytes(rng.choice([10, 3000, 6000]))
+        assert http.post(url, headers=OCTETS, data=message).status_code == 204
+        body += message
+    return body
+
+
+def test_a_tiny_budget_evicts_tails_without_changing_any_answer(server_factory: Callable[..., ServerProcess]) -> None:
+    """Twenty streams of ~120 KiB each against a 256 KiB budget (the engine's share: 224 KiB)."""
+    server = server_factory(
+        "--memory-budget",
+        "262144",
+        "--max-read-bytes",
+        "16384",
+        "--flush-interval-ms",
+        "50",
+        "--compaction-interval-s",
+        "0",
+    )
+    http = session()
+    rng = random.Random(11)
+    urls = [server.stream_url(f"s{index}") for index in range(20)]
+    expected: dict[str, bytes] = {}
+    expected[urls[0]] = fill(http, urls[0], rng)
+    wait_for(lambda: metric(server, "durable_streams_unflushed_bytes") == 0)
+    first = read_all(http, urls[0])  # its tail is in memory (held) now
+    assert first == expected[urls[0]]
+    assert metric(server, "durable_streams_memory_held_bytes") > 0
+    evictions = metric(server, "durable_streams_memory_evictions_total")
+
+    for url in urls[1:]:
+        expected[url] = fill(http, url, rng)
+    wait_for(lambda: metric(server, "durable_streams_unflushed_bytes") == 0)
+    assert metric(server, "durable_streams_memory_evictions_total") > evictions
+    assert metric(server, "durable_streams_memory_held_bytes") <= 262144 - 262144 // 8
+    history_before = metric(server, "durable_streams_history_read_bytes_total")
+    assert read_all(http, urls[0]) == first  # let go, read back from Delta
+    assert metric(server, "durable_streams_history_read_bytes_total") > history_before
+    for url in urls:
+        assert read_all(http, url) == expected[url]
+    assert metric(server, "durable_streams_memory_held_bytes") <= 262144 - 262144 // 8
