@@ -41,6 +41,7 @@ from .producer import Producer, ProducerStats
 from .reading import StreamReader
 from .snapshots import Snapshots
 from .stream import Stream, encode_json_batch
+from .subscriptions import PullWakeWorker, Subscriptions, Wake, verify_webhook_signature
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -66,6 +67,7 @@ __all__ = [
     "ProducerClosed",
     "ProducerFenced",
     "ProducerStats",
+    "PullWakeWorker",
     "RateLimited",
     "ResponseError",
     "SequenceGap",
@@ -77,9 +79,12 @@ __all__ = [
     "StreamInfo",
     "StreamMetadata",
     "StreamReader",
+    "Subscriptions",
     "Timeout",
     "TimeoutError",
     "TransportError",
     "Unauthorized",
+    "Wake",
     "encode_json_batch",
+    "verify_webhook_signature",
 ]

@@ -10,6 +10,7 @@ import requests
 from ._http import DEFAULT_TIMEOUT, HTTP, Auth, Backoff, RequestsTransport, Timeout, Transport, Verify
 from .buckets import Bucket
 from .stream import Stream
+from .subscriptions import Subscriptions
 
 
 class Client:
@@ -60,6 +61,10 @@ class Client:
 
     def bucket(self, bucket_id: str) -> Bucket:
         return Bucket(self.transport, bucket_id, backoff=self.backoff)
+
+    def subscriptions(self, bucket_id: str | None = None) -> Subscriptions:
+        """The subscriptions of the base surface (``v1/stream/``) or of a bucket."""
+        return Subscriptions(self.transport, f"{bucket_id}/" if bucket_id else "v1/stream/", backoff=self.backoff)
 
     def close(self) -> None:
         """Close the connection pool, unless the session or transport was passed in (its owner closes it)."""

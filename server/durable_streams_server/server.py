@@ -75,7 +75,7 @@ def open_server(config: ServerConfig, observer: StorageObserver) -> tuple[Storag
         retry_max_s=config.webhook_retry_max_ms / 1000,
         delivery_timeout_s=config.webhook_timeout_ms / 1000,
     )
-    return storage, engine, SubscriptionManager(engine, config.data_dir / "subscriptions", settings)
+    return storage, engine, SubscriptionManager(engine, settings)
 
 
 def http_limits(config: ServerConfig) -> HttpLimits:

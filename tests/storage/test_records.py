@@ -26,6 +26,9 @@ RECORDS: list[Record[Header]] = [
     Record(4, 12, records.AppendHeader(0, 1002, None, None, False), (b"", b"", bytes(range(256)), b"")),
     Record(5, 12, records.AppendHeader(4, 1003, None, None, True)),
     Record(6, 10, records.DeleteHeader(1004)),
+    Record(8, 7, records.SubscriptionHeader("b/__ds/subscriptions/s", {"root": "b/", "wake": None}, 1005)),
+    Record(9, 7, records.SubscriptionHeader("b/__ds/subscriptions/s", None, 1006)),
+    Record(10, records.SIGNING_KEYS_UID, records.SigningKeysHeader({"token_key": "é"}, 1007)),
     Record(2**64 - 1, 2**64 - 1, records.AppendHeader(0, 2**53, None, "日本 ☃", False), (b"x" * 100_000,)),
 ]
 ONE_OF_EACH_KIND: list[Header] = [
@@ -35,6 +38,10 @@ ONE_OF_EACH_KIND: list[Header] = [
     records.SnapshotHeader(4, "application/x-snap", 7),
     records.BucketCreateHeader("bucket", 8),
     records.BucketDeleteHeader(9),
+    records.SubscriptionHeader(
+        "v1/stream/__ds/subscriptions/s", {"generation": 3, "links": {"a": [True, False, 2]}}, 10
+    ),
+    records.SigningKeysHeader({"signing_keys": [], "token_key": "k"}, 11),
 ]
 
 

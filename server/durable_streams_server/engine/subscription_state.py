@@ -1,6 +1,6 @@
 """One subscription's state: configuration, stream links (cursors), the current wake.
 
-Plain data with JSON round-trips (what the subscription store persists) and the few
+Plain data with JSON round-trips (what subscription records carry, ``subscription_store``) and the few
 decisions that need nothing but this state: pending work, fencing, lease expiry.
 
 A link's ``acked`` is a message sequence in the same space as a stream's tail: the next
@@ -52,7 +52,7 @@ class Wake:
         return {
             "wake_id": self.wake_id,
             "generation": self.generation,
-            "tails": self.tails,
+            "tails": dict(self.tails),
             "holder": self.holder,
             "lease_expires_ms": self.lease_expires_ms,
             "attempts": self.attempts,
@@ -78,6 +78,10 @@ class Subscription:
     generation: int = 0
     wake: Wake | None = None
     deleted: bool = False
+    uid: int = 0
+    """Its incarnation: the LSN of its first record (0 until that is submitted)."""
+    last_lsn: int = 0
+    """The LSN of its newest record (what an answer about it waits to be durable)."""
 
     @property
     def key(self) -> str:

@@ -1,85 +1,122 @@
-"""The subscriptions' durable copy: one JSON document, replaced atomically on every change.
+"""The subscriptions' durable copy: records in the WAL, rows in Delta, like streams.
 
 Theory of operation
 -------------------
-Subscription state (configurations, links and acked positions, generations, wakes and
-leases, webhook retry schedules) and the signing keys live in
-``<data_dir>/subscriptions/state.json``. A change is applied in memory first (on the
-event loop, synchronously, like the engine's own changes), then ``await save()`` makes
-it durable: the document is serialized on the loop, written to a temporary file on a
-worker thread, ``fsync``'d, renamed over the old one, and the directory is ``fsync``'d.
-Saves are group-committed: while one write runs, every later change waits for the next
-write, which carries all of them. ``save`` returns only when a write that started after
-the caller's change has finished, so an answered request is durable across ``kill -9``.
+Every change of a subscription (configuration, links and acked offsets, generation, the
+wake in flight with its lease and retry schedule) is applied to the manager's live
+``Subscription`` first (on the event loop, synchronously, like the engine's changes);
+``save(sub)`` then submits one ``SubscriptionHeader`` record carrying the subscription's
+whole state (its JSON form) and awaits its durability on the path appends use
+(``StoragePort.wait_durable``): an answered request is durable across ``kill -9``, on
+the WAL or, with ``durability="delta"``, in Delta. Deleting submits a record without
+state. The signing keys (``KeyRing``, with the token key) are one ``SigningKeysHeader``
+record, written once when they are generated.
 
-This is a first step, not the storage seam: the file is local to ``data_dir`` (also
-when Delta lives on S3), the whole document is rewritten per change (cost grows with the
-number of subscriptions), and it is not in the WAL/Delta. The private signing key is in
-it, so the file is created with mode 0600.
+``SubscriptionLog`` is what those records are applied to: the transition
+(``LiveState.apply``) every subscription record goes through, live and at recovery.
+It keeps the newest durable state of every subscription by uid, and the keys; at start
+it is loaded from the Delta rows (``Recovery.subscriptions``), then the WAL records
+after them are replayed into it, and the manager builds its live subscriptions from it.
+A deletion leaves a tombstone state (``type: subscription``, ``deleted``) for the next
+flush, so compaction purges the deleted subscription's rows like a removed stream's.
+
+A subscription's uid is the LSN of its first record (a re-created id gets a new one).
+Cost: each record carries one subscription's whole state, so a subscription linked to
+very many streams writes that many links per change (per wake: a few records).
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
-import os
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Mapping
 from typing import Any
 
-FILE_NAME = "state.json"
+from ..storage.records import (
+    SIGNING_KEYS_UID,
+    Header,
+    Record,
+    SigningKeysHeader,
+    SubscriptionHeader,
+    is_kind,
+)
+from ..storage.view import StreamState
+from .ports import StoragePort
+from .signing import KeyRing
+from .subscription_state import Subscription
+
+
+def reserved_name(sub: Subscription) -> str:
+    """The subscription's name in records and Delta rows: never a stream's (``__ds``)."""
+    return f"{sub.root}__ds/subscriptions/{sub.subscription_id}"
+
+
+class SubscriptionLog:
+    """The newest durable state of every subscription, and the signing keys."""
+
+    def __init__(self) -> None:
+        self.states: dict[int, Mapping[str, Any]] = {}
+        self.keys: Mapping[str, Any] | None = None
+
+    def load(self, rows: Mapping[int, Mapping[str, Any] | None]) -> None:
+        """The Delta rows (newest per uid), before the WAL records after them."""
+        for uid, state in rows.items():
+            if uid == SIGNING_KEYS_UID:
+                self.keys = state
+            elif state is not None and not state.get("deleted"):
+                self.states[uid] = state
+
+    def apply(self, record: Record[Header]) -> StreamState | None:
+        """The transition of both record kinds; a tombstone for the next flush on deletion."""
+        if is_kind(record, SigningKeysHeader):
+            self.keys = record.header.keys
+            return None
+        assert is_kind(record, SubscriptionHeader)
+        header = record.header
+        if header.state is not None:
+            self.states[record.uid] = header.state
+            return None
+        self.states.pop(record.uid, None)
+        return {"type": "subscription", "name": header.name, "tail": 0, "written_ms": header.ts, "deleted": True}
 
 
 class SubscriptionStore:
-    def __init__(self, directory: Path, snapshot: Callable[[], dict[str, Any]]) -> None:
-        self.directory = directory
-        self.path = directory / FILE_NAME
-        self._snapshot = snapshot
-        self._changed = 0
-        self._written = 0
-        self._writing: asyncio.Task[None] | None = None
+    """Submits subscription records and awaits their durability (see the module doc)."""
 
-    def load(self) -> dict[str, Any] | None:
-        """The last durable document, or ``None`` on a fresh data dir."""
-        try:
-            data: dict[str, Any] = json.loads(self.path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return None
-        return data
+    def __init__(
+        self, storage: StoragePort, apply: Callable[[Record[Header]], object], clock: Callable[[], int]
+    ) -> None:
+        self.storage = storage
+        self._apply = apply
+        """The transition (``LiveState.apply``), applied to every record right after submitting it."""
+        self._clock = clock
+        self.keys_lsn = 0
+        """The LSN of the signing keys' record (0: they were durable before this start)."""
 
-    def write_now(self) -> None:
-        """Synchronous write (used once at start-up, before serving)."""
-        self._write(json.dumps(self._snapshot(), separators=(",", ":")).encode())
+    def check_writable(self) -> None:
+        """Refuse a change up-front while storage could not make it durable soon."""
+        self.storage.check_writable()
 
-    async def save(self) -> None:
-        """Make every change applied so far durable (group commit, see the module doc)."""
-        self._changed += 1
-        target = self._changed
-        while self._written < target:
-            if self._writing is None:
-                self._writing = asyncio.get_running_loop().create_task(self._write_latest())
-            task = self._writing
-            await asyncio.shield(task)
-            if self._writing is task:
-                self._writing = None
+    def submit(self, sub: Subscription) -> int:
+        """Queue ``sub``'s current state (or its deletion) as a record; its LSN."""
+        state = None if sub.deleted else sub.to_json()
+        header = SubscriptionHeader(name=reserved_name(sub), state=state, ts=self._clock())
+        record = self.storage.submit(sub.uid or self.storage.next_lsn, header)
+        self._apply(record)
+        sub.uid, sub.last_lsn = record.uid, record.lsn
+        return record.lsn
 
-    async def _write_latest(self) -> None:
-        version = self._changed
-        data = json.dumps(self._snapshot(), separators=(",", ":")).encode()
-        await asyncio.to_thread(self._write, data)
-        self._written = max(self._written, version)
+    async def save(self, sub: Subscription) -> None:
+        """Make ``sub``'s state as it is now durable (the record is submitted at once)."""
+        await self.storage.wait_durable(self.submit(sub))
 
-    def _write(self, data: bytes) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        temporary = self.path.with_suffix(".tmp")
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, self.path)
-        directory = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+    async def durable(self, sub: Subscription) -> None:
+        """Wait until ``sub``'s newest record is durable (nothing new is written)."""
+        await self.storage.wait_durable(sub.last_lsn)
+
+    def submit_keys(self, keys: KeyRing) -> None:
+        """Record newly generated keys (once, at the first start)."""
+        record = self.storage.submit(SIGNING_KEYS_UID, SigningKeysHeader(keys=keys.to_json(), ts=self._clock()))
+        self._apply(record)
+        self.keys_lsn = record.lsn
+
+    async def keys_durable(self) -> None:
+        await self.storage.wait_durable(self.keys_lsn)

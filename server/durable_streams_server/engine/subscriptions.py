@@ -4,10 +4,11 @@ Theory of operation
 -------------------
 Everything runs on the event loop. Each operation changes memory synchronously (no
 ``await`` in between, so operations on one subscription are serialized like the
-engine's appends), then awaits ``store.save()`` before answering, so an answer is
-durable. External effects of a new wake (the webhook POST, the wake event) happen
-only after the wake's generation is durable, so a restart never hands the same
-generation to a second wake.
+engine's appends), then awaits ``store.save(sub)`` before answering, so an answer is
+durable: a subscription record in the WAL (or in Delta), see ``subscription_store``.
+External effects of a new wake (the webhook POST, the wake event) happen only after
+the wake's generation is durable, so a restart never hands the same generation to a
+second wake.
 
 Membership: creating a subscription links every existing stream its pattern matches at
 the stream's visible tail and each explicit stream at its tail (0 when it does not exist
@@ -35,7 +36,6 @@ import logging
 import secrets
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..protocol.errors import BadRequest, Conflict, NotFound
@@ -61,12 +61,12 @@ def root_of(name: str) -> str:
 
 
 class SubscriptionManager:
-    def __init__(self, engine: Engine, directory: Path, settings: SubscriptionSettings | None = None) -> None:
+    def __init__(self, engine: Engine, settings: SubscriptionSettings | None = None) -> None:
         self.engine = engine
         self.settings = settings or SubscriptionSettings()
         self.clock: Callable[[], int] = engine.clock
         self.by_root: dict[str, dict[str, Subscription]] = {}
-        self.store = SubscriptionStore(directory, self._snapshot)
+        self.store = SubscriptionStore(engine.storage, engine.live.apply, self.clock)
         self.keys = KeyRing.generate(self.clock())
         self.stats: Counter[str] = Counter()
         """deliveries, delivery_failures, retries, lease_expiries, wake_events (for /metrics)."""
@@ -76,16 +76,22 @@ class SubscriptionManager:
     # -- lifecycle --------------------------------------------------------------------
 
     def start(self) -> None:
-        """Load, reconcile with the engine's streams, persist, attach hooks, resume wakes."""
-        data = self.store.load()
-        if data is not None:
-            self.keys = KeyRing.from_json(data["keys"])
-            for item in data["subscriptions"]:
-                sub = Subscription.from_json(item)
-                self.by_root.setdefault(sub.root, {})[sub.subscription_id] = sub
+        """Load the recovered state, reconcile with the engine's streams (recording what
+        that changed), attach hooks, resume wakes. The first start generates the keys."""
+        recovered = self.engine.live.subscriptions
+        if recovered.keys is not None:
+            self.keys = KeyRing.from_json(dict(recovered.keys))
+        else:
+            self.store.submit_keys(self.keys)
+        for uid, state in recovered.states.items():
+            sub = Subscription.from_json(dict(state))
+            sub.uid = uid
+            self.by_root.setdefault(sub.root, {})[sub.subscription_id] = sub
         for sub in self.all():
+            before = sub.to_json()
             self._reconcile(sub)
-        self.store.write_now()
+            if sub.to_json() != before:
+                self.store.submit(sub)
         self.engine.live.hooks = self
         for sub in self.all():
             self._resume(sub)
@@ -98,9 +104,6 @@ class SubscriptionManager:
 
     def all(self) -> list[Subscription]:
         return [sub for subs in self.by_root.values() for sub in subs.values()]
-
-    def _snapshot(self) -> dict[str, Any]:
-        return {"version": 1, "keys": self.keys.to_json(), "subscriptions": [sub.to_json() for sub in self.all()]}
 
     # -- streams ----------------------------------------------------------------------
 
@@ -170,6 +173,7 @@ class SubscriptionManager:
     async def put(
         self, root: str, subscription_id: str, config: SubscriptionConfig, root_url: str
     ) -> tuple[bool, Subscription]:
+        self.store.check_writable()
         existing = self.by_root.get(root, {}).get(subscription_id)
         if existing is not None:
             if existing.config.config_hash != config.config_hash:
@@ -177,7 +181,7 @@ class SubscriptionManager:
                     f"subscription {subscription_id!r} exists with a different configuration",
                     code="SUBSCRIPTION_EXISTS",
                 )
-            await self.store.save()
+            await self.store.durable(existing)
             return False, existing
         sub = Subscription(root, subscription_id, config, self.clock(), root_url)
         for path, stream in self._streams_of(root):
@@ -185,7 +189,7 @@ class SubscriptionManager:
                 sub.links[path] = Link(glob=True, acked=stream.visible_tail)
         self._link_explicit(sub, config.streams)
         self.by_root.setdefault(root, {})[subscription_id] = sub
-        await self.store.save()
+        await self.store.save(sub)
         self.kick(sub)
         return True, sub
 
@@ -199,19 +203,22 @@ class SubscriptionManager:
             link.explicit = True
 
     async def delete(self, root: str, subscription_id: str) -> None:
+        self.store.check_writable()
         sub = self.get(root, subscription_id)
         sub.deleted = True
         del self.by_root[root][subscription_id]
         self._cancel_timer(sub)
-        await self.store.save()
+        await self.store.save(sub)
 
     async def add_streams(self, root: str, subscription_id: str, paths: tuple[str, ...]) -> None:
+        self.store.check_writable()
         sub = self.get(root, subscription_id)
         self._link_explicit(sub, paths)
-        await self.store.save()
+        await self.store.save(sub)
         self.kick(sub)
 
     async def remove_stream(self, root: str, subscription_id: str, path: str) -> None:
+        self.store.check_writable()
         sub = self.get(root, subscription_id)
         link = sub.links.get(path)
         if link is not None and link.explicit:
@@ -220,7 +227,7 @@ class SubscriptionManager:
                 link.glob = True
             else:
                 del sub.links[path]
-        await self.store.save()
+        await self.store.save(sub)
 
     # -- wakes ------------------------------------------------------------------------
 
@@ -270,7 +277,7 @@ class SubscriptionManager:
         pending = bool(sub.pending(self.tails(sub)))
         self.kick(sub)
         if not pending:
-            self.deliveries.persist()
+            self.deliveries.persist(sub)
         return pending
 
     def _resume(self, sub: Subscription) -> None:
@@ -284,6 +291,7 @@ class SubscriptionManager:
 
     async def claim(self, root: str, subscription_id: str, worker: str) -> dict[str, Any] | None:
         """Take the lease of the current (or a new) wake; ``None`` when nothing is pending."""
+        self.store.check_writable()
         sub = self.get(root, subscription_id)
         if sub.config.type != "pull-wake":
             raise BadRequest("claim is for pull-wake subscriptions", code="NOT_PULL_WAKE")
@@ -304,7 +312,7 @@ class SubscriptionManager:
         wake.tails = tails
         wake.holder, wake.lease_expires_ms = worker, now + sub.config.lease_ttl_ms
         self.arm_lease(sub, wake)
-        await self.store.save()
+        await self.store.save(sub)
         return {
             "wake_id": wake.wake_id,
             "generation": wake.generation,
@@ -318,6 +326,7 @@ class SubscriptionManager:
     ) -> dict[str, bool] | None:
         """A callback (webhook) or ack (pull-wake) with ``report``; release when ``kind`` is
         ``"release"`` (returns ``None``)."""
+        self.store.check_writable()
         sub = self.get(root, subscription_id)
         claim = verify(self.keys.token_key, token)
         expected = "callback" if sub.config.type == "webhook" else "claim"
@@ -331,7 +340,7 @@ class SubscriptionManager:
         acks = self._checked_acks(sub, report)
         if kind == "release":
             self.finish(sub, {})
-            await self.store.save()
+            await self.store.save(sub)
             return None
         if report.done:
             next_wake = self.finish(sub, acks)
@@ -340,7 +349,7 @@ class SubscriptionManager:
             wake.lease_expires_ms = self.clock() + sub.config.lease_ttl_ms
             self.arm_lease(sub, wake)
             next_wake = False
-        await self.store.save()
+        await self.store.save(sub)
         return {"ok": True, "next_wake": next_wake}
 
     def _checked_acks(self, sub: Subscription, report: WakeReport) -> dict[str, int]:

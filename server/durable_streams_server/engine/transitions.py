@@ -3,7 +3,8 @@
 Theory of operation
 -------------------
 Each record kind has one transition here (``create``, ``append``, ``snapshot``,
-``delete``, ``create_bucket``, ``delete_bucket``), and a transition is the *only* way
+``delete``, ``create_bucket``, ``delete_bucket``; subscription and signing-key records go
+to ``subscription_store.SubscriptionLog.apply``), and a transition is the *only* way
 that kind changes live state. A live request validates against the applied state,
 builds the record, submits it to storage and applies it through its transition, in one
 synchronous step; recovery replays the WAL records after the last Delta commit through
@@ -35,12 +36,15 @@ from ..storage.records import (
     DeleteHeader,
     Header,
     Record,
+    SigningKeysHeader,
     SnapshotHeader,
+    SubscriptionHeader,
     is_kind,
 )
 from ..storage.view import Recovery, StreamState
 from .buckets import Bucket, Buckets
 from .stream import Stream
+from .subscription_store import SubscriptionLog
 from .types import StreamHooks
 
 
@@ -51,6 +55,7 @@ class LiveState:
         self.by_uid: dict[int, Stream] = {}
         self.buckets = Buckets()
         self._tombstones: dict[int, StreamState] = {}
+        self.subscriptions = SubscriptionLog()
         self.hooks: StreamHooks | None = None
         """Told about removals and (by the engine) newly visible tails; set after recovery."""
 
@@ -71,6 +76,7 @@ class LiveState:
         for stream in self.by_uid.values():
             if stream.fork_of is not None and stream.fork_of in self.by_uid:
                 self.by_uid[stream.fork_of].forks += 1
+        self.subscriptions.load(recovery.subscriptions)
         for record in recovery.records:
             changed = self.apply(record)
             if isinstance(changed, Stream):
@@ -93,6 +99,11 @@ class LiveState:
             return self.create_bucket(record)
         if is_kind(record, BucketDeleteHeader):
             self.delete_bucket(self.buckets.by_uid[record.uid], record)
+            return None
+        if is_kind(record, SubscriptionHeader) or is_kind(record, SigningKeysHeader):
+            tombstone = self.subscriptions.apply(record)
+            if tombstone is not None:
+                self._tombstones[record.uid] = tombstone
             return None
         stream = self.by_uid[record.uid]
         if is_kind(record, AppendHeader):

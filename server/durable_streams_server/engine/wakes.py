@@ -89,8 +89,8 @@ class Deliveries:
         if not task.cancelled() and task.exception() is not None:
             log.error("subscription task failed", exc_info=task.exception())
 
-    def persist(self) -> None:
-        self.spawn(self.manager.store.save())
+    def persist(self, sub: Subscription) -> None:
+        self.spawn(self.manager.store.save(sub))
 
     async def close(self) -> None:
         for task in list(self._tasks):
@@ -102,7 +102,7 @@ class Deliveries:
         self.spawn(self._saved_then(sub, wake))
 
     async def _saved_then(self, sub: Subscription, wake: Wake) -> None:
-        await self.manager.store.save()
+        await self.manager.store.save(sub)
         if sub.config.type == "webhook":
             await self.attempt(sub, wake)
         else:
@@ -171,7 +171,7 @@ class Deliveries:
                 },
             )
             manager.schedule(sub, wake.next_attempt_ms, lambda: self._retry(sub, wake))
-        await manager.store.save()
+        await manager.store.save(sub)
 
     async def write_events(self, sub: Subscription, wake: Wake) -> None:
         manager = self.manager
@@ -201,4 +201,4 @@ class Deliveries:
         manager.stats["wake_events"] += len(events)
         if sub.wake is wake:
             wake.delivered = True
-            await manager.store.save()
+            await manager.store.save(sub)

@@ -70,6 +70,7 @@ class SubscriptionHandlers:
     async def _route(self, request: Request, method: str, root: str, rest: list[str], bucketed: bool) -> Response:
         if rest == ["jwks.json"]:
             _allow(method, "GET")
+            await self.manager.store.keys_durable()  # (generated at the first start)
             return Response(
                 json.dumps(self.manager.keys.jwks()),
                 media_type="application/jwk-set+json",

@@ -86,6 +86,7 @@ class Storage:
         """Read the Delta state and the WAL records after it (before serving)."""
         committed = self.delta.committed_lsn()
         states = self.delta.load_states()
+        subscriptions = self.delta.load_subscriptions()
         replayed = self.wal.replay() if self.wal is not None else iter(())
         records = [record for record in replayed if record.lsn > committed]
         last = max([committed, *(record.lsn for record in records)])
@@ -97,7 +98,7 @@ class Storage:
             "recovered",
             extra={"delta_lsn": committed, "wal_records": len(records), "streams": len(states)},
         )
-        return Recovery(states, records)
+        return Recovery(states, records, subscriptions)
 
     def attach(self, view: StateView) -> None:
         self._acks.on_durable = view.on_durable

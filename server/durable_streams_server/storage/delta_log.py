@@ -7,13 +7,14 @@ column        type                meaning
 ============  ==================  ===========================================================
 stream        string              the stream's path, e.g. ``v1/stream/orders``
 stream_uid    int64               the stream's incarnation (a re-created path gets a new one)
-kind          string              ``message``, ``state`` or ``snapshot``
+kind          string              ``message``, ``state``, ``snapshot`` or ``subscription``
 seq           int64               message: its sequence number; state: the stream's tail;
                                   snapshot: the offset (sequence number) it was taken at
 ts            timestamp[us, UTC]  when the message was appended / the state was written
 data          binary              the message bytes / the snapshot blob (null for state rows)
 meta          string              state: the stream's (or bucket's) state as JSON;
-                                  snapshot: its content type; message: batch length
+                                  snapshot: its content type; message: batch length;
+                                  subscription: its state as JSON (null: deleted)
 lsn           int64               WAL position of the record that wrote the row
 ============  ==================  ===========================================================
 
@@ -22,6 +23,12 @@ records touched, so data and the state it changes land in one atomic Delta commi
 commit also records the highest LSN it covers as a Delta application transaction
 (``txn`` action, app id ``durable-streams-server``): recovery replays exactly the WAL
 records after it, and a flush retried after a crash is recognised and skipped.
+
+Subscriptions (and the webhook signing keys) are ``subscription`` rows: the state their
+newest record in the commit carries, ``stream`` their reserved name
+(``<root>__ds/subscriptions/<id>``, ``__ds/signing-keys``), ``stream_uid`` their uid
+(0 for the keys), ``seq`` 0. Recovery takes the newest row per uid
+(``load_subscriptions``).
 
 History reads go through ``history_reader``. All methods block; callers run them on worker
 threads.
@@ -38,7 +45,16 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
-from .records import AppendHeader, CreateHeader, Header, Record, SnapshotHeader
+from .records import (
+    SIGNING_KEYS_NAME,
+    AppendHeader,
+    CreateHeader,
+    Header,
+    Record,
+    SigningKeysHeader,
+    SnapshotHeader,
+    SubscriptionHeader,
+)
 
 APP_ID = "durable-streams-server"
 TABLE_NAME = "streams"
@@ -59,6 +75,7 @@ SCHEMA = pa.schema(
 KIND_MESSAGE = "message"
 KIND_STATE = "state"
 KIND_SNAPSHOT = "snapshot"
+KIND_SUBSCRIPTION = "subscription"
 
 
 def table_uri(storage_uri: str) -> str:
@@ -125,6 +142,8 @@ class DeltaLog:
     def commit(self, records: Iterable[Record[Header]], states: Mapping[int, dict[str, Any]], through_lsn: int) -> None:
         """Write the records' messages and snapshots plus the given states in one commit."""
         rows = _Rows()
+        records = list(records)
+        _add_subscription_rows(rows, records)
         names = {uid: state["name"] for uid, state in states.items()}
         for record in records:
             header = record.header
@@ -156,6 +175,21 @@ class DeltaLog:
         with self._lock:
             write_deltalake(self._table, rows.to_table(), mode="append", commit_properties=properties)
             self._table.update_incremental()
+
+    def load_subscriptions(self) -> dict[int, dict[str, Any] | None]:
+        """The newest state of every subscription (and the signing keys, uid 0) by uid;
+        ``None`` for a deleted subscription."""
+        table = self._scan(["stream_uid", "lsn", "meta"], f"kind = '{KIND_SUBSCRIPTION}'")
+        newest: dict[int, tuple[int, str | None]] = {}
+        for uid, lsn, meta in zip(
+            table.column("stream_uid").to_pylist(),
+            table.column("lsn").to_pylist(),
+            table.column("meta").to_pylist(),
+            strict=True,
+        ):
+            if uid not in newest or lsn > newest[uid][0]:
+                newest[uid] = (lsn, meta)
+        return {uid: json.loads(meta) if meta is not None else None for uid, (_, meta) in newest.items()}
 
     def _scan(self, columns: list[str], predicate: str) -> pa.Table:
         """Rows matching ``predicate``, files skipped by their min/max statistics."""
@@ -190,6 +224,23 @@ class _Rows:
     def to_table(self) -> pa.Table:
         arrays = [pa.array(values, field.type) for values, field in zip(self.columns, SCHEMA, strict=True)]
         return pa.Table.from_arrays(arrays, schema=SCHEMA)
+
+
+def _add_subscription_rows(rows: _Rows, records: Sequence[Record[Header]]) -> None:
+    """One ``subscription`` row per uid: the state its newest record in the batch carries."""
+    newest: dict[int, Record[Header]] = {}
+    for record in records:
+        if isinstance(record.header, SubscriptionHeader | SigningKeysHeader):
+            newest[record.uid] = record
+    for uid, record in newest.items():
+        header = record.header
+        if isinstance(header, SubscriptionHeader):
+            name, state = header.name, header.state
+        else:
+            assert isinstance(header, SigningKeysHeader)
+            name, state = SIGNING_KEYS_NAME, header.keys
+        meta = json.dumps(state, separators=(",", ":")) if state is not None else None
+        rows.add(name, uid, KIND_SUBSCRIPTION, 0, header.ts * 1000, None, meta, record.lsn)
 
 
 def _batch_starts(sizes: Sequence[int]) -> dict[int, int]:

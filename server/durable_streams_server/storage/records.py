@@ -7,7 +7,7 @@ is what makes idempotent producers exactly-once across crashes. Replaying the re
 after the last Delta commit, in LSN order, through the engine's transitions
 (``engine.transitions``) rebuilds exactly the acknowledged state.
 
-Each kind has a frozen header dataclass (``CreateHeader`` ... ``BucketDeleteHeader``);
+Each kind has a frozen header dataclass (``CreateHeader`` ... ``SigningKeysHeader``);
 the record's kind is its header's type, so the two can never disagree. A header encodes
 to (and decodes from) a JSON object whose keys are its field names in field order: the
 bytes the untyped headers of earlier versions wrote, so their WAL files stay readable.
@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import struct
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, ClassVar, Generic, TypeGuard, TypeVar
@@ -39,6 +39,8 @@ class RecordKind(IntEnum):
     SNAPSHOT = 4
     BUCKET_CREATE = 5
     BUCKET_DELETE = 6
+    SUBSCRIPTION = 7
+    SIGNING_KEYS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,13 +187,76 @@ class BucketDeleteHeader(_Removal):
     KIND: ClassVar[RecordKind] = RecordKind.BUCKET_DELETE
 
 
-Header = CreateHeader | AppendHeader | SnapshotHeader | DeleteHeader | BucketCreateHeader | BucketDeleteHeader
+# -- subscriptions (engine/subscriptions.py) ------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionHeader:
+    """A subscription's whole state after a change (configuration, links and acked
+    offsets, generation, the wake in flight with its lease and retry schedule: the JSON of
+    ``engine.subscription_state.Subscription``), or its deletion (``state`` is ``None``).
+    The record's uid is the subscription's incarnation (the LSN of its first record);
+    ``name`` is its reserved key, ``<root>__ds/subscriptions/<id>``, never a stream's."""
+
+    KIND: ClassVar[RecordKind] = RecordKind.SUBSCRIPTION
+    name: str
+    state: Mapping[str, Any] | None
+    ts: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "state": self.state, "ts": self.ts}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SubscriptionHeader:
+        return cls(name=data["name"], state=data["state"], ts=data["ts"])
+
+
+SIGNING_KEYS_UID = 0
+"""The uid of the signing keys' records (no LSN is 0, so no stream or subscription has it)."""
+SIGNING_KEYS_NAME = "__ds/signing-keys"
+
+
+@dataclass(frozen=True, slots=True)
+class SigningKeysHeader:
+    """The webhook signing keys and the token key (``engine.signing.KeyRing`` as JSON)."""
+
+    KIND: ClassVar[RecordKind] = RecordKind.SIGNING_KEYS
+    keys: Mapping[str, Any]
+    ts: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"keys": self.keys, "ts": self.ts}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SigningKeysHeader:
+        return cls(keys=data["keys"], ts=data["ts"])
+
+
+Header = (
+    CreateHeader
+    | AppendHeader
+    | SnapshotHeader
+    | DeleteHeader
+    | BucketCreateHeader
+    | BucketDeleteHeader
+    | SubscriptionHeader
+    | SigningKeysHeader
+)
 H = TypeVar("H", bound=Header)
 H_co = TypeVar("H_co", bound=Header, covariant=True)
 
 _DECODERS: dict[RecordKind, Callable[[dict[str, Any]], Header]] = {
     header.KIND: header.from_json
-    for header in (CreateHeader, AppendHeader, SnapshotHeader, DeleteHeader, BucketCreateHeader, BucketDeleteHeader)
+    for header in (
+        CreateHeader,
+        AppendHeader,
+        SnapshotHeader,
+        DeleteHeader,
+        BucketCreateHeader,
+        BucketDeleteHeader,
+        SubscriptionHeader,
+        SigningKeysHeader,
+    )
 }
 
 

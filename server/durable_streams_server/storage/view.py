@@ -9,7 +9,7 @@ direction, what the engine needs from storage, is the engine's port
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .records import Header, Record
@@ -34,7 +34,10 @@ class StateView(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Recovery:
-    """The newest Delta state of every uid, and the WAL records after the Delta commit."""
+    """The newest Delta state of every uid, and the WAL records after the Delta commit;
+    ``subscriptions``: the newest Delta state of every subscription (``None``: deleted)
+    and of the signing keys (uid 0)."""
 
     states: dict[int, StreamState]
     records: list[Record[Header]]
+    subscriptions: dict[int, dict[str, Any] | None] = field(default_factory=dict)
