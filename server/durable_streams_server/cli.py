@@ -171,7 +171,11 @@ def build_parser() -> argparse.ArgumentParser:
         "0: no limit",
     )
     _add_config(parser, "--compaction-interval-s", "seconds between compaction passes; 0 turns it off")
+    _add_config(
+        parser, "--compaction-target-file-bytes", "compaction packs new small files into files of about this size"
+    )
     _add_config(parser, "--vacuum-retention-hours", "unreferenced data files older than this are deleted")
+    _add_config(parser, "--log-retention-hours", "Delta log entries older than this are deleted")
     _add(
         parser,
         "--auth-tokens-file",

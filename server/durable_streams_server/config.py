@@ -50,6 +50,8 @@ _POSITIVE = (
     "webhook_retry_initial_ms",
     "webhook_retry_max_ms",
     "webhook_timeout_ms",
+    "compaction_target_file_bytes",
+    "log_retention_hours",
 )
 _NON_NEGATIVE = (
     "max_header_bytes",
@@ -100,7 +102,12 @@ class ServerConfig:
     let go first; an eighth of it bounds history reads parked between responses. 0: no limit."""
     compaction_interval_s: float = 600.0
     """Seconds between background compaction passes; 0 turns compaction off."""
+    compaction_target_file_bytes: int = 128 * 1024 * 1024
+    """Compaction packs the files written since its last pass into files of about this size."""
     vacuum_retention_hours: int = 1
+    """Data files compaction replaced are deleted this long after (readers' plans stay valid)."""
+    log_retention_hours: int = 24
+    """Delta log entries older than this are deleted (``delta.logRetentionDuration``)."""
     allow_private_webhook_urls: tuple[str, ...] = ()
     """Networks (CIDR) webhook targets may be in although private/loopback/link-local
     (entries may also be comma-separated lists); by default only public addresses."""

@@ -41,7 +41,10 @@ def open_storage(config: ServerConfig, observer: StorageObserver) -> tuple[Stora
             flush_interval_s=config.flush_interval_ms / 1000,
             max_wal_bytes=config.max_wal_bytes,
             compaction=CompactionConfig(
-                interval_s=config.compaction_interval_s, vacuum_retention_hours=config.vacuum_retention_hours
+                interval_s=config.compaction_interval_s,
+                target_file_bytes=config.compaction_target_file_bytes,
+                vacuum_retention_hours=config.vacuum_retention_hours,
+                log_retention_hours=config.log_retention_hours,
             ),
             history_parked_bytes=config.memory_budget // 8 if config.memory_budget else 64 * 1024 * 1024,
         ),

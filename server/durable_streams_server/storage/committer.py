@@ -57,7 +57,9 @@ class Storage:
     def __init__(self, config: StorageConfig, observer: StorageObserver | None = None) -> None:
         self.config = config
         observer = observer or NullObserver()
-        self.delta = DeltaLog(config.storage_uri, config.storage_options)
+        self.delta = DeltaLog(
+            config.storage_uri, config.storage_options, log_retention_hours=config.compaction.log_retention_hours
+        )
         self.history = HistoryReader(
             self.delta.uri, config.storage_options, max_parked_bytes=config.history_parked_bytes
         )
@@ -75,8 +77,7 @@ class Storage:
             flush_bytes=config.flush_bytes,
             commit_timeout_s=config.commit_timeout_s,
         )
-        compactor = Compactor(self.delta.uri, config.storage_options, config.compaction)
-        self._compaction = Compaction(compactor, self.delta.vacuum, observer)
+        self._compaction = Compaction(Compactor(self.delta, config.compaction), observer)
         self._flusher.after_flush.append(self._compaction.note_flushed)
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -85,8 +86,8 @@ class Storage:
     def recover(self) -> Recovery:
         """Read the Delta state and the WAL records after it (before serving)."""
         committed = self.delta.committed_lsn()
-        states = self.delta.load_states()
-        subscriptions = self.delta.load_subscriptions()
+        states, subscriptions = self.delta.load_rows()
+        self._compaction.recovered(states, self.delta.recovered_checkpoint)
         replayed = self.wal.replay() if self.wal is not None else iter(())
         records = [record for record in replayed if record.lsn > committed]
         last = max([committed, *(record.lsn for record in records)])
@@ -96,7 +97,14 @@ class Storage:
             self._wal_writer.recovered(last)
         log.info(
             "recovered",
-            extra={"delta_lsn": committed, "wal_records": len(records), "streams": len(states)},
+            extra={
+                "delta_lsn": committed,
+                "wal_records": len(records),
+                "streams": len(states),
+                "purges_pending": self._compaction.pending_purges,
+                "state_rows_read": self.delta.recovered_checkpoint[0] + self.delta.recovered_checkpoint[2],
+                "commits_after_state_checkpoint": self.delta.recovered_checkpoint[1],
+            },
         )
         return Recovery(states, records, subscriptions)
 
@@ -123,6 +131,7 @@ class Storage:
         for task in self._tasks:
             with contextlib.suppress(Exception, asyncio.CancelledError):  # logged where it happened
                 await task
+        await self._compaction.close()
         if self.wal is not None:
             next_lsn = self._acks.next_lsn
             if self._flusher.flushed_lsn == next_lsn - 1 and self._admission.failure is None:

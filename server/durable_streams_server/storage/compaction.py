@@ -1,30 +1,37 @@
-"""Background maintenance of the Delta table: purge, cluster, checkpoint, vacuum.
+"""Background maintenance of the Delta table: state checkpoints, bin-packing, purges, vacuum.
 
+Every cost here follows the work written since the last pass, never the table's history.
 One pass, each step its own atomic Delta commit (or an idempotent file operation), so a
-``kill -9`` at any moment leaves a consistent table and the next pass simply redoes what
-is left:
+``kill -9`` at any moment leaves a consistent table and the next pass redoes what is left:
 
-1. **purge**: delete every row of streams and buckets that were removed, and the messages
-   below a snapshot's retention point of streams that no fork still reads;
-2. **cluster**: rewrite the table Z-ordered by ``stream_uid`` into files of about
-   ``target_file_bytes``, so each stream's rows sit in few files and reads skip the rest
-   by their min/max statistics; this also merges the small files every flush leaves;
-3. **checkpoint** the log and clean up old log entries;
-4. **vacuum** data files that no version newer than ``vacuum_retention_hours`` uses.
+1. **state checkpoint** (``state_checkpoint``), when rows were written since the last one,
+   so that step 3 can drop the rows it supersedes;
+2. **purges**: every row of the removed uids (their tombstones too) in few ``DELETE``
+   commits of up to ``_PURGE_BATCH`` uids, pruned to the files that can hold them (a uid is
+   the LSN of its creation, so no row of it has a smaller LSN); then the messages below
+   retention points. Each ``DELETE`` rewrites only the files holding such rows;
+3. **bin-packing** (``compaction_plan``): the small files written since the last pass, cut
+   into bins of about ``target_file_bytes``; each bin is read (memory: one bin), cleaned
+   and rewritten as one file sorted by ``(kind, stream_uid, seq)``, so a stream's messages
+   are contiguous row groups of about ``row_group_bytes`` that reads find by their
+   statistics; ``state``/``subscription`` rows superseded by a newer row of the bin or by
+   the checkpoint are dropped. Files already compacted are settled and left alone; a pass
+   with nothing new writes nothing;
+4. **log clean-up** of commit files older than ``delta.logRetentionDuration`` (``delta_log``
+   sets it; delta-rs writes a log checkpoint every ``delta.checkpointInterval`` commits);
+5. **vacuum** of data files no version newer than ``vacuum_retention_hours`` uses.
 
-Steps 1-3 work on the compactor's own ``DeltaTable`` handle and never take the flusher's
-lock: appends keep committing while they run (Delta resolves an append against a
-concurrent optimize or delete without conflict), and its own commits are retried on
-conflict. Vacuum is different: it deletes every file the handle's snapshot does not
-reference, so a file committed by the flusher a moment earlier would look unreferenced.
-It therefore runs through the flusher's handle, under its lock, after a refresh
-(``vacuum`` callback).
+Every commit that removes files goes through the writer's handle under its lock
+(``DeltaLog.rewrite``/``delete``/``vacuum``), so it never races the flusher; the reading and
+sorting of a bin happen outside the lock. Purges are durable intentions: a removed stream's
+tombstone (its state marked deleted) is in Delta before it is purged, stays in state
+checkpoints, goes in the same commit as the rest of its rows, and is loaded at recovery
+(``Compaction.recovered``), so a purge interrupted by a crash or a restart is resumed by
+the next pass. Retention points are part of stream state.
 
 ``Compaction`` schedules the passes (every ``interval_s``, or on demand through
-``Storage.compact``) on a worker thread, one at a time. It learns what to purge from
-the flusher (streams whose deleted state reached Delta) and from the engine's retention
-plan, and forgets either only after a pass that covered it succeeded: a failed pass
-(e.g. during an object-store outage) leaves everything for the next one.
+``Storage.compact``) and the state checkpoints (``CheckpointPolicy``, after flushes, also
+with passes turned off) on worker threads, one at a time.
 """
 
 from __future__ import annotations
@@ -32,35 +39,45 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import DeltaTable
-from deltalake.exceptions import CommitFailedError
 
+from .compaction_plan import Bin, plan_bins
+from .delta_log import KIND_MESSAGE, KIND_STATE, KIND_SUBSCRIPTION, DeltaLog, plain
 from .observer import StorageObserver
+from .state_checkpoint import CHECKPOINT_APP_ID, CheckpointPolicy, newest_per_uid
 from .view import StateView, StreamState
 
 log = logging.getLogger("durable_streams_server.compaction")
 _storage_log = logging.getLogger("durable_streams_server.storage")
 
 _T = TypeVar("_T")
-_DELETE_BATCH = 200
-_ATTEMPTS = 5
+_PURGE_BATCH = 10_000
+_RETENTION_BATCH = 500
 
 
 @dataclass(frozen=True, slots=True)
 class CompactionConfig:
     interval_s: float = 600.0
     target_file_bytes: int = 128 * 1024 * 1024
+    """Bins are cut at about this many bytes of input files; each becomes one file."""
+    row_group_bytes: int = 8 * 1024 * 1024
+    """About this many bytes of rows per row group of a compacted file."""
     vacuum_retention_hours: int = 1
+    log_retention_hours: int = 24
 
 
 @dataclass
 class CompactionReport:
     files_before: int = 0
     files_after: int = 0
+    bins: int = 0
+    bytes_rewritten: int = 0
     purged_uids: int = 0
     retention_purges: int = 0
     vacuumed_files: int = 0
@@ -68,75 +85,114 @@ class CompactionReport:
 
 
 class Compactor:
-    def __init__(self, uri: str, storage_options: Mapping[str, str], config: CompactionConfig) -> None:
-        self.uri = uri
-        self.storage_options = dict(storage_options)
+    """One pass (blocking; see the module docstring)."""
+
+    def __init__(self, delta: DeltaLog, config: CompactionConfig) -> None:
+        self.delta = delta
         self.config = config
 
-    def run_once(
-        self, removed_uids: Iterable[int], retention: Mapping[int, int], vacuum: Callable[[int], int]
-    ) -> CompactionReport:
-        """One maintenance pass (blocking). ``retention`` maps uid -> first retained seq;
-        ``vacuum(retention_hours)`` vacuums through the writer's handle (see above)."""
+    def run_once(self, removed_uids: Iterable[int], retention: Mapping[int, int]) -> CompactionReport:
+        """``retention`` maps uid -> first retained seq."""
         started = time.perf_counter()
-        table = DeltaTable(self.uri, storage_options=self.storage_options)
-        report = CompactionReport(files_before=len(table.file_uris()))
-        uids = sorted(set(removed_uids))
-        for uid_batch in _batches(uids):
-            self._commit(table, f"stream_uid IN ({', '.join(map(str, uid_batch))})")
-        report.purged_uids = len(uids)
+        report = CompactionReport(files_before=len(self.delta.file_spans()))
+        removed = sorted(set(removed_uids))
+        for batch in _batches(removed, _PURGE_BATCH):
+            self.delta.delete(f"stream_uid IN ({', '.join(map(str, batch))}) AND lsn >= {batch[0]}")
+        report.purged_uids = len(removed)
         below = sorted(retention.items())
-        for range_batch in _batches(below):
+        for range_batch in _batches(below, _RETENTION_BATCH):
             clauses = " OR ".join(f"(stream_uid = {uid} AND seq < {seq})" for uid, seq in range_batch)
-            self._commit(table, f"kind = 'message' AND ({clauses})")
+            self.delta.delete(f"kind = '{KIND_MESSAGE}' AND lsn >= {range_batch[0][0]} AND ({clauses})")
         report.retention_purges = len(below)
-        if report.files_before > 1 or uids or below:
-            target = self.config.target_file_bytes
-            self._retrying(table, lambda: table.optimize.z_order(["stream_uid"], target_size=target))
-        table.create_checkpoint()
-        table.cleanup_metadata()
-        report.vacuumed_files = vacuum(self.config.vacuum_retention_hours)
-        table.update_incremental()
-        report.files_after = len(table.file_uris())
+        target = self.config.target_file_bytes
+        bins = plan_bins(self.delta.file_spans(), target, settled_bytes=target // 2)
+        if bins:
+            table = DeltaTable(self.delta.uri, storage_options=self.delta.storage_options)
+            checkpoint = table.transaction_version(CHECKPOINT_APP_ID) or 0
+            for bin_ in bins:
+                if self._rewrite(table, bin_, checkpoint):
+                    report.bins += 1
+                    report.bytes_rewritten += bin_.size
+        self.delta.cleanup_metadata()
+        report.vacuumed_files = self.delta.vacuum(self.config.vacuum_retention_hours)
+        report.files_after = len(self.delta.file_spans())
         report.seconds = round(time.perf_counter() - started, 3)
         return report
 
-    def _commit(self, table: DeltaTable, delete_predicate: str) -> None:
-        self._retrying(table, lambda: table.delete(delete_predicate))
-
-    @staticmethod
-    def _retrying(table: DeltaTable, operation: Callable[[], object]) -> None:
-        for attempt in range(_ATTEMPTS):
-            try:
-                table.update_incremental()
-                operation()
-                return
-            except CommitFailedError:
-                if attempt == _ATTEMPTS - 1:
-                    raise
-                time.sleep(0.05 * (attempt + 1))
+    def _rewrite(self, table: DeltaTable, bin_: Bin, checkpoint: int) -> bool:
+        reader = table.scan(predicate=bin_.predicate)
+        rows = without_superseded(plain(pa.RecordBatchReader.from_stream(reader).read_all()), checkpoint)
+        rows = rows.sort_by([(name, "ascending") for name in ("kind", "stream_uid", "seq", "lsn")])
+        row_bytes = max(1, rows.nbytes // max(1, rows.num_rows))
+        group_rows = min(1 << 20, max(1024, self.config.row_group_bytes // row_bytes))
+        done = self.delta.rewrite(bin_, rows, group_rows)
+        if not done:
+            log.warning("compaction bin skipped: its files changed", extra={"lo": bin_.lo, "hi": bin_.hi})
+        return done
 
 
-def _batches(items: list[_T]) -> Iterable[list[_T]]:
-    for start in range(0, len(items), _DELETE_BATCH):
-        yield items[start : start + _DELETE_BATCH]
+def without_superseded(rows: pa.Table, checkpoint: int) -> pa.Table:
+    """A bin's rows without the ``state``/``subscription`` rows recovery will never take:
+    those below the state checkpoint's LSN and those a newer row of the bin replaces."""
+    is_state = pc.is_in(rows["kind"], value_set=pa.array([KIND_STATE, KIND_SUBSCRIPTION]))
+    state_rows = rows.filter(is_state)
+    newest = newest_per_uid(state_rows.filter(pc.greater_equal(state_rows["lsn"], checkpoint)))
+    return pa.concat_tables([rows.filter(pc.invert(is_state)), newest])
+
+
+def _batches(items: list[_T], size: int) -> Iterable[list[_T]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
 
 
 class Compaction:
     """The background loop and the bookkeeping between passes (see the module docstring)."""
 
-    def __init__(self, compactor: Compactor, vacuum: Callable[[int], int], observer: StorageObserver) -> None:
+    def __init__(self, compactor: Compactor, observer: StorageObserver) -> None:
         self.compactor = compactor
-        self._vacuum = vacuum
         self._observer = observer
         self.view: StateView | None = None
+        self.policy = CheckpointPolicy()
         self._removed_uids: set[int] = set()
         self._retention_done: dict[int, int] = {}
         self._lock = asyncio.Lock()
+        self._checkpointing: asyncio.Task[None] | None = None
 
-    def note_flushed(self, states: Mapping[int, StreamState]) -> None:
+    def recovered(self, states: Mapping[int, StreamState], checkpoint: tuple[int, int, int]) -> None:
+        """Recovery found these states (tombstones among them: purges to resume) and a state
+        checkpoint of ``checkpoint[0]`` rows with ``checkpoint[1]`` commits of
+        ``checkpoint[2]`` rows after it."""
+        self.note_flushed(states, count=False)
+        self.policy.taken(*checkpoint)
+
+    def note_flushed(self, states: Mapping[int, StreamState], *, count: bool = True) -> None:
         """The flusher committed these states: deleted ones can now be purged."""
         self._removed_uids.update(uid for uid, state in states.items() if state.get("deleted"))
+        if not count:
+            return
+        self.policy.note_commit(len(states))
+        if self.policy.due() and self._checkpointing is None and not self._lock.locked():
+            self._checkpointing = asyncio.get_running_loop().create_task(self._checkpoint())
+
+    @property
+    def pending_purges(self) -> int:
+        return len(self._removed_uids)
+
+    async def _checkpoint(self) -> None:
+        try:
+            async with self._lock:
+                rows = await asyncio.to_thread(self.compactor.delta.write_state_checkpoint)
+                self.policy.taken(rows)
+            _storage_log.debug("state checkpoint", extra={"rows": rows})
+        except Exception as error:  # the next flush tries again; recovery reads more rows meanwhile
+            _storage_log.warning("state checkpoint failed", extra={"error": str(error)})
+        finally:
+            self._checkpointing = None
+
+    async def close(self) -> None:
+        """Wait for a state checkpoint in progress (its thread cannot be interrupted)."""
+        if self._checkpointing is not None:
+            await asyncio.shield(self._checkpointing)
 
     async def loop(self) -> None:
         while True:
@@ -156,12 +212,13 @@ class Compaction:
             }
             started = time.perf_counter()
             try:
-                report = await asyncio.to_thread(self.compactor.run_once, removed, retention, self._vacuum)
+                if self.policy.commits:
+                    self.policy.taken(await asyncio.to_thread(self.compactor.delta.write_state_checkpoint))
+                report = await asyncio.to_thread(self.compactor.run_once, removed, retention)
             except Exception:
                 self._observer.compaction(time.perf_counter() - started, False)
                 raise
             self._observer.compaction(time.perf_counter() - started, True)
-            # (vacuum refreshed the writer's handle after the pass's last commit)
             self._removed_uids -= removed
             self._retention_done.update(retention)
         _storage_log.info(
@@ -169,6 +226,8 @@ class Compaction:
             extra={
                 "files_before": report.files_before,
                 "files_after": report.files_after,
+                "bins": report.bins,
+                "bytes_rewritten": report.bytes_rewritten,
                 "purged_streams": report.purged_uids,
                 "retention_purges": report.retention_purges,
                 "vacuumed_files": report.vacuumed_files,

@@ -42,9 +42,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import CommitProperties, DeltaTable, Transaction, WriterProperties, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
+from .compaction_plan import Bin, FileSpan, spans_intersecting
 from .records import (
     SIGNING_KEYS_NAME,
     AppendHeader,
@@ -55,6 +56,7 @@ from .records import (
     SnapshotHeader,
     SubscriptionHeader,
 )
+from .state_checkpoint import CHECKPOINT_APP_ID, newest_per_uid
 
 APP_ID = "durable-streams-server"
 TABLE_NAME = "streams"
@@ -76,6 +78,11 @@ KIND_MESSAGE = "message"
 KIND_STATE = "state"
 KIND_SNAPSHOT = "snapshot"
 KIND_SUBSCRIPTION = "subscription"
+CHECKPOINT_INTERVAL = 100
+"""Commits between Delta log checkpoints (``delta.checkpointInterval``): log replay reads one
+checkpoint and at most this many commit files."""
+_ONE_FILE = 1 << 40
+"""``target_file_size`` of a compaction rewrite: each bin becomes one file (``compaction_plan``)."""
 
 
 def table_uri(storage_uri: str) -> str:
@@ -83,15 +90,21 @@ def table_uri(storage_uri: str) -> str:
 
 
 class DeltaLog:
-    def __init__(self, storage_uri: str, storage_options: Mapping[str, str]) -> None:
+    def __init__(self, storage_uri: str, storage_options: Mapping[str, str], *, log_retention_hours: int = 24) -> None:
         self.uri = table_uri(storage_uri)
         self.storage_options = dict(storage_options)
+        self._configuration = {
+            "delta.logRetentionDuration": f"interval {log_retention_hours} hours",
+            "delta.checkpointInterval": str(CHECKPOINT_INTERVAL),
+        }
         self._table = self._open_or_create()
         self._lock = threading.Lock()
+        self.recovered_checkpoint = (0, 0, 0)
+        """After ``load_rows``: rows of the state checkpoint, commits and rows after it."""
 
     def _open_or_create(self) -> DeltaTable:
         try:
-            return DeltaTable(self.uri, storage_options=self.storage_options)
+            table = DeltaTable(self.uri, storage_options=self.storage_options)
         except TableNotFoundError:
             return DeltaTable.create(
                 self.uri,
@@ -99,8 +112,13 @@ class DeltaLog:
                 mode="ignore",
                 name="durable_streams",
                 description="Durable Streams messages and stream state",
+                configuration=self._configuration,
                 storage_options=self.storage_options,
             )
+        configured = table.metadata().configuration
+        if any(configured.get(key) != value for key, value in self._configuration.items()):
+            table.alter.set_table_properties(self._configuration, raise_if_not_exists=False)
+        return table
 
     def committed_lsn(self) -> int:
         """The highest LSN any commit covers (0 for a new table)."""
@@ -125,19 +143,96 @@ class DeltaLog:
             )
         return len(removed)
 
-    def load_states(self) -> dict[int, dict[str, Any]]:
-        """The newest state of every stream incarnation, by uid."""
-        table = self._scan(["stream_uid", "lsn", "meta"], f"kind = '{KIND_STATE}'")
-        newest: dict[int, tuple[int, str]] = {}
-        for uid, lsn, meta in zip(
-            table.column("stream_uid").to_pylist(),
-            table.column("lsn").to_pylist(),
-            table.column("meta").to_pylist(),
-            strict=True,
+    def load_rows(self) -> tuple[dict[int, dict[str, Any]], dict[int, dict[str, Any] | None]]:
+        """The newest state of every stream incarnation (and bucket) by uid, and of every
+        subscription (``None``: deleted; uid 0: the signing keys): the state checkpoint's
+        rows and the rows after it (``state_checkpoint``)."""
+        with self._lock:
+            since = self._table.transaction_version(CHECKPOINT_APP_ID) or 0
+        kinds = f"'{KIND_STATE}', '{KIND_SUBSCRIPTION}'"
+        rows = self._scan(["kind", "stream_uid", "lsn", "meta"], f"kind IN ({kinds}) AND lsn >= {since}")
+        lsns = rows["lsn"].to_numpy()
+        after = lsns[lsns > since]
+        self.recovered_checkpoint = (int((lsns == since).sum()), len(set(after.tolist())), len(after))
+        newest = newest_per_uid(rows)
+        states: dict[int, dict[str, Any]] = {}
+        subscriptions: dict[int, dict[str, Any] | None] = {}
+        for kind, uid, meta in zip(
+            newest["kind"].to_pylist(), newest["stream_uid"].to_pylist(), newest["meta"].to_pylist(), strict=True
         ):
-            if uid not in newest or lsn > newest[uid][0]:
-                newest[uid] = (lsn, meta)
-        return {uid: json.loads(meta) for uid, (_, meta) in newest.items()}
+            if kind == KIND_STATE:
+                states[uid] = json.loads(meta)
+            else:
+                subscriptions[uid] = json.loads(meta) if meta is not None else None
+        return states, subscriptions
+
+    def load_states(self) -> dict[int, dict[str, Any]]:
+        return self.load_rows()[0]
+
+    def load_subscriptions(self) -> dict[int, dict[str, Any] | None]:
+        return self.load_rows()[1]
+
+    def write_state_checkpoint(self) -> int:
+        """Append the newest state and subscription row of every uid, re-stamped with the
+        LSN the table covers now (``state_checkpoint``); the number of rows, 0 if there is
+        nothing new since the last checkpoint."""
+        with self._lock:
+            self._table.update_incremental()
+            covered = self._table.transaction_version(APP_ID) or 0
+            since = self._table.transaction_version(CHECKPOINT_APP_ID) or 0
+            if covered <= since:
+                return 0
+            kinds = f"'{KIND_STATE}', '{KIND_SUBSCRIPTION}'"
+            reader = self._table.scan(predicate=f"kind IN ({kinds}) AND lsn >= {since}")
+        rows = newest_per_uid(plain(pa.RecordBatchReader.from_stream(reader).read_all()))
+        rows = rows.set_column(rows.schema.get_field_index("lsn"), "lsn", pa.repeat(covered, rows.num_rows))
+        properties = CommitProperties(app_transactions=[Transaction(app_id=CHECKPOINT_APP_ID, version=covered)])
+        with self._lock:
+            write_deltalake(self._table, rows, mode="append", commit_properties=properties)
+            self._table.update_incremental()
+        return int(rows.num_rows)
+
+    # -- maintenance writes, through the writer's handle under its lock ---------------------
+    #
+    # delta-rs refuses an append whose snapshot predates a commit that removed files, so
+    # every commit that removes files goes through this handle, under the lock the flusher
+    # commits under: the flusher's next append starts from a snapshot that includes it.
+
+    def file_spans(self) -> list[FileSpan]:
+        """Every data file of a refreshed snapshot with the LSN span of its rows."""
+        with self._lock:
+            self._table.update_incremental()
+            return _spans(self._table)
+
+    def rewrite(self, bin_: Bin, rows: pa.Table, max_row_group_rows: int) -> bool:
+        """Replace the rows of ``bin_``'s files by ``rows`` in one commit; ``False`` (and
+        nothing written) if the files holding that LSN span are no longer those of the bin."""
+        with self._lock:
+            self._table.update_incremental()
+            if spans_intersecting(_spans(self._table), bin_.lo, bin_.hi) != bin_.paths:
+                return False
+            write_deltalake(
+                self._table,
+                rows,
+                mode="overwrite",
+                predicate=bin_.predicate,
+                target_file_size=_ONE_FILE,
+                writer_properties=WriterProperties(max_row_group_size=max_row_group_rows, compression="ZSTD"),
+            )
+            self._table.update_incremental()
+        return True
+
+    def cleanup_metadata(self) -> None:
+        """Delete log files older than ``delta.logRetentionDuration`` (before a log checkpoint)."""
+        with self._lock:
+            self._table.cleanup_metadata()
+
+    def delete(self, predicate: str) -> None:
+        """Delete the rows matching ``predicate`` (rewriting only the files that hold some)."""
+        with self._lock:
+            self._table.update_incremental()
+            self._table.delete(predicate)
+            self._table.update_incremental()
 
     def commit(self, records: Iterable[Record[Header]], states: Mapping[int, dict[str, Any]], through_lsn: int) -> None:
         """Write the records' messages and snapshots plus the given states in one commit."""
@@ -176,28 +271,11 @@ class DeltaLog:
             write_deltalake(self._table, rows.to_table(), mode="append", commit_properties=properties)
             self._table.update_incremental()
 
-    def load_subscriptions(self) -> dict[int, dict[str, Any] | None]:
-        """The newest state of every subscription (and the signing keys, uid 0) by uid;
-        ``None`` for a deleted subscription."""
-        table = self._scan(["stream_uid", "lsn", "meta"], f"kind = '{KIND_SUBSCRIPTION}'")
-        newest: dict[int, tuple[int, str | None]] = {}
-        for uid, lsn, meta in zip(
-            table.column("stream_uid").to_pylist(),
-            table.column("lsn").to_pylist(),
-            table.column("meta").to_pylist(),
-            strict=True,
-        ):
-            if uid not in newest or lsn > newest[uid][0]:
-                newest[uid] = (lsn, meta)
-        return {uid: json.loads(meta) if meta is not None else None for uid, (_, meta) in newest.items()}
-
     def _scan(self, columns: list[str], predicate: str) -> pa.Table:
         """Rows matching ``predicate``, files skipped by their min/max statistics."""
         with self._lock:
             reader = self._table.scan(columns=columns, predicate=predicate)
-        table = pa.RecordBatchReader.from_stream(reader).read_all()
-        # delta-rs scans produce view types; plain ones keep the rest of the code simple.
-        return table.cast(pa.schema([SCHEMA.field(name).with_nullable(True) for name in columns]))
+        return plain(pa.RecordBatchReader.from_stream(reader).read_all())
 
     def read_snapshot(self, uid: int, seq: int) -> tuple[str, bytes] | None:
         """The newest snapshot blob published for ``seq`` of stream ``uid``."""
@@ -207,6 +285,22 @@ class DeltaLog:
             return None
         newest = table.sort_by([("lsn", "descending")]).slice(0, 1)
         return json.loads(newest["meta"][0].as_py())["content_type"], newest["data"][0].as_py()
+
+
+def plain(table: pa.Table) -> pa.Table:
+    """delta-rs scans produce view types; the table's own types keep the rest of the code simple."""
+    return table.cast(pa.schema([SCHEMA.field(name).with_nullable(True) for name in table.column_names]))
+
+
+def _spans(table: DeltaTable) -> list[FileSpan]:
+    actions = pa.table(table.get_add_actions(flatten=True))
+    if actions.num_rows == 0:
+        return []
+    paths, sizes = actions["path"].to_pylist(), actions["size_bytes"].to_pylist()
+    los, his = actions["min.lsn"].to_pylist(), actions["max.lsn"].to_pylist()
+    if actions.num_rows and (None in los or None in his):
+        raise RuntimeError("a data file of the table has no lsn statistics; compaction needs them")
+    return [FileSpan(*fields) for fields in zip(paths, sizes, los, his, strict=True)]
 
 
 class _Rows:

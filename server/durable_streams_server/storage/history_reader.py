@@ -311,13 +311,13 @@ def _add_runs(runs: dict[int, pa.Table], batch: pa.RecordBatch, uid: int, start:
     """Split ``uid``'s messages from ``start`` in a batch into contiguous runs."""
     seqs = batch["seq"]
     mask = pc.and_(
-        pc.and_(pc.equal(batch["stream_uid"], uid), pc.equal(batch["kind"], KIND_MESSAGE)),
+        # (files delta-rs rewrote, e.g. by a DELETE, store view types: compare as plain strings)
+        pc.and_(pc.equal(batch["stream_uid"], uid), pc.equal(batch["kind"].cast(pa.string()), KIND_MESSAGE)),
         pc.greater_equal(seqs, start),
     )
-    rows = pa.Table.from_batches([batch]).filter(mask).select(HISTORY_COLUMNS)
+    rows = pa.Table.from_batches([batch]).select(HISTORY_COLUMNS).cast(_SCHEMA).filter(mask)
     if not rows.num_rows:
         return
-    rows = rows.cast(_SCHEMA)
     values = rows["seq"].to_numpy()
     if rows.num_rows > 1 and not (values[1:] > values[:-1]).all():
         rows = rows.sort_by("seq")
