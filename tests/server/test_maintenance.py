@@ -65,6 +65,23 @@ def test_a_restart_reads_the_state_checkpoint_not_every_flush(server_factory: Ca
     assert len(state_rows) > 150  # compaction is off: only the restart's reads were bounded
 
 
+def test_a_read_over_many_small_files_is_short_and_the_catch_up_complete(
+    server_factory: Callable[..., ServerProcess],
+) -> None:
+    server = server_factory(*FAST, "--compaction-interval-s", "0")
+    http = session()
+    assert http.put(server.stream_url("spread"), headers=TEXT).status_code == 201
+    bodies = _paced_appends(http, server, "spread", 300)  # 300 flush files, a message in each
+    server.stop()
+    server.start()  # nothing in memory: every read goes to Delta
+    first = http.get(server.stream_url("spread"), params={"offset": "-1"})
+    assert first.status_code == 200
+    count = first.text.count(";")  # a message per file, at most 128 row groups opened per read
+    assert 100 < count <= 128 and first.text == "".join(bodies[:count])
+    assert "Stream-Up-To-Date" not in first.headers
+    assert read_all(http, server.stream_url("spread")).decode() == "".join(bodies)
+
+
 def test_deleted_streams_are_purged_after_kill_9_and_restart(server_factory: Callable[..., ServerProcess]) -> None:
     server = server_factory(*FAST, "--compaction-interval-s", "0")
     http = session()

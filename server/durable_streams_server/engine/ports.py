@@ -52,7 +52,8 @@ class StoragePort(Protocol):
         """Whole stored messages from ``start_seq`` (before ``end_seq``), each taken while
         ``max_bytes`` is not yet spent and at least one, as Arrow columns ``seq``, ``ts``,
         ``data`` (and ``meta``), in order. Reads about ``max_bytes`` from storage, wherever
-        in the stream ``start_seq`` is."""
+        in the stream ``start_seq`` is; may stop short of both when the messages are spread
+        over many small files (a bounded number of files per read)."""
         ...
 
     async def read_snapshot(self, uid: int, seq: int) -> tuple[str, bytes] | None:

@@ -216,7 +216,7 @@ async def _gather(engine: Engine, stream: Stream, start: int, end: int, budget: 
     # while a Delta read is awaited, so re-check it on every round.
     while start < end and (not runs or budget > 0):
         if start < stream.mem_base:
-            table = await _history(engine, stream, start, end, budget)
+            table, short = await _history(engine, stream, start, end, budget)
             table = table.slice(0, min(end, stream.mem_base) - start)
             seqs = table["seq"]
             if not len(seqs) or seqs[0].as_py() != start or seqs[-1].as_py() != start + len(seqs) - 1:
@@ -225,8 +225,8 @@ async def _gather(engine: Engine, stream: Stream, start: int, end: int, budget: 
             runs.append(StoredRun(table.slice(0, kept)))
             start += kept
             budget -= size
-            if kept < len(seqs):
-                break
+            if kept < len(seqs) or short:
+                break  # the budget is spent, or the read stopped short (see history_reader)
             continue
         offset, limit = start - stream.mem_base, end - stream.mem_base
         messages, stop = stream.messages, offset
@@ -238,16 +238,18 @@ async def _gather(engine: Engine, stream: Stream, start: int, end: int, budget: 
     return runs
 
 
-async def _history(engine: Engine, stream: Stream, start: int, end: int, budget: int) -> pa.Table:
+async def _history(engine: Engine, stream: Stream, start: int, end: int, budget: int) -> tuple[pa.Table, bool]:
     """Messages from ``start`` (before ``end``, at most the memory tail) within ``budget``: from
     the history cache, or read from Delta, which reads about ``budget`` bytes wherever
-    ``start`` is (``storage.history_reader``)."""
+    ``start`` is (``storage.history_reader``); and whether that read stopped short of both
+    the budget and its end (many small files: the response ends there)."""
     cached = engine.history.get(stream.uid, start)
     if cached is not None:
-        return cached
-    table = await engine.storage.read_history(stream.uid, start, min(end, stream.mem_base), budget)
+        return cached, False
+    stop = min(end, stream.mem_base)
+    table = await engine.storage.read_history(stream.uid, start, stop, budget)
     engine.history.put(stream.uid, table)
-    return table
+    return table, start + table.num_rows < stop and table["data"].nbytes < budget
 
 
 async def wait_for_change(stream: Stream, seq: int, timeout_s: float) -> bool:

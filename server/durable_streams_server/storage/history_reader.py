@@ -62,6 +62,9 @@ _BUFFER_BYTES = 1 << 20
 _MAX_BATCH_ROWS = 65_536
 _MAX_FOOTERS = 4096
 _ATTEMPTS = 3
+_MAX_OPENS = 128
+"""Row groups one read opens at most once it has a message: a stream spread over thousands
+of small flush files (before compaction) answers in bounded time, a short read."""
 
 
 class MissingHistory(RuntimeError):
@@ -114,6 +117,8 @@ class _Cursor:
     plan: deque[str | _Group]
     """Files (paths) not yet opened and row groups not yet read, in order."""
     batches: Iterator[pa.RecordBatch] | None = None
+    opened: int = 0
+    """Row groups opened by the current read."""
     runs: dict[int, pa.Table] = field(default_factory=dict)
     """Contiguous messages decoded and not yet returned, by first seq."""
 
@@ -146,11 +151,13 @@ class HistoryReader:
 
     def read(self, uid: int, start: int, end: int, max_bytes: int) -> pa.Table:
         """Messages of ``uid`` from ``start`` (before ``end``), whole, each taken while the
-        budget ``max_bytes`` is not yet spent and at least one: columns ``HISTORY_COLUMNS``."""
+        budget ``max_bytes`` is not yet spent and at least one: columns ``HISTORY_COLUMNS``.
+        Short of both (``_MAX_OPENS``) when the messages are spread over many small files."""
         cursor = self._unpark(uid, start) or self._plan(uid, start, max_bytes)
+        cursor.opened = 0
         taken: list[pa.Table] = []
         seq, spent, refreshed, failures = start, 0, False, 0
-        while seq < end and (spent < max_bytes or not taken):
+        while seq < end and (not taken or (spent < max_bytes and cursor.opened < _MAX_OPENS)):
             run = cursor.runs.pop(seq, None)
             if run is not None:
                 kept, size = within_budget(run["data"].slice(0, end - seq), max_bytes - spent, at_least_one=not taken)
@@ -272,6 +279,7 @@ class HistoryReader:
             if isinstance(item, str):  # a file: its row groups come next
                 cursor.plan.extendleft(reversed(self._groups(item, cursor.uid, seq, cursor.max_bytes)))
                 continue
+            cursor.opened += 1
             parquet = pq.ParquetFile(
                 self._open(item.path), metadata=self._footer(item.path), buffer_size=_BUFFER_BYTES, pre_buffer=False
             )
