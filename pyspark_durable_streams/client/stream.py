@@ -134,6 +134,7 @@ class Stream:
             ttl_seconds=int(ttl) if ttl is not None and ttl.isdigit() else None,
             expires_at=header(response, "Stream-Expires-At"),
             snapshot_offset=header(response, "Stream-Snapshot-Offset"),
+            incarnation=header(response, "Stream-Incarnation"),
         )
 
     # -- writes --------------------------------------------------------------------------
