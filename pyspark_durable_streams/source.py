@@ -28,16 +28,23 @@ snapshot starts at the bootstrap without counting as data loss.
 from __future__ import annotations
 
 import logging
-import math
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType, TimestampType
 
+from ._driver_streams import DriverStreams
+from ._incarnations import (
+    SparkOffset,
+    decode,
+    deleted_message,
+    encode,
+    new_incarnation,
+    range_start,
+    recreated_message,
+)
 from ._offsets import (
     EARLIEST,
     SEQ_OFFSET,
@@ -46,13 +53,10 @@ from ._offsets import (
     pending_messages,
     seq_of,
     seq_offset,
-    sorted_offsets,
-    split_range,
     starts_inside,
 )
-from ._task_reader import DataLossError, Framing, StreamRange, make_client, read_range
-from .client import Bucket, Client, Gone, Stream, TransportError
-from .client.arrow import ARROW_STREAM
+from ._task_reader import DataLossError, StreamRange, make_client, read_range
+from .client import TransportError
 from .client.models import is_json, media_type
 from .options import LATEST, ReadOptions
 
@@ -74,8 +78,6 @@ log = logging.getLogger("pyspark_durable_streams.source")
 _EMPTY_STREAM = seq_offset(0)
 CONTENT_TYPE_METADATA = "durable_streams.content_type"
 """Metadata of the ``value`` column: the content type of every stream read, when they share one."""
-_PROBE_ACCEPT = f"{ARROW_STREAM}, multipart/mixed;q=0.5"
-_FRAMINGS: dict[str, Framing] = {ARROW_STREAM: "arrow", "multipart/mixed": "multipart"}
 
 
 def infer_schema(options: ReadOptions) -> StructType:
@@ -119,134 +121,13 @@ def _content_types(options: ReadOptions) -> list[str]:
     return types
 
 
-class _Streams:
-    """The driver's view of the streams read: keys, URLs, tails (cached) and capabilities."""
-
-    def __init__(self, options: ReadOptions) -> None:
-        self.options = options
-        self.client: Client = make_client(options.connection, options.server)
-        self.bucket: Bucket | None = None
-        if options.bucket is not None:
-            self.bucket = self.client.bucket(options.bucket)
-        self._tails: dict[str, str] = {}
-        self._tails_at = -math.inf
-        self._framings: dict[str, Framing] = {}
-
-    def url(self, key: str) -> str:
-        return self.bucket.stream(key).url if self.bucket is not None else key
-
-    def stream(self, key: str) -> Stream:
-        return self.client.stream(self.url(key))
-
-    def tails(self, max_age_s: float = 0.0) -> dict[str, str]:
-        """Each stream's next offset, at most ``max_age_s`` old (HEAD, or one bucket listing)."""
-        now = time.monotonic()
-        if now - self._tails_at >= max_age_s:
-            if self.bucket is None:
-                self._tails = {url: self.client.stream(url).metadata().next_offset for url in self.options.urls}
-            else:
-                tails = {}
-                for info in self.bucket.streams(prefix=self.options.prefix or None):
-                    if info.status == "Deleted":
-                        continue
-                    tail = info.raw.get("next_offset")
-                    tails[info.stream_id] = str(tail) if tail else self.stream(info.stream_id).metadata().next_offset
-                self._tails = tails
-            self._tails_at = time.monotonic()
-        return dict(self._tails)
-
-    def cached_tails(self) -> dict[str, str] | None:
-        return dict(self._tails) if self._tails_at > -math.inf else None
-
-    def framing(self, key: str) -> Framing:
-        """Our server: sequence offsets, and reads that answer Arrow (or multipart) when asked."""
-        url = self.url(key)
-        parts = urlsplit(url)
-        origin = f"{parts.scheme}://{parts.netloc}"
-        if origin not in self._framings:
-            tail = self.stream(key).metadata().next_offset
-            framing: Framing = "plain"
-            if SEQ_OFFSET.match(tail) is not None:
-                response = self.client.transport.request(
-                    "GET", url, ok=(200, 204), params={"offset": tail}, headers={"Accept": _PROBE_ACCEPT}, stream=True
-                )
-                with response:
-                    framing = _FRAMINGS.get(media_type(response.headers.get("Content-Type")), "plain")
-            self._framings[origin] = framing
-        return self._framings[origin]
-
-    def boundaries(self, key: str) -> bool:
-        """Every message arrives with its own offset (so ranges can be counted and split)."""
-        return self.framing(key) != "plain"
-
-    def starting_offsets(self, tails: Mapping[str, str]) -> dict[str, str]:
-        options = self.options
-        chosen = dict(options.starting_json)
-        start = {}
-        for key, tail in tails.items():
-            word = options.starting if options.starting != "json" else chosen.get(key, EARLIEST)
-            offset = {"earliest": EARLIEST, "latest": tail, LATEST: tail}.get(word, word)
-            start[key] = offset
-        return sorted_offsets(start)
-
-    def plan(self, start: Mapping[str, str], end: Mapping[str, str]) -> list[StreamRange]:
-        """Partitions of ``[start, end)``: a pure function of the two offsets (and the server kind)."""
-        ranges: list[tuple[str, str, str, Framing]] = []
-        for key in sorted(end):
-            first, last = start.get(key, EARLIEST), end[key]
-            if last > first:
-                ranges.append((key, first, last, self.framing(key)))
-        counts = {
-            key: pending_messages(s, e)
-            for key, s, e, framing in ranges
-            if framing != "plain" and is_seq_offset(s) and is_seq_offset(e)
-        }
-        total = max(1, sum(counts.values()))
-        partitions = []
-        for key, first, last, framing in ranges:
-            if key in counts:
-                pieces = math.ceil(counts[key] / self.options.messages_per_partition)
-                if self.options.min_partitions:
-                    pieces = max(pieces, math.ceil(self.options.min_partitions * counts[key] / total))
-                cuts = split_range(first, last, pieces)
-            else:
-                cuts = [(first, last)]
-            partitions += [StreamRange(key, self.url(key), s, e, framing) for s, e in cuts]
-        return partitions
-
-    def read_forward(
-        self, key: str, start: str, tail: str, max_rows: int | None, max_bytes: int | None
-    ) -> tuple[str, int, int]:
-        """The furthest boundary after ``start`` (at most ``tail``) within the budgets; at least
-        one step so the query progresses. Returns it with the rows and bytes it admits."""
-        best, rows, size, best_rows, best_size = start, 0, 0, 0, 0
-        try:
-            with self.stream(key).read(start, boundaries=self.boundaries(key)) as reader:
-                for message in reader:
-                    if message.offset is not None and message.offset >= tail:
-                        break
-                    rows, size = rows + 1, size + len(message.data)
-                    over = (max_rows is not None and rows > max_rows) or (max_bytes is not None and size > max_bytes)
-                    if over and best > start:
-                        break
-                    if message.next_offset is not None:
-                        if message.next_offset > tail:
-                            break
-                        best, best_rows, best_size = message.next_offset, rows, size
-                        if best == tail or over:
-                            break
-        except Gone:
-            return tail, 0, 0  # the task meets the 410 and applies failOnDataLoss
-        return (best if best > start else tail), best_rows, best_size
-
-
 class _Reader:
     """Shared by both readers: options, schema, and driver state that is never pickled."""
 
     def __init__(self, options: ReadOptions, schema: StructType) -> None:
         self._options = options
         self._schema = schema
-        self._driver: _Streams | None = None
+        self._driver: DriverStreams | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -254,9 +135,9 @@ class _Reader:
         return state
 
     @property
-    def streams(self) -> _Streams:
+    def streams(self) -> DriverStreams:
         if self._driver is None:
-            self._driver = _Streams(self._options)
+            self._driver = DriverStreams(self._options)
         return self._driver
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -269,7 +150,7 @@ class DurableStreamsReader(_Reader, DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         streams = self.streams
-        tails = streams.tails()
+        tails = streams.require()
         start = streams.starting_offsets(tails)
         end = dict(tails)
         if self._options.ending == "json":
@@ -286,12 +167,14 @@ class DurableStreamsStreamReader(_Reader, DataSourceStreamReader, SupportsTrigge
     def __init__(self, options: ReadOptions, schema: StructType) -> None:
         super().__init__(options, schema)
         self._target: dict[str, str] | None = None
-        self._last: dict[str, str] | None = None
+        self._last: SparkOffset | None = None
+        self._deleted_logged: set[str] = set()
         self._turn = 0
         self._idle = False
 
-    def initialOffset(self) -> dict[str, str]:
-        return self.streams.starting_offsets(self.streams.tails())
+    def initialOffset(self) -> SparkOffset:
+        tails = self.streams.require()
+        return encode(self.streams.starting_offsets(tails), self.streams.incarnations)
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self.streams.tails()
@@ -305,28 +188,57 @@ class DurableStreamsStreamReader(_Reader, DataSourceStreamReader, SupportsTrigge
             return ReadMaxBytes(self._options.max_bytes_per_trigger)
         return ReadAllAvailable()
 
-    def reportLatestOffset(self) -> dict[str, str] | None:
+    def reportLatestOffset(self) -> SparkOffset | None:
         tails = self.streams.cached_tails()
-        return sorted_offsets(tails) if tails else None
+        return encode(tails, self.streams.incarnations) if tails else None
 
-    def latestOffset(self, start: dict[str, str] | None = None, limit: ReadLimit | None = None) -> dict[str, str]:
+    def latestOffset(self, start: SparkOffset | None = None, limit: ReadLimit | None = None) -> SparkOffset:
         """The end of the next batch. After a batch with data the tails are looked up afresh (the
         stream is live: more is likely there already); while idle they are cached for
-        ``pollIntervalMs``, since Spark asks every few milliseconds then."""
+        ``pollIntervalMs``, since Spark asks every few milliseconds then.
+
+        A stream deleted, or deleted and created again, since ``start`` is data loss (see
+        ``_incarnations``): with ``failOnDataLoss=false`` a deleted stream keeps its offset (it
+        yields nothing) and a new incarnation is read from its beginning."""
         if start is None:  # pyspark < 4.2 calls latestOffset() without arguments
             start = self._last if self._last is not None else self.initialOffset()
-        tails = self.streams.tails(self._options.poll_interval_ms / 1000 if self._idle else 0.0)
+        offsets, known = decode(start)
+        streams = self.streams
+        tails = streams.tails(self._options.poll_interval_ms / 1000 if self._idle else 0.0)
         if self._target is not None:
             tails = {key: min(tail, self._target[key]) for key, tail in tails.items() if key in self._target}
-        end = dict(start)
+        end, incarnations = dict(offsets), dict(known)
         for key, tail in tails.items():
-            if key not in start and tail == _EMPTY_STREAM:
+            if key not in offsets and tail == _EMPTY_STREAM:
                 continue  # a new, still empty stream of a subscription: nothing to read yet
-            end[key] = max(start.get(key, EARLIEST), tail)
-        end = self._admit(start, end, limit)
-        self._idle = end == start
-        self._last = sorted_offsets(end)
+            first = offsets.get(key, EARLIEST)
+            current = streams.incarnations.get(key)
+            reason = new_incarnation(first, known.get(key), tail, current) if key in offsets else None
+            if reason is not None:
+                self._data_loss(recreated_message(key, first, known.get(key), current, reason))
+            end[key] = tail if reason is not None else max(first, tail)
+            self._deleted_logged.discard(key)
+            incarnations.pop(key, None)
+            if current is not None:
+                incarnations[key] = current
+        for key in sorted(set(offsets) - set(tails)):
+            if key in streams.missing or streams.bucket is not None:
+                cause = str(streams.missing.get(key) or "it is no longer in the bucket's listing")
+                self._data_loss(deleted_message(key, offsets[key], known.get(key), cause), once=key)
+        begin = {key: range_start(key, (offsets, known), (end, incarnations)) for key in end}
+        end = self._admit(begin, end, limit)
+        self._idle = end == offsets and incarnations == known
+        self._last = encode(end, incarnations)
         return self._last
+
+    def _data_loss(self, message: str, once: str | None = None) -> None:
+        """Fail (``failOnDataLoss=true``) or log the loss (once per deleted stream)."""
+        if self._options.fail_on_data_loss:
+            raise DataLossError(message)
+        if once is None or once not in self._deleted_logged:
+            log.warning("durable_streams: %s (failOnDataLoss=false: continuing)", message)
+        if once is not None:
+            self._deleted_logged.add(once)
 
     def _admit(self, start: Mapping[str, str], end: dict[str, str], limit: ReadLimit | None) -> dict[str, str]:
         max_rows, max_bytes = _limits(limit, self._options)
@@ -358,10 +270,11 @@ class DurableStreamsStreamReader(_Reader, DataSourceStreamReader, SupportsTrigge
             bytes_left = None if bytes_left is None else max(0, bytes_left - size)
         return end
 
-    def partitions(self, start: dict[str, str], end: dict[str, str]) -> Sequence[InputPartition]:
-        return self.streams.plan(start, end)
+    def partitions(self, start: SparkOffset, end: SparkOffset) -> Sequence[InputPartition]:
+        first, last = decode(start), decode(end)
+        return self.streams.plan({key: range_start(key, first, last) for key in last[0]}, last[0])
 
-    def commit(self, end: dict[str, str]) -> None:
+    def commit(self, end: SparkOffset) -> None:
         """Nothing to do: the server keeps no consumer state (and AvailableNow skips the last commit)."""
 
     def stop(self) -> None:

@@ -220,6 +220,8 @@ def guard(method: str, url: str) -> Iterator[None]:
     except requests.Timeout as exc:
         raise errors.TimeoutError(str(exc), method=method, url=url) from exc
     except requests.ConnectionError as exc:
+        if _caused_by(exc, urllib3.exceptions.NewConnectionError):
+            raise errors.NotConnected(str(exc), method=method, url=url) from exc
         raise errors.ConnectError(str(exc), method=method, url=url) from exc
     except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
         if isinstance(exc, urllib3.exceptions.TimeoutError):
@@ -228,13 +230,18 @@ def guard(method: str, url: str) -> Iterator[None]:
 
 
 def _certificate_refused(exc: BaseException) -> bool:
-    """Whether the TLS check refused the server's certificate (requests wraps the cause in
-    urllib3 errors, so the chain of causes, reasons and arguments is searched)."""
+    """Whether the TLS check refused the server's certificate."""
+    return _caused_by(exc, ssl.SSLCertVerificationError)
+
+
+def _caused_by(exc: BaseException, cause: type[BaseException]) -> bool:
+    """Whether ``cause`` is behind ``exc`` (requests wraps causes in urllib3 errors, so the chain
+    of causes, reasons and arguments is searched)."""
     pending: list[BaseException] = [exc]
     seen: set[int] = set()
     while pending:
         error = pending.pop()
-        if isinstance(error, ssl.SSLCertVerificationError):
+        if isinstance(error, cause):
             return True
         if id(error) not in seen:
             seen.add(id(error))

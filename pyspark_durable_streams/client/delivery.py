@@ -15,6 +15,9 @@ delivered). What happens to an attempt:
 * once the backoff's deadline is spent, the last error is raised; any other error is
   raised at once. What an error means (fencing, a closed stream) is the caller's business.
 
+``retrying`` is that loop on its own, for any request: ``Stream.append`` uses it with
+``append_retry_rule`` (plain appends are not idempotent, see there).
+
 Time is read and spent through the ``Backoff`` (its ``clock`` and ``sleep``), and requests
 go through the client's ``HTTP`` layer and its ``Transport``: tests replace both.
 """
@@ -70,11 +73,32 @@ def deliver(
     """POST ``request`` until it is delivered (``200`` or ``204``: see the module docstring)."""
     sent = request.headers(headers)
     retryable = TRANSIENT + retry_also
+    return retrying(
+        lambda: http.request("POST", request.url, ok=(200, 204), headers=sent, content=request.body, timeout=timeout),
+        backoff=backoff,
+        retry=lambda exc: isinstance(exc, retryable),
+        resend_now=resend_now,
+        on_retry=on_retry,
+    )
+
+
+def retrying(
+    attempt: Callable[[], requests.Response],
+    *,
+    backoff: Backoff,
+    retry: Callable[[errors.DurableStreamsError], bool],
+    resend_now: Callable[[errors.DurableStreamsError], bool] | None = None,
+    on_retry: Callable[[], None] | None = None,
+) -> requests.Response:
+    """The one retry loop: ``attempt()`` again while ``retry(error)`` says so and the backoff's
+    deadline allows, pausing as ``Backoff.pause`` says (``Retry-After`` included)."""
     delays = backoff.delays()
     while True:
         try:
-            return http.request("POST", request.url, ok=(200, 204), headers=sent, content=request.body, timeout=timeout)
-        except retryable as exc:
+            return attempt()
+        except errors.DurableStreamsError as exc:
+            if not retry(exc):
+                raise
             delay = next(delays, None)
             if delay is None:
                 raise
@@ -83,3 +107,18 @@ def deliver(
             if on_retry is not None:
                 on_retry()
             backoff.pause(delay, exc)
+
+
+def append_retry_rule(*, stream_seq: bool, retry: bool) -> Callable[[errors.DurableStreamsError], bool]:
+    """Which failures of a plain append (no producer headers) are retried.
+
+    A plain POST is not idempotent: after a lost answer the server may have stored it, and a
+    resend would store it twice. So by default only failures that prove the request was not
+    processed are retried (``errors.not_processed``). An append with ``Stream-Seq`` cannot be
+    stored twice (the server refuses a seq that does not increase), so every transient
+    failure is retried; should an earlier attempt have been stored, the retry answers ``409``.
+    ``retry=True`` is the caller's opt-in to retry every transient failure anyway
+    (at-least-once: a message may be stored twice)."""
+    if stream_seq or retry:
+        return lambda exc: isinstance(exc, TRANSIENT)
+    return errors.not_processed

@@ -2,7 +2,8 @@
 
     DurableStreamsError
     ├── TransportError              the request never got an HTTP answer
-    │   ├── ConnectError            could not connect (refused, DNS, TLS)
+    │   ├── ConnectError            could not connect (refused, DNS, TLS), or the connection broke
+    │   │   └── NotConnected        no connection was made: nothing was sent
     │   └── TimeoutError            connect or read timeout
     ├── CertificateError            the server's TLS certificate is not trusted (never retried)
     ├── ResponseError               an answer that breaks the protocol (missing header, bad framing)
@@ -42,6 +43,7 @@ __all__ = [
     "Forbidden",
     "Gone",
     "HTTPStatusError",
+    "NotConnected",
     "NotFound",
     "PayloadTooLarge",
     "ProducerClosed",
@@ -75,6 +77,10 @@ class TransportError(DurableStreamsError):
 
 class ConnectError(TransportError):
     pass
+
+
+class NotConnected(ConnectError):
+    """No connection was made (refused, unknown host), so the server cannot have seen the request."""
 
 
 class TimeoutError(TransportError, builtins.TimeoutError):
@@ -198,6 +204,16 @@ class ServerError(HTTPStatusError):
 TRANSIENT: tuple[type[DurableStreamsError], ...] = (TransportError, ServerError, RateLimited)
 """Failures that say nothing about the request itself: retried (reads from where they got to,
 producer appends with the same triple) until a backoff's deadline."""
+
+
+def not_processed(exc: BaseException) -> bool:
+    """Whether the failure proves the server did not act on the request: no connection was made,
+    or the server refused it for now (``429``, or ``503`` with ``Retry-After``). Only these are
+    retried for requests that are not idempotent (plain appends)."""
+    if isinstance(exc, NotConnected | RateLimited):
+        return True
+    return isinstance(exc, ServerError) and exc.status == 503 and exc.retry_after is not None
+
 
 _BY_STATUS: dict[int, type[HTTPStatusError]] = {
     400: BadRequest,

@@ -58,6 +58,9 @@ class StreamMetadata:
     ttl_seconds: int | None
     expires_at: str | None
     snapshot_offset: str | None
+    incarnation: str | None = None
+    """Our server's ``Stream-Incarnation`` (extension): changes when the path is deleted and created
+    again. None where the server does not send it."""
 
 
 @dataclass(frozen=True)

@@ -96,6 +96,11 @@ class Producer:
     ) -> None:
         if not producer_id:
             raise ValueError("producer_id must not be empty")
+        for name, value, least in (("epoch", epoch, 0), ("max_batch_bytes", max_batch_bytes, 1)):
+            if value < least:
+                raise ValueError(f"{name} must be at least {least}, got {value}")
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be at least 1, got {max_in_flight}")
         self.stream = stream
         self.producer_id = producer_id
         self.epoch = epoch
@@ -122,6 +127,7 @@ class Producer:
         self._failure: BaseException | None = None
         self._sent = self._acked = self._batches = self._duplicates = self._retries = 0
         self._last_offset: str | None = None
+        self._close_result: AppendResult | None = None
         self._senders = ThreadPoolExecutor(max_in_flight, thread_name_prefix=f"producer-{producer_id}")
         self._coordinator = threading.Thread(target=self._run, name=f"producer-{producer_id}", daemon=True)
         self._coordinator.start()
@@ -182,6 +188,54 @@ class Producer:
                 self._lock.notify_all()
             self._coordinator.join()
             self._senders.shutdown(wait=True)
+
+    def close_stream(self, data: bytes | str | None = None, *, timeout: float | None = None) -> AppendResult:
+        """Flush, then close the stream (EOF for readers) with this producer's headers, appending
+        ``data`` as the final message if given, and close the producer.
+
+        The close is one more request of the producer (the next seq), retried like any batch:
+        a retried close the server already applied is answered as a duplicate. Closing a stream
+        that is closed already succeeds without ``data`` (close is idempotent) and raises
+        ``StreamClosed`` with it (the final message cannot be appended). ``duplicate`` is set
+        only for a final message that an earlier attempt stored.
+        """
+        if self._close_result is not None and data is None:
+            return self._close_result  # closed by this producer already
+        try:
+            self.flush(timeout)
+            with self._lock:
+                if not self._accepting():
+                    raise errors.ProducerClosed(f"producer {self.producer_id!r} is closed") from self._failure
+                self._closing = True
+                seq, self._next_seq = self._next_seq, self._next_seq + 1
+            self._close_result = self._send_close(data, seq)
+            return self._close_result
+        finally:
+            self.close()
+
+    def _send_close(self, data: bytes | str | None, seq: int) -> AppendResult:
+        body = b"" if data is None else data.encode("utf-8") if isinstance(data, str) else data
+        if body and self._json:
+            body = b"[" + body + b"]"  # one message, as a batch of one
+        request = ProducerRequest(self.stream.url, self._content_type, self.producer_id, self.epoch, seq, body)
+        try:
+            response = deliver(
+                self.stream.transport,
+                request,
+                backoff=self._backoff,
+                headers={**self._headers, "Stream-Closed": "true"},
+                timeout=self._timeout,
+                on_retry=self._count_retry,
+            )
+        except errors.StreamClosed as exc:
+            if body:
+                raise
+            return AppendResult(next_offset=exc.final_offset, closed=True)
+        result = append_result(response, producer=bool(body))  # a close-only answer is 204 either way
+        with self._lock:
+            self._last_offset = result.next_offset or self._last_offset
+            self._batches += 1
+        return result
 
     def stats(self) -> ProducerStats:
         with self._lock:

@@ -18,6 +18,7 @@ import requests
 
 from ._http import HTTP, USE_DEFAULT, Backoff, Timeout, UseDefault, flag, header
 from .bootstrap import Bootstrap, follow
+from .delivery import append_retry_rule, retrying
 from .errors import ResponseError
 from .models import AppendResult, CreateResult, Message, Snapshot, StreamMetadata, is_json
 from .reading import BEGINNING, LiveMode, StreamReader
@@ -34,6 +35,7 @@ class AppendOptions(TypedDict, total=False):
 
     seq: str | None
     close: bool
+    retry: bool
     headers: Mapping[str, str] | None
     timeout: Timeout | UseDefault
 
@@ -134,6 +136,7 @@ class Stream:
             ttl_seconds=int(ttl) if ttl is not None and ttl.isdigit() else None,
             expires_at=header(response, "Stream-Expires-At"),
             snapshot_offset=header(response, "Stream-Snapshot-Offset"),
+            incarnation=header(response, "Stream-Incarnation"),
         )
 
     # -- writes --------------------------------------------------------------------------
@@ -144,12 +147,17 @@ class Stream:
         *,
         seq: str | None = None,
         close: bool = False,
+        retry: bool = False,
         headers: Mapping[str, str] | None = None,
         timeout: Timeout | UseDefault = USE_DEFAULT,
     ) -> AppendResult:
         """Append bytes (str is sent as UTF-8) as one message; ``close=True`` also closes the stream.
 
-        ``seq`` is the protocol's ``Stream-Seq`` (lexicographic, strictly increasing). For
+        ``seq`` is the protocol's ``Stream-Seq`` (lexicographic, strictly increasing). Retries
+        (``delivery.append_retry_rule``): a failure that proves the append was not processed
+        (connection refused, ``429``, ``503`` + ``Retry-After``) is retried; with ``seq`` every
+        transient failure is (the server cannot store it twice); ``retry=True`` retries every
+        transient failure even without ``seq`` (a message may then be stored twice). For
         retry-safe, batched writes use a ``Producer``.
         """
         body = _body(data)
@@ -160,7 +168,11 @@ class Stream:
             request["Stream-Seq"] = seq
         if close:
             request["Stream-Closed"] = "true"
-        return append_result(self._send("POST", (200, 204), body, request, headers, timeout))
+        rule = append_retry_rule(stream_seq=seq is not None, retry=retry)
+        response = retrying(
+            lambda: self._send("POST", (200, 204), body, request, headers, timeout), backoff=self._backoff, retry=rule
+        )
+        return append_result(response)
 
     def append_json(self, value: Any, **options: Unpack[AppendOptions]) -> AppendResult:
         """Append one JSON value as one message (arrays too: it is wrapped, see ``encode_json_batch``)."""
@@ -190,11 +202,17 @@ class Stream:
     ) -> AppendResult:
         """Close the stream (EOF for readers), appending ``data`` as the final message if given.
 
-        Closing a closed stream without data succeeds again; with data it raises ``StreamClosed``.
+        Closing a closed stream without data succeeds again (so a close-only request is retried
+        on every transient failure); with data it raises ``StreamClosed``.
         """
         if data is not None:
             return self.append(data, close=True, headers=headers, timeout=timeout)
-        return append_result(self._send("POST", (200, 204), None, {"Stream-Closed": "true"}, headers, timeout))
+        response = retrying(
+            lambda: self._send("POST", (200, 204), None, {"Stream-Closed": "true"}, headers, timeout),
+            backoff=self._backoff,
+            retry=append_retry_rule(stream_seq=False, retry=True),
+        )
+        return append_result(response)
 
     # -- reads ---------------------------------------------------------------------------
 

@@ -25,11 +25,12 @@ def test_tails_are_fresh_after_data_and_cached_while_idle(server: ServerProcess)
     first_tail = append()
     start = reader.initialOffset()
     first = reader.latestOffset(start, None)
-    assert first == {url: first_tail}
+    incarnation = http.head(url).headers["Stream-Incarnation"]
+    assert first == {url: {"offset": first_tail, "incarnation": incarnation}}
 
     second_tail = append()
     second = reader.latestOffset(first, None)  # the last look found data: look again now
-    assert second == {url: second_tail}
+    assert second == {url: {"offset": second_tail, "incarnation": incarnation}}
 
     assert reader.latestOffset(second, None) == second  # nothing new: idle from here
     append()

@@ -59,6 +59,12 @@ class Stream:
     waiters: set[asyncio.Future[None]] = field(default_factory=set)
 
     @property
+    def incarnation(self) -> str:
+        """This incarnation of the path: the uid (the create record's log position, never reused by
+        this data directory) and the creation time (so a wiped data directory does not repeat one)."""
+        return f"{self.uid}-{self.created_ms}"
+
+    @property
     def earliest_retained(self) -> int:
         """This stream's own retention point: a snapshot replaced everything before it.
 

@@ -177,5 +177,6 @@ def _listing_entry(stream_id: str, stream: Stream) -> dict[str, object]:
         "tail_offset": stream.visible_tail,
         "next_offset": encode_seq(stream.visible_tail),
         "created_at_ms": stream.created_ms,
+        "incarnation": stream.incarnation,
         "last_write_at_ms": stream.last_write_ms,
     }

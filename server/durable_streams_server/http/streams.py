@@ -127,6 +127,7 @@ class StreamHandlers:
         headers = {
             "Content-Type": stream.content_type,
             h.STREAM_NEXT_OFFSET: encode_seq(stream.visible_tail),
+            h.STREAM_INCARNATION: stream.incarnation,
             "Cache-Control": "no-store",
             "ETag": _etag(stream, BEGINNING_SENTINEL, encode_seq(stream.visible_tail), stream.visible_closed),
         }
@@ -203,6 +204,7 @@ class StreamHandlers:
             "Content-Type": stream.content_type,
             h.STREAM_NEXT_OFFSET: encode_seq(stream.visible_tail),
             h.STREAM_UP_TO_DATE: "true",
+            h.STREAM_INCARNATION: stream.incarnation,
             "Cache-Control": "no-store",
         }
         if stream.visible_closed:
@@ -214,6 +216,7 @@ class StreamHandlers:
         headers = {
             h.STREAM_NEXT_OFFSET: result.next.encode(),
             h.STREAM_UP_TO_DATE: "true",
+            h.STREAM_INCARNATION: result.stream.incarnation,
             "Cache-Control": "no-store",
         }
         if result.closed:
@@ -237,6 +240,7 @@ class StreamHandlers:
         headers = {
             "Content-Type": stream.content_type,
             h.STREAM_NEXT_OFFSET: next_token,
+            h.STREAM_INCARNATION: stream.incarnation,
             "ETag": etag,
             "Cache-Control": CACHEABLE,
             "Vary": "Accept",

@@ -35,6 +35,9 @@ SSE_DATA_ENCODING = "Stream-SSE-Data-Encoding"
 STREAM_SNAPSHOT_OFFSET = "Stream-Snapshot-Offset"
 STREAM_OFFSET = "Stream-Offset"
 STREAM_TIMESTAMP = "Stream-Timestamp"
+STREAM_INCARNATION = "Stream-Incarnation"
+"""Extension: an opaque token naming one incarnation of a stream path (HEAD and reads). A path that is
+deleted and created again answers another token; the token survives server restarts."""
 
 MAX_SAFE_INTEGER = 2**53 - 1
 

@@ -1,0 +1,165 @@
+"""The source's view of its streams on the driver: keys, URLs, tails and incarnations (cached),
+server capabilities, and the planning of a batch into partitions. Never pickled to executors."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from urllib.parse import urlsplit
+
+from ._offsets import EARLIEST, SEQ_OFFSET, is_seq_offset, pending_messages, sorted_offsets, split_range
+from ._task_reader import Framing, StreamRange, make_client
+from .client import Bucket, Client, Gone, NotFound, Stream
+from .client.arrow import ARROW_STREAM
+from .client.models import media_type
+from .options import LATEST, ReadOptions
+
+_PROBE_ACCEPT = f"{ARROW_STREAM}, multipart/mixed;q=0.5"
+_FRAMINGS: dict[str, Framing] = {ARROW_STREAM: "arrow", "multipart/mixed": "multipart"}
+
+
+class DriverStreams:
+    """The driver's view of the streams read: keys, URLs, tails (cached) and capabilities."""
+
+    def __init__(self, options: ReadOptions) -> None:
+        self.options = options
+        self.client: Client = make_client(options.connection, options.server)
+        self.bucket: Bucket | None = None
+        if options.bucket is not None:
+            self.bucket = self.client.bucket(options.bucket)
+        self._tails: dict[str, str] = {}
+        self._tails_at = -math.inf
+        self.incarnations: dict[str, str] = {}
+        self.missing: dict[str, NotFound] = {}
+        self._framings: dict[str, Framing] = {}
+
+    def url(self, key: str) -> str:
+        return self.bucket.stream(key).url if self.bucket is not None else key
+
+    def stream(self, key: str) -> Stream:
+        return self.client.stream(self.url(key))
+
+    def tails(self, max_age_s: float = 0.0) -> dict[str, str]:
+        """Each stream's next offset, at most ``max_age_s`` old (HEAD, or one bucket listing).
+
+        ``incarnations`` holds what the server said of each one's incarnation alongside; a
+        named stream that answers 404 is left out and its error kept in ``missing``."""
+        now = time.monotonic()
+        if now - self._tails_at >= max_age_s:
+            tails, self.incarnations, self.missing = {}, {}, {}
+            if self.bucket is None:
+                for url in self.options.urls:
+                    try:
+                        meta = self.client.stream(url).metadata()
+                    except NotFound as exc:
+                        self.missing[url] = exc
+                        continue
+                    tails[url] = meta.next_offset
+                    if meta.incarnation is not None:
+                        self.incarnations[url] = meta.incarnation
+            else:
+                for info in self.bucket.streams(prefix=self.options.prefix or None):
+                    if info.status == "Deleted":
+                        continue
+                    tail, incarnation = info.raw.get("next_offset"), info.raw.get("incarnation")
+                    if not tail:
+                        meta = self.stream(info.stream_id).metadata()
+                        tail, incarnation = meta.next_offset, meta.incarnation
+                    tails[info.stream_id] = str(tail)
+                    if incarnation:
+                        self.incarnations[info.stream_id] = str(incarnation)
+            self._tails = tails
+            self._tails_at = time.monotonic()
+        return dict(self._tails)
+
+    def require(self) -> dict[str, str]:
+        """``tails()``, failing as a HEAD does for a named stream that does not exist."""
+        tails = self.tails()
+        for error in self.missing.values():
+            raise error
+        return tails
+
+    def cached_tails(self) -> dict[str, str] | None:
+        return dict(self._tails) if self._tails_at > -math.inf else None
+
+    def framing(self, key: str) -> Framing:
+        """Our server: sequence offsets, and reads that answer Arrow (or multipart) when asked."""
+        url = self.url(key)
+        parts = urlsplit(url)
+        origin = f"{parts.scheme}://{parts.netloc}"
+        if origin not in self._framings:
+            tail = self.stream(key).metadata().next_offset
+            framing: Framing = "plain"
+            if SEQ_OFFSET.match(tail) is not None:
+                response = self.client.transport.request(
+                    "GET", url, ok=(200, 204), params={"offset": tail}, headers={"Accept": _PROBE_ACCEPT}, stream=True
+                )
+                with response:
+                    framing = _FRAMINGS.get(media_type(response.headers.get("Content-Type")), "plain")
+            self._framings[origin] = framing
+        return self._framings[origin]
+
+    def boundaries(self, key: str) -> bool:
+        """Every message arrives with its own offset (so ranges can be counted and split)."""
+        return self.framing(key) != "plain"
+
+    def starting_offsets(self, tails: Mapping[str, str]) -> dict[str, str]:
+        options = self.options
+        chosen = dict(options.starting_json)
+        start = {}
+        for key, tail in tails.items():
+            word = options.starting if options.starting != "json" else chosen.get(key, EARLIEST)
+            offset = {"earliest": EARLIEST, "latest": tail, LATEST: tail}.get(word, word)
+            start[key] = offset
+        return sorted_offsets(start)
+
+    def plan(self, start: Mapping[str, str], end: Mapping[str, str]) -> list[StreamRange]:
+        """Partitions of ``[start, end)``: a pure function of the two offsets (and the server kind)."""
+        ranges: list[tuple[str, str, str, Framing]] = []
+        for key in sorted(end):
+            first, last = start.get(key, EARLIEST), end[key]
+            if last > first:
+                ranges.append((key, first, last, self.framing(key)))
+        counts = {
+            key: pending_messages(s, e)
+            for key, s, e, framing in ranges
+            if framing != "plain" and is_seq_offset(s) and is_seq_offset(e)
+        }
+        total = max(1, sum(counts.values()))
+        partitions = []
+        for key, first, last, framing in ranges:
+            if key in counts:
+                pieces = math.ceil(counts[key] / self.options.messages_per_partition)
+                if self.options.min_partitions:
+                    pieces = max(pieces, math.ceil(self.options.min_partitions * counts[key] / total))
+                cuts = split_range(first, last, pieces)
+            else:
+                cuts = [(first, last)]
+            partitions += [StreamRange(key, self.url(key), s, e, framing) for s, e in cuts]
+        return partitions
+
+    def read_forward(
+        self, key: str, start: str, tail: str, max_rows: int | None, max_bytes: int | None
+    ) -> tuple[str, int, int]:
+        """The furthest boundary after ``start`` (at most ``tail``) within the budgets; at least
+        one step so the query progresses. Returns it with the rows and bytes it admits."""
+        best, rows, size, best_rows, best_size = start, 0, 0, 0, 0
+        try:
+            with self.stream(key).read(start, boundaries=self.boundaries(key)) as reader:
+                for message in reader:
+                    if message.offset is not None and message.offset >= tail:
+                        break
+                    rows, size = rows + 1, size + len(message.data)
+                    over = (max_rows is not None and rows > max_rows) or (max_bytes is not None and size > max_bytes)
+                    if over and best > start:
+                        break
+                    if message.next_offset is not None:
+                        if message.next_offset > tail:
+                            break
+                        best, best_rows, best_size = message.next_offset, rows, size
+                        if best == tail or over:
+                            break
+        except Gone:
+            return tail, 0, 0  # the task meets the 410 and applies failOnDataLoss
+        return (best if best > start else tail), best_rows, best_size
