@@ -21,10 +21,16 @@ when the Delta commit containing it succeeds (group commit at Delta's pace).
 
 Recovery is the mirror image: newest Delta state per stream, then the WAL records after
 the Delta commit's LSN (``view.Recovery``), replayed by the engine in order through the
-same transitions that live requests use.
+same transitions that live requests use. A state checkpoint (``state_checkpoint``) keeps
+that read flat: recovery reads the newest checkpoint's rows (one per live uid) and the rows
+of the flushes after it, whatever the number of flushes before.
 
-Compaction (``compaction``) purges, clusters, checkpoints and vacuums the Delta table in
-the background, beside appends and reads.
+Maintenance is flat in history too (``compaction``): each pass costs what was written since
+the last one. It takes a state checkpoint, purges removed streams (their tombstones in
+Delta are the durable intention, resumed after a restart) and messages below retention
+points, bin-packs the files written since the last pass into files of a target size sorted
+by stream (``compaction_plan``: bins are LSN spans, so a rewrite replaces exactly the rows
+it read), cleans the Delta log and vacuums; a pass with nothing new writes nothing.
 
 History reads (``history_reader``) seek: the file statistics in the Delta log and the row
 group statistics in the Parquet footers say where a stream's messages from an offset are,
@@ -62,8 +68,9 @@ refuses writes until a restart (``STORAGE_FAILED``), answering at once instead o
 hanging. A refusal carries ``retry_after_s``; storage never builds HTTP headers.
 
 Modules: ``committer`` (the ``Storage`` facade wiring the rest), ``records``, ``acks``,
-``admission``, ``wal``, ``wal_writer``, ``flusher``, ``delta_log``, ``history_reader``, ``compaction``,
-``view`` (what storage and the engine hand each other), ``observer`` (metrics hooks).
+``admission``, ``wal``, ``wal_writer``, ``flusher``, ``delta_log``, ``history_reader``,
+``state_checkpoint``, ``compaction_plan``, ``compaction``, ``view`` (what storage and the
+engine hand each other), ``observer`` (metrics hooks).
 Storage never imports the engine.
 """
 

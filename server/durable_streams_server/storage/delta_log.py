@@ -19,7 +19,9 @@ lsn           int64               WAL position of the record that wrote the row
 ============  ==================  ===========================================================
 
 A commit holds a batch of records' messages plus one ``state`` row per stream those
-records touched, so data and the state it changes land in one atomic Delta commit. Each
+records touched, so data and the state it changes land in one atomic Delta commit.
+Recovery reads the newest ``state`` row per uid from the last state checkpoint on
+(``state_checkpoint``); compaction drops the rows it supersedes. Each
 commit also records the highest LSN it covers as a Delta application transaction
 (``txn`` action, app id ``durable-streams-server``): recovery replays exactly the WAL
 records after it, and a flush retried after a crash is recognised and skipped.
