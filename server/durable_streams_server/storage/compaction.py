@@ -48,7 +48,7 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from .compaction_plan import Bin, plan_bins
-from .delta_log import KIND_MESSAGE, KIND_STATE, KIND_SUBSCRIPTION, DeltaLog, plain
+from .delta_log import KIND_MESSAGE, KIND_STATE, KIND_SUBSCRIPTION, SCHEMA, DeltaLog, plain_batch
 from .observer import StorageObserver
 from .state_checkpoint import CHECKPOINT_APP_ID, CheckpointPolicy, newest_per_uid
 from .view import StateView, StreamState
@@ -120,9 +120,11 @@ class Compactor:
         return report
 
     def _rewrite(self, table: DeltaTable, bin_: Bin, checkpoint: int) -> bool:
-        reader = table.scan(predicate=bin_.predicate)
-        rows = without_superseded(plain(pa.RecordBatchReader.from_stream(reader).read_all()), checkpoint)
-        rows = rows.sort_by([(name, "ascending") for name in ("kind", "stream_uid", "seq", "lsn")])
+        # Memory: the bin's rows once as read (cast batch by batch) and once in their new order.
+        batches = pa.RecordBatchReader.from_stream(table.scan(predicate=bin_.predicate))
+        scanned = pa.Table.from_batches([plain_batch(batch) for batch in batches], schema=SCHEMA)
+        rows = scanned.take(rewrite_order(scanned, checkpoint))
+        del scanned
         row_bytes = max(1, rows.nbytes // max(1, rows.num_rows))
         group_rows = min(1 << 20, max(1024, self.config.row_group_bytes // row_bytes))
         done = self.delta.rewrite(bin_, rows, group_rows)
@@ -131,13 +133,17 @@ class Compactor:
         return done
 
 
-def without_superseded(rows: pa.Table, checkpoint: int) -> pa.Table:
-    """A bin's rows without the ``state``/``subscription`` rows recovery will never take:
-    those below the state checkpoint's LSN and those a newer row of the bin replaces."""
-    is_state = pc.is_in(rows["kind"], value_set=pa.array([KIND_STATE, KIND_SUBSCRIPTION]))
-    state_rows = rows.filter(is_state)
-    newest = newest_per_uid(state_rows.filter(pc.greater_equal(state_rows["lsn"], checkpoint)))
-    return pa.concat_tables([rows.filter(pc.invert(is_state)), newest])
+def rewrite_order(rows: pa.Table, checkpoint: int) -> pa.Array:
+    """Indices of a bin's rows in their compacted order, ``(kind, stream_uid, seq, lsn)``,
+    without the ``state``/``subscription`` rows recovery will never take: those below the
+    state checkpoint's LSN and those a newer row of the bin replaces."""
+    keys = rows.select(["kind", "stream_uid", "seq", "lsn"]).append_column("index", pa.array(range(rows.num_rows)))
+    is_state = pc.is_in(keys["kind"], value_set=pa.array([KIND_STATE, KIND_SUBSCRIPTION]))
+    states = keys.filter(is_state)
+    newest = newest_per_uid(states.filter(pc.greater_equal(states["lsn"], checkpoint)))
+    kept = pa.concat_tables([keys.filter(pc.invert(is_state)), newest])
+    ordered = kept.sort_by([(name, "ascending") for name in ("kind", "stream_uid", "seq", "lsn")])
+    return ordered["index"].combine_chunks()
 
 
 def _batches(items: list[_T], size: int) -> Iterable[list[_T]]:

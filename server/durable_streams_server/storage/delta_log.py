@@ -294,6 +294,11 @@ def plain(table: pa.Table) -> pa.Table:
     return table.cast(pa.schema([SCHEMA.field(name).with_nullable(True) for name in table.column_names]))
 
 
+def plain_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``plain`` for one batch of all the table's columns."""
+    return batch.cast(SCHEMA)
+
+
 def _spans(table: DeltaTable) -> list[FileSpan]:
     actions = pa.table(table.get_add_actions(flatten=True))
     if actions.num_rows == 0:
