@@ -67,4 +67,6 @@ class CheckpointPolicy:
     def taken(self, rows: int, commits_since: int = 0, rows_since: int = 0) -> None:
         """A checkpoint of ``rows`` rows was written (or found at recovery, with the
         commits and rows after it)."""
-        self.checkpoint_rows, self.commits, self.rows = rows, commits_since, rows_since
+        if rows:  # (0: nothing was new since the last one, whose size still stands)
+            self.checkpoint_rows = rows
+        self.commits, self.rows = commits_since, rows_since
