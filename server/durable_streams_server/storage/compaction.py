@@ -17,9 +17,7 @@ One pass, each step its own atomic Delta commit (or an idempotent file operation
    statistics; ``state``/``subscription`` rows superseded by a newer row of the bin or by
    the checkpoint are dropped. Files already compacted are settled and left alone; a pass
    with nothing new writes nothing;
-4. **log clean-up** of commit files older than ``delta.logRetentionDuration`` (``delta_log``
-   sets it; delta-rs writes a log checkpoint every ``delta.checkpointInterval`` commits);
-5. **vacuum** of data files no version newer than ``vacuum_retention_hours`` uses.
+4. **vacuum** of data files no version newer than ``vacuum_retention_hours`` uses.
 
 Every commit that removes files goes through the writer's handle under its lock
 (``DeltaLog.rewrite``/``delete``/``vacuum``), so it never races the flusher; the reading and
@@ -69,7 +67,7 @@ class CompactionConfig:
     row_group_bytes: int = 8 * 1024 * 1024
     """About this many bytes of rows per row group of a compacted file."""
     vacuum_retention_hours: int = 1
-    log_retention_hours: int = 24
+    log_retention_hours: int = 0
 
 
 @dataclass
@@ -113,7 +111,6 @@ class Compactor:
                 if self._rewrite(table, bin_, checkpoint):
                     report.bins += 1
                     report.bytes_rewritten += bin_.size
-        self.delta.cleanup_metadata()
         report.vacuumed_files = self.delta.vacuum(self.config.vacuum_retention_hours)
         report.files_after = len(self.delta.file_spans())
         report.seconds = round(time.perf_counter() - started, 3)
