@@ -11,12 +11,12 @@ One pass, each step its own atomic Delta commit (or an idempotent file operation
    the LSN of its creation, so no row of it has a smaller LSN); then the messages below
    retention points. Each ``DELETE`` rewrites only the files holding such rows;
 3. **bin-packing** (``compaction_plan``): the small files written since the last pass, cut
-   into bins of about ``target_file_bytes``; each bin is read (memory: one bin), cleaned
-   and rewritten as one file sorted by ``(kind, stream_uid, seq)``, so a stream's messages
-   are contiguous row groups of about ``row_group_bytes`` that reads find by their
-   statistics; ``state``/``subscription`` rows superseded by a newer row of the bin or by
-   the checkpoint are dropped. Files already compacted are settled and left alone; a pass
-   with nothing new writes nothing;
+   into bins of about ``target_file_bytes``; each bin is read (memory: one bin, decoded, plus
+   one row group gathered at a time), cleaned and rewritten as one file sorted by
+   ``(kind, stream_uid, seq)``, so a stream's messages are contiguous row groups of about
+   ``row_group_bytes`` that reads find by their statistics; ``state``/``subscription`` rows
+   superseded by a newer row of the bin or by the checkpoint are dropped. Files already
+   compacted are settled and left alone; a pass with nothing new writes nothing;
 4. **vacuum** of data files no version newer than ``vacuum_retention_hours`` uses.
 
 Every commit that removes files goes through the writer's handle under its lock
@@ -37,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -117,17 +117,24 @@ class Compactor:
         return report
 
     def _rewrite(self, table: DeltaTable, bin_: Bin, checkpoint: int) -> bool:
-        # Memory: the bin's rows once as read (cast batch by batch) and once in their new order.
+        # Memory: the bin's rows once as read (cast batch by batch), plus one row group of
+        # them at a time in their new order, streamed into the writer.
         batches = pa.RecordBatchReader.from_stream(table.scan(predicate=bin_.predicate))
         scanned = pa.Table.from_batches([plain_batch(batch) for batch in batches], schema=SCHEMA)
-        rows = scanned.take(rewrite_order(scanned, checkpoint))
-        del scanned
-        row_bytes = max(1, rows.nbytes // max(1, rows.num_rows))
+        order = rewrite_order(scanned, checkpoint)
+        row_bytes = max(1, scanned.nbytes // max(1, scanned.num_rows))
         group_rows = min(1 << 20, max(1024, self.config.row_group_bytes // row_bytes))
-        done = self.delta.rewrite(bin_, rows, group_rows)
+        ordered = pa.RecordBatchReader.from_batches(SCHEMA, _taken(scanned, order, group_rows))
+        done = self.delta.rewrite(bin_, ordered, group_rows)
         if not done:
             log.warning("compaction bin skipped: its files changed", extra={"lo": bin_.lo, "hi": bin_.hi})
         return done
+
+
+def _taken(rows: pa.Table, order: pa.Array, size: int) -> Iterator[pa.RecordBatch]:
+    """``rows.take(order)`` as batches of ``size`` rows, each gathered when the writer asks."""
+    for start in range(0, len(order), size):
+        yield from rows.take(order.slice(start, size)).combine_chunks().to_batches()
 
 
 def rewrite_order(rows: pa.Table, checkpoint: int) -> pa.Array:

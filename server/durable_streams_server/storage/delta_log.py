@@ -218,9 +218,10 @@ class DeltaLog:
             self._table.update_incremental()
             return _spans(self._table)
 
-    def rewrite(self, bin_: Bin, rows: pa.Table, max_row_group_rows: int) -> bool:
-        """Replace the rows of ``bin_``'s files by ``rows`` in one commit; ``False`` (and
-        nothing written) if the files holding that LSN span are no longer those of the bin."""
+    def rewrite(self, bin_: Bin, rows: pa.Table | pa.RecordBatchReader, max_row_group_rows: int) -> bool:
+        """Replace the rows of ``bin_``'s files by ``rows`` (streamed into the new file when a
+        reader) in one commit; ``False`` (and nothing written, nothing read from ``rows``) if
+        the files holding that LSN span are no longer those of the bin."""
         with self._lock:
             self._table.update_incremental()
             if spans_intersecting(_spans(self._table), bin_.lo, bin_.hi) != bin_.paths:
