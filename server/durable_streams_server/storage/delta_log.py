@@ -11,7 +11,8 @@ kind          string              ``message``, ``state``, ``snapshot`` or ``subs
 seq           int64               message: its sequence number; state: the stream's tail;
                                   snapshot: the offset (sequence number) it was taken at
 ts            timestamp[us, UTC]  when the message was appended / the state was written
-data          binary              the message bytes / the snapshot blob (null for state rows)
+data          binary              the message bytes / the snapshot blob / state: one byte of
+                                  flags (``state_rows``: parsed at recovery or left dormant)
 meta          string              state: the stream's (or bucket's) state as JSON;
                                   snapshot: its content type; message: batch length;
                                   subscription: its state as JSON (null: deleted)
