@@ -46,7 +46,8 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from .compaction_plan import Bin, plan_bins
-from .delta_log import KIND_MESSAGE, KIND_STATE, KIND_SUBSCRIPTION, SCHEMA, DeltaLog, plain_batch
+from .data_files import DataFiles
+from .delta_log import KIND_MESSAGE, KIND_STATE, KIND_SUBSCRIPTION, SCHEMA, DeltaLog
 from .observer import StorageObserver
 from .state_checkpoint import CHECKPOINT_APP_ID, CheckpointPolicy, newest_per_uid
 from .view import StateView, StreamState
@@ -88,6 +89,7 @@ class Compactor:
     def __init__(self, delta: DeltaLog, config: CompactionConfig) -> None:
         self.delta = delta
         self.config = config
+        self._files = DataFiles(delta.uri, delta.storage_options)
 
     def run_once(self, removed_uids: Iterable[int], retention: Mapping[int, int]) -> CompactionReport:
         """``retention`` maps uid -> first retained seq."""
@@ -108,7 +110,7 @@ class Compactor:
             table = DeltaTable(self.delta.uri, storage_options=self.delta.storage_options)
             checkpoint = table.transaction_version(CHECKPOINT_APP_ID) or 0
             for bin_ in bins:
-                if self._rewrite(table, bin_, checkpoint):
+                if self._rewrite(bin_, checkpoint):
                     report.bins += 1
                     report.bytes_rewritten += bin_.size
         report.vacuumed_files = self.delta.vacuum(self.config.vacuum_retention_hours)
@@ -116,16 +118,17 @@ class Compactor:
         report.seconds = round(time.perf_counter() - started, 3)
         return report
 
-    def _rewrite(self, table: DeltaTable, bin_: Bin, checkpoint: int) -> bool:
-        # Memory: the bin's rows once as read (cast batch by batch), plus one row group of
-        # them at a time in their new order, streamed into the writer.
-        batches = pa.RecordBatchReader.from_stream(table.scan(predicate=bin_.predicate))
-        scanned = pa.Table.from_batches([plain_batch(batch) for batch in batches], schema=SCHEMA)
+    def _rewrite(self, bin_: Bin, checkpoint: int) -> bool:
+        # Memory: the bin's rows once as read (file by file: ``data_files``), plus one row
+        # group of them at a time in their new order, streamed into the writer.
+        scanned = self._files.read(sorted(bin_.paths), SCHEMA)
         order = rewrite_order(scanned, checkpoint)
         row_bytes = max(1, scanned.nbytes // max(1, scanned.num_rows))
         group_rows = min(1 << 20, max(1024, self.config.row_group_bytes // row_bytes))
         ordered = pa.RecordBatchReader.from_batches(SCHEMA, _taken(scanned, order, group_rows))
         done = self.delta.rewrite(bin_, ordered, group_rows)
+        del scanned, ordered
+        pa.default_memory_pool().release_unused()
         if not done:
             log.warning("compaction bin skipped: its files changed", extra={"lo": bin_.lo, "hi": bin_.hi})
         return done
