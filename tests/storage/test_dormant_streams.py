@@ -4,8 +4,10 @@ same state as before: a real ``Storage`` + ``Engine`` in this process on a local
 from __future__ import annotations
 
 import asyncio
+import random
 from pathlib import Path
 
+from durable_streams_server.engine.buckets import Bucket, Buckets
 from durable_streams_server.engine.engine import Engine
 from durable_streams_server.engine.types import AppendRequest, CreateRequest
 from durable_streams_server.storage.committer import Storage, StorageConfig
@@ -114,3 +116,22 @@ def test_wal_records_replayed_over_a_dormant_stream_build_it_first(tmp_path: Pat
     asyncio.run(build())
     asyncio.run(crash())
     asyncio.run(check())
+
+
+def test_bucket_index_rebuilt_from_paths_matches_one_by_one_inserts() -> None:
+    rng = random.Random(7)
+    alphabet = "abzAZ09-_.~é€𝄞"
+    names = [f"b{rng.randrange(3)}/{''.join(rng.choices(alphabet, k=rng.randrange(1, 8)))}" for _ in range(3000)]
+    names = [*dict.fromkeys(names), "v1/stream/base", "nobucket/x"]
+    at_once, one_by_one = Buckets(), Buckets()
+    for buckets in (at_once, one_by_one):
+        for uid, bucket_id in enumerate(("b0", "b1", "b2")):
+            buckets.add(Bucket(bucket_id, uid, 0))
+    at_once.by_id["b2"].stream_ids = ["already"]  # merged with what is indexed
+    one_by_one.stream_added("b2/already")
+    at_once.index_streams(names)
+    for name in names:
+        one_by_one.stream_added(name)
+    for bucket_id in ("b0", "b1", "b2"):
+        assert at_once.by_id[bucket_id].stream_ids == one_by_one.by_id[bucket_id].stream_ids
+        assert len(at_once.by_id[bucket_id].stream_ids) > 500

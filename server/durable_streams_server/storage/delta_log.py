@@ -44,7 +44,9 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, WriterProperties, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
@@ -173,12 +175,13 @@ class DeltaLog:
                 "stream_uid": raw["stream_uid"],
                 "lsn": raw["lsn"],
                 "data": raw["data"].cast(pa.binary()),
-                "row": pa.array(range(raw.num_rows), pa.int64()),
+                "row": pa.array(np.arange(raw.num_rows, dtype=np.int64)),
             }
         )
-        lsns = keys["lsn"].to_numpy()
-        after = lsns[lsns > since]
-        self.recovered_checkpoint = (int((lsns == since).sum()), len(set(after.tolist())), len(after))
+        lsns = keys["lsn"]
+        after = lsns.filter(pc.greater(lsns, since))
+        at_checkpoint = pc.sum(pc.equal(lsns, since)).as_py() or 0
+        self.recovered_checkpoint = (at_checkpoint, pc.count_distinct(after).as_py(), len(after))
         return split_rows(newest_per_uid(keys), raw["meta"], state_kind=KIND_STATE)
 
     def load_states(self) -> dict[int, dict[str, Any]]:
