@@ -124,7 +124,7 @@ class Compactor:
         scanned = self._files.read(sorted(bin_.paths), SCHEMA)
         order = rewrite_order(scanned, checkpoint)
         row_bytes = max(1, scanned.nbytes // max(1, scanned.num_rows))
-        group_rows = min(1 << 20, max(1024, self.config.row_group_bytes // row_bytes))
+        group_rows = min(1 << 20, max(1, self.config.row_group_bytes // row_bytes))
         ordered = pa.RecordBatchReader.from_batches(SCHEMA, _taken(scanned, order, group_rows))
         done = self.delta.rewrite(bin_, ordered, group_rows)
         del scanned, ordered
