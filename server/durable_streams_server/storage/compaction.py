@@ -47,7 +47,7 @@ from deltalake import DeltaTable
 
 from .compaction_plan import Bin, plan_bins
 from .data_files import DataFiles
-from .delta_log import KIND_MESSAGE, KIND_STATE, KIND_SUBSCRIPTION, SCHEMA, DeltaLog
+from .delta_log import KIND_MESSAGE, KIND_STATE, KIND_SUBSCRIPTION, SCHEMA, DeltaLog, plain_batch
 from .observer import StorageObserver
 from .state_checkpoint import CHECKPOINT_APP_ID, CheckpointPolicy, newest_per_uid
 from .view import StateView, StreamState
@@ -89,7 +89,7 @@ class Compactor:
     def __init__(self, delta: DeltaLog, config: CompactionConfig) -> None:
         self.delta = delta
         self.config = config
-        self._files = DataFiles(delta.uri, delta.storage_options)
+        self._files = DataFiles(delta.uri)
 
     def run_once(self, removed_uids: Iterable[int], retention: Mapping[int, int]) -> CompactionReport:
         """``retention`` maps uid -> first retained seq."""
@@ -110,7 +110,7 @@ class Compactor:
             table = DeltaTable(self.delta.uri, storage_options=self.delta.storage_options)
             checkpoint = table.transaction_version(CHECKPOINT_APP_ID) or 0
             for bin_ in bins:
-                if self._rewrite(bin_, checkpoint):
+                if self._rewrite(table, bin_, checkpoint):
                     report.bins += 1
                     report.bytes_rewritten += bin_.size
         report.vacuumed_files = self.delta.vacuum(self.config.vacuum_retention_hours)
@@ -118,10 +118,15 @@ class Compactor:
         report.seconds = round(time.perf_counter() - started, 3)
         return report
 
-    def _rewrite(self, bin_: Bin, checkpoint: int) -> bool:
-        # Memory: the bin's rows once as read (file by file: ``data_files``), plus one row
-        # group of them at a time in their new order, streamed into the writer.
-        scanned = self._files.read(sorted(bin_.paths), SCHEMA)
+    def _rewrite(self, table: DeltaTable, bin_: Bin, checkpoint: int) -> bool:
+        # Memory: the bin's rows once as read (file by file from a local directory:
+        # ``data_files``), plus one row group of them at a time in their new order,
+        # streamed into the writer.
+        if self._files.local:
+            scanned = self._files.read(sorted(bin_.paths), SCHEMA)
+        else:
+            batches = pa.RecordBatchReader.from_stream(table.scan(predicate=bin_.predicate))
+            scanned = pa.Table.from_batches([plain_batch(batch) for batch in batches], schema=SCHEMA)
         order = rewrite_order(scanned, checkpoint)
         row_bytes = max(1, scanned.nbytes // max(1, scanned.num_rows))
         group_rows = min(1 << 20, max(1, self.config.row_group_bytes // row_bytes))

@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, Transaction, WriterProperties, write_deltalake
+from deltalake import ColumnProperties, CommitProperties, DeltaTable, Transaction, WriterProperties, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
 from .compaction_plan import Bin, FileSpan, spans_intersecting
@@ -88,6 +88,10 @@ KIND_SUBSCRIPTION = "subscription"
 CHECKPOINT_INTERVAL = 100
 """Commits between Delta log checkpoints (``delta.checkpointInterval``): log replay reads one
 checkpoint and at most this many commit files."""
+_NO_STATISTICS = {name: ColumnProperties(statistics_enabled="NONE") for name in ("data", "meta")}
+"""Nothing is ever looked up by message bytes or JSON, and Parquet statistics of a binary
+column repeat its smallest and largest value: two extra copies of a 1 MiB message per row
+group (measured: compacted files 28 % larger than their rows)."""
 _ONE_FILE = 1 << 40
 """``target_file_size`` of a compaction rewrite: each bin becomes one file (``compaction_plan``)."""
 
@@ -206,7 +210,13 @@ class DeltaLog:
         rows = rows.set_column(rows.schema.get_field_index("lsn"), "lsn", pa.repeat(covered, rows.num_rows))
         properties = CommitProperties(app_transactions=[Transaction(app_id=CHECKPOINT_APP_ID, version=covered)])
         with self._lock:
-            write_deltalake(self._table, rows, mode="append", commit_properties=properties)
+            write_deltalake(
+                self._table,
+                rows,
+                mode="append",
+                commit_properties=properties,
+                writer_properties=WriterProperties(column_properties=_NO_STATISTICS),
+            )
             self._committed()
         return int(rows.num_rows)
 
@@ -236,7 +246,9 @@ class DeltaLog:
                 mode="overwrite",
                 predicate=bin_.predicate,
                 target_file_size=_ONE_FILE,
-                writer_properties=WriterProperties(max_row_group_size=max_row_group_rows, compression="ZSTD"),
+                writer_properties=WriterProperties(
+                    max_row_group_size=max_row_group_rows, compression="ZSTD", column_properties=_NO_STATISTICS
+                ),
             )
             self._committed()
         return True
@@ -290,7 +302,13 @@ class DeltaLog:
             rows.add(state["name"], uid, KIND_STATE, state["tail"], ts_us, state_flags(state), meta, through_lsn)
         properties = CommitProperties(app_transactions=[Transaction(app_id=APP_ID, version=through_lsn)])
         with self._lock:
-            write_deltalake(self._table, rows.to_table(), mode="append", commit_properties=properties)
+            write_deltalake(
+                self._table,
+                rows.to_table(),
+                mode="append",
+                commit_properties=properties,
+                writer_properties=WriterProperties(column_properties=_NO_STATISTICS),
+            )
             self._committed()
 
     def _scan(self, columns: list[str], predicate: str) -> pa.Table:
