@@ -1,7 +1,11 @@
-"""Reading whole data files of a table in a local directory with pyarrow, one at a time.
+"""Reading data files of a table in a local directory with pyarrow's native file system.
 
-Compaction reads each bin's files whole (a bin is made of whole files: ``compaction_plan``).
-Reading them through a Delta scan lets delta-rs's query engine read the files concurrently
+History reads open each file they plan through it (``open_local``): half the cost of opening
+through delta-rs's object-store handler (measured 0.8 vs 1.7 ms per flush file opened and
+one row group read), which matters to a read over many small files before compaction.
+
+Compaction reads each bin's files whole, one at a time (a bin is made of whole files:
+``compaction_plan``). Reading them through a Delta scan lets delta-rs's query engine read the files concurrently
 and buffer them: measured here, a 128 MiB bin of 128 flush files raised the server's RSS by
 ~620 MiB while the rows it produced took 172 MiB. Read file by file with pyarrow's native
 file system, a bin costs its decoded rows.
@@ -21,18 +25,34 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 
+def local_root(table_uri: str) -> str | None:
+    """The directory of a table in a local directory (with a trailing ``/``); ``None`` for a
+    table on an object store."""
+    parsed = urlparse(table_uri)
+    if parsed.scheme not in ("", "file"):
+        return None
+    return (unquote(parsed.path) if parsed.scheme else table_uri).rstrip("/") + "/"
+
+
+def open_local(root: str, path: str) -> pa.NativeFile:
+    """A data file of a local table by its path in the Delta log (relative, URL-encoded)."""
+    return _LOCAL.open_input_file(root + unquote(path))
+
+
+_LOCAL = pafs.LocalFileSystem()
+
+
 class DataFiles:
     def __init__(self, table_uri: str) -> None:
-        parsed = urlparse(table_uri)
-        self.local = parsed.scheme in ("", "file")
-        self._root = (unquote(parsed.path) if parsed.scheme else table_uri).rstrip("/") + "/"
-        self._filesystem = pafs.LocalFileSystem()
+        root = local_root(table_uri)
+        self.local = root is not None
+        self._root = root or ""
 
     def read(self, paths: Sequence[str], schema: pa.Schema) -> pa.Table:
         """Every row of the files at ``paths`` (relative to the table), as ``schema``."""
         assert self.local, "object stores are read through a Delta scan"
         tables = [
-            pq.read_table(self._root + unquote(path), filesystem=self._filesystem, use_threads=False).cast(schema)
+            pq.read_table(self._root + unquote(path), filesystem=_LOCAL, use_threads=False).cast(schema)
             for path in paths
         ]
         table = pa.concat_tables(tables) if tables else schema.empty_table()

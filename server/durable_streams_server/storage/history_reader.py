@@ -52,6 +52,7 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.fs import DeltaStorageHandler
 
+from .data_files import local_root, open_local
 from .delta_log import KIND_MESSAGE, SCHEMA
 
 HISTORY_COLUMNS = ["seq", "ts", "data", "meta"]
@@ -62,7 +63,7 @@ _BUFFER_BYTES = 1 << 20
 _MAX_BATCH_ROWS = 65_536
 _MAX_FOOTERS = 4096
 _ATTEMPTS = 3
-_MAX_OPENS = 128
+MAX_OPENS_PER_READ = 32
 """Row groups one read opens at most once it has a message: a stream spread over thousands
 of small flush files (before compaction) answers in bounded time, a short read."""
 
@@ -142,6 +143,7 @@ class HistoryReader:
         self._footers: OrderedDict[str, pq.FileMetaData] = OrderedDict()
         self._parked: OrderedDict[tuple[int, int], _Cursor] = OrderedDict()
         self._handler = DeltaStorageHandler(uri, self.storage_options)
+        self._local_root = local_root(uri)
 
     def count(self, nbytes: int) -> None:
         with self._lock:
@@ -152,12 +154,12 @@ class HistoryReader:
     def read(self, uid: int, start: int, end: int, max_bytes: int) -> pa.Table:
         """Messages of ``uid`` from ``start`` (before ``end``), whole, each taken while the
         budget ``max_bytes`` is not yet spent and at least one: columns ``HISTORY_COLUMNS``.
-        Short of both (``_MAX_OPENS``) when the messages are spread over many small files."""
+        Short of both (``MAX_OPENS_PER_READ``) when the messages are spread over many small files."""
         cursor = self._unpark(uid, start) or self._plan(uid, start, max_bytes)
         cursor.opened = 0
         taken: list[pa.Table] = []
         seq, spent, refreshed, failures = start, 0, False, 0
-        while seq < end and (not taken or (spent < max_bytes and cursor.opened < _MAX_OPENS)):
+        while seq < end and (not taken or (spent < max_bytes and cursor.opened < MAX_OPENS_PER_READ)):
             run = cursor.runs.pop(seq, None)
             if run is not None:
                 kept, size = within_budget(run["data"].slice(0, end - seq), max_bytes - spent, at_least_one=not taken)
@@ -263,7 +265,11 @@ class HistoryReader:
         return metadata
 
     def _open(self, path: str) -> pa.PythonFile:
-        return pa.PythonFile(_CountingFile(self._handler._handler.open_input_file(path), self), mode="r")
+        if self._local_root is not None:
+            raw = open_local(self._local_root, path)
+        else:
+            raw = self._handler._handler.open_input_file(path)
+        return pa.PythonFile(_CountingFile(raw, self), mode="r")
 
     def _next_batch(self, cursor: _Cursor, seq: int) -> pa.RecordBatch | None:
         """The next batch of the plan; ``None`` once it is exhausted."""
