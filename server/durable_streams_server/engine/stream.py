@@ -10,10 +10,12 @@ still take back.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..protocol.producers import ProducerState
+from ..storage.message_batch import MessageBatch
 
 
 @dataclass(slots=True)
@@ -86,14 +88,18 @@ class Stream:
 
     # -- the in-memory tail -----------------------------------------------------------
 
-    def remember(self, first_seq: int, messages: tuple[bytes, ...], ts_ms: int) -> None:
+    def remember(self, first_seq: int, messages: Sequence[bytes], ts_ms: int) -> None:
         if not self.messages:
             self.mem_base = first_seq
-        if len(messages) > 1:
-            self.batches[first_seq] = len(messages)
-        self.messages.extend(messages)
+        if isinstance(messages, MessageBatch):  # a bulk append: each message is its own batch
+            self.messages.extend(messages.list())
+            self.mem_bytes += messages.nbytes
+        else:
+            if len(messages) > 1:
+                self.batches[first_seq] = len(messages)
+            self.messages.extend(messages)
+            self.mem_bytes += sum(len(m) for m in messages)
         self.stamps.extend([ts_ms] * len(messages))
-        self.mem_bytes += sum(len(m) for m in messages)
 
     def mark_flushed(self, tail: int) -> None:
         """Messages below ``tail`` are in Delta now."""
