@@ -260,7 +260,7 @@ class Engine:
         while seq < stream.fork_seq and stream.fork_of is not None:
             stream = self.by_uid[stream.fork_of]
         if seq >= stream.mem_base:
-            return stream.messages[seq - stream.mem_base], stream.batches.get(seq, 1)
+            return stream.mem.get(seq), stream.batches.get(seq, 1)
         (stored,) = await self.storage.read_messages(stream.uid, seq, seq + 1)
         return stored.data, stored.batch
 
