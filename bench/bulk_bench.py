@@ -13,7 +13,7 @@ text summary of the busiest functions is printed per scenario (raw samples in DI
     python bench/bulk_bench.py [--messages 1000000] [--batch 10000] [--profile DIR]
 
 The Spark side of the issue (a streaming write into a JSON and an octet-stream stream beside
-a discarding Python writer) is ``bench/spark_bench.py --only bulk``.
+a discarding Python writer) is ``bench/bulk_spark_bench.py``.
 """
 
 from __future__ import annotations
