@@ -2,7 +2,8 @@
 
 One client sends bulk appends (``Content-Type: application/vnd.apache.arrow.stream`` +
 ``Stream-Bulk-Content-Type``) of ``--batch`` 100-byte messages each, one request after the
-other on one keep-alive connection, to our server with its defaults (WAL durability: an
+other on one keep-alive connection (``--in-flight N``: N requests in flight, one connection
+each, as the client's ``Producer`` with ``max_in_flight=N``), to our server with its defaults (WAL durability: an
 answer means the messages are fsync'd; local Delta storage). Each request's body is built
 before the clock starts; the rate is messages acknowledged per second of wall time, for an
 octet-stream stream and for a JSON stream (whose messages the server validates one by one).
@@ -10,7 +11,7 @@ octet-stream stream and for a JSON stream (whose messages the server validates o
 With ``--profile DIR`` the server runs under ``py-spy record`` (``pip install py-spy``) and a
 text summary of the busiest functions is printed per scenario (raw samples in DIR).
 
-    python bench/bulk_bench.py [--messages 1000000] [--batch 10000] [--profile DIR]
+    python bench/bulk_bench.py [--messages 1000000] [--batch 10000] [--in-flight 1] [--profile DIR]
 
 The Spark side of the issue (a streaming write into a JSON and an octet-stream stream beside
 a discarding Python writer) is ``bench/bulk_spark_bench.py``.
@@ -21,11 +22,13 @@ from __future__ import annotations
 import argparse
 import collections
 import http.client
+import queue
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -61,29 +64,53 @@ def bulk_body(values: pa.Array) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def ingest(port: int, path: str, content_type: str, total: int, batch: int) -> float:
-    """Messages acknowledged per second, one client, one request at a time."""
+def ingest(port: int, path: str, content_type: str, total: int, batch: int, in_flight: int) -> float:
+    """Messages acknowledged per second, one client keeping ``in_flight`` requests in flight
+    (one keep-alive connection each, as the Python client's producer does)."""
     json_stream = content_type == "application/json"
     assert total % batch == 0
-    bodies = [bulk_body(messages(first, batch, json_stream)) for first in range(0, total, batch)]
+    bodies = queue.SimpleQueue[bytes]()
+    for first in range(0, total, batch):
+        bodies.put(bulk_body(messages(first, batch, json_stream)))
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
     conn.request("PUT", path, headers={"Content-Type": content_type})
     response = conn.getresponse()
     response.read()
     assert response.status == 201, response.status
+    conn.close()
     headers = {"Content-Type": ARROW, "Stream-Bulk-Content-Type": content_type}
+    failures: list[str] = []
+
+    def send() -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        while True:
+            try:
+                body = bodies.get_nowait()
+            except queue.Empty:
+                break
+            conn.request("POST", path, body=body, headers=headers)
+            response = conn.getresponse()
+            response.read()
+            if response.status != 204:
+                failures.append(f"bulk append answered {response.status}")
+                break
+        conn.close()
+
+    threads = [threading.Thread(target=send) for _ in range(in_flight)]
     started = time.perf_counter()
-    for body in bodies:
-        conn.request("POST", path, body=body, headers=headers)
-        response = conn.getresponse()
-        response.read()
-        if response.status != 204:
-            raise RuntimeError(f"bulk append answered {response.status}")
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
     elapsed = time.perf_counter() - started
-    tail = response.getheader("Stream-Next-Offset")
+    if failures:
+        raise RuntimeError(failures[0])
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    conn.request("HEAD", path)
+    tail = conn.getresponse().getheader("Stream-Next-Offset")
+    conn.close()
     if tail != f"{total:016d}_0000000000000000":
         raise RuntimeError(f"the stream's tail is {tail}, not {total}")
-    conn.close()
     return total / elapsed
 
 
@@ -112,6 +139,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=1_000_000)
     parser.add_argument("--batch", type=int, default=10_000)
+    parser.add_argument("--in-flight", type=int, default=1, help="requests the client keeps in flight")
     parser.add_argument("--profile", type=Path, help="run the server under py-spy; raw samples go here")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bulk-bench-"))
@@ -143,11 +171,11 @@ def main() -> None:
                     )
                     time.sleep(1.0)
                 progress(f"{content_type}: {args.messages:,} messages in bulk appends of {args.batch:,}")
-                rate = ingest(server.port, "/v1/stream/ingest", content_type, args.messages, args.batch)
+                rate = ingest(server.port, "/v1/stream/ingest", content_type, args.messages, args.batch, args.in_flight)
                 results.append(
                     Result(
-                        f"server ingest, one client, {args.batch:,}-message bulk appends of 100 B, {content_type}, "
-                        "msgs/s",
+                        f"server ingest, one client ({args.in_flight} in flight), {args.batch:,}-message bulk "
+                        f"appends of 100 B, {content_type}, msgs/s",
                         rate,
                         None,
                         value_at_least(target),
@@ -168,7 +196,12 @@ def main() -> None:
         "Bulk appends: server ingest",
         "-",
         results,
-        {"messages": args.messages, "batch": args.batch, "profiled": args.profile is not None},
+        {
+            "messages": args.messages,
+            "batch": args.batch,
+            "in flight": args.in_flight,
+            "profiled": args.profile is not None,
+        },
     )
     for content_type, summary in summaries.items():
         print(f"\npy-spy, server process, {content_type} (self% = in the function itself):\n{summary}")

@@ -311,8 +311,11 @@ def encode(record: Record[Header]) -> bytes:
         for message in messages:
             parts.append(_U32.pack(len(message)))
             parts.append(message)
-    payload = b"".join(parts)
-    return _FRAME.pack(len(payload), zlib.crc32(payload)) + payload
+    length, crc = 0, 0
+    for part in parts:  # the CRC over the parts, so the payload is copied once, into the frame
+        length += len(part)
+        crc = zlib.crc32(part, crc)
+    return b"".join([_FRAME.pack(length, crc), *parts])
 
 
 def _decode_payload(payload: memoryview) -> Record[Header]:
