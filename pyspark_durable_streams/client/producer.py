@@ -24,10 +24,11 @@ twice, so auto-claim trades exactly-once for availability (as the spec warns).
 A producer restarted with the same id must use a higher epoch: the same epoch and
 seq 0 would be taken for a retry and dropped as a duplicate (see ``ProducerStats``).
 
-Batches: where the server takes bulk appends (``client.bulk``, probed with one HEAD) a
-batch is one bulk append, and every message is stored as its own message, byte streams'
-too. Elsewhere, JSON streams: a batch is one JSON array, which the server flattens by one
-level; byte streams: a batch is the messages concatenated and is stored as one message.
+Batches: with ``bulk=True`` (the server takes bulk appends, ``client.bulk``; ``bulk=None``
+asks it with one HEAD when the producer starts) a batch is one bulk append, and every
+message is stored as its own message, byte streams' too. Otherwise (the default), JSON
+streams: a batch is one JSON array, which the server flattens by one level; byte streams:
+a batch is the messages concatenated and is stored as one message.
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ class Producer:
         backoff: Backoff | None = None,
         headers: Mapping[str, str] | None = None,
         timeout: Timeout | UseDefault = USE_DEFAULT,
+        bulk: bool | None = False,
     ) -> None:
         if not producer_id:
             raise ValueError("producer_id must not be empty")
@@ -107,7 +109,7 @@ class Producer:
         self.epoch = epoch
         self._json = stream.is_json
         self._content_type = stream.resolve_content_type()
-        self._bulk = stream.supports_bulk()
+        self._bulk = stream.supports_bulk() if bulk is None else bulk
         self._auto_claim = auto_claim
         self._linger = linger
         self._max_batch_bytes = max_batch_bytes

@@ -62,12 +62,12 @@ def test_append_many_seq_needs_bulk_on_byte_streams(new_stream: Callable[..., St
             stream.append_many([b"a", b"b"], seq="001")
 
 
-def test_producer_byte_batches_keep_boundaries_on_our_server(
+def test_producer_byte_batches_keep_boundaries_where_the_server_takes_bulk_appends(
     new_stream: Callable[..., Stream], server_name: str
 ) -> None:
     stream = new_stream("producer-bulk")
     stream.create("application/octet-stream")
-    with Producer(stream, "bulk-producer", linger=0.01, max_batch_bytes=256) as producer:
+    with Producer(stream, "bulk-producer", linger=0.01, max_batch_bytes=256, bulk=None) as producer:
         for i in range(300):
             producer.send(f"<{i}>".encode())
     data = [m.data for m in stream.read()]  # (multipart reads on our server keep boundaries)

@@ -192,6 +192,7 @@ def test_refusals_store_nothing(server: ServerProcess, http: requests.Session) -
     # the messages' content type must be the stream's
     refused(bytes_url, 409, "CONTENT_TYPE_MISMATCH", arrow_body([b"a"]), **{"Stream-Bulk-Content-Type": "text/plain"})
     refused(json_url, 409, "CONTENT_TYPE_MISMATCH", arrow_body([b"1"]), **ct)
+    refused(json_url, 409, "CONTENT_TYPE_MISMATCH", arrow_body([b"not json"]), **ct)
     assert (_head_tail(http, json_url), _head_tail(http, bytes_url)) == before
     wait_for(flushed(server))
     assert _stored_count(server) == 1
