@@ -175,7 +175,12 @@ def build_parser() -> argparse.ArgumentParser:
         parser, "--compaction-target-file-bytes", "compaction packs new small files into files of about this size"
     )
     _add_config(parser, "--vacuum-retention-hours", "unreferenced data files older than this are deleted")
-    _add_config(parser, "--log-retention-hours", "Delta log entries older than this are deleted")
+    _add_config(
+        parser,
+        "--log-retention-hours",
+        "the Delta log keeps its two newest checkpoints and the commits after them; this also keeps "
+        "every entry younger than this (time travel), commits costing more as the window fills",
+    )
     _add(
         parser,
         "--auth-tokens-file",

@@ -51,7 +51,6 @@ _POSITIVE = (
     "webhook_retry_max_ms",
     "webhook_timeout_ms",
     "compaction_target_file_bytes",
-    "log_retention_hours",
 )
 _NON_NEGATIVE = (
     "max_header_bytes",
@@ -64,6 +63,7 @@ _NON_NEGATIVE = (
     "memory_budget",
     "compaction_interval_s",
     "vacuum_retention_hours",
+    "log_retention_hours",
 )
 
 
@@ -106,7 +106,7 @@ class ServerConfig:
     """Compaction packs the files written since its last pass into files of about this size."""
     vacuum_retention_hours: int = 1
     """Data files compaction replaced are deleted this long after (readers' plans stay valid)."""
-    log_retention_hours: int = 24
+    log_retention_hours: int = 0
     """Delta log entries older than this are deleted (``delta.logRetentionDuration``)."""
     allow_private_webhook_urls: tuple[str, ...] = ()
     """Networks (CIDR) webhook targets may be in although private/loopback/link-local

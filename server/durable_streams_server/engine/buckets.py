@@ -12,6 +12,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from ..protocol.errors import Conflict, NotFound
 from ..protocol.ids import BASE_SURFACE_PREFIX
 
@@ -102,16 +105,19 @@ class Buckets:
             )
 
     def index_streams(self, stream_names: Iterable[str]) -> None:
-        """Add many streams at once (recovery): each bucket's ids are sorted once, so
-        rebuilding the index costs O(n log n), not an insertion per stream."""
-        touched: set[str] = set()
-        for stream_name in stream_names:
-            located = bucket_of(stream_name)
-            if located is not None and located[0] in self.by_id:
-                self.by_id[located[0]].stream_ids.append(located[1])
-                touched.add(located[0])
-        for bucket_id in touched:
-            self.by_id[bucket_id].stream_ids.sort()
+        """Add many streams at once (recovery): split and sorted as Arrow columns, so
+        rebuilding the index of 300,000 streams costs a sort, not a Python step per stream
+        (string order of UTF-8 bytes is Python's order of code points)."""
+        names = pa.array(list(stream_names), pa.string())
+        bucketed = pc.and_(pc.invert(pc.starts_with(names, BASE_SURFACE_PREFIX)), pc.match_substring(names, "/"))
+        parts = pc.split_pattern(names.filter(bucketed), "/", max_splits=1)
+        pairs = pa.table({"bucket": pc.list_element(parts, 0), "id": pc.list_element(parts, 1)})
+        pairs = pairs.filter(pc.is_in(pairs["bucket"], pa.array(list(self.by_id), pa.string())))
+        ordered = pairs.sort_by([("bucket", "ascending"), ("id", "ascending")])
+        grouped = ordered.group_by("bucket", use_threads=False).aggregate([("id", "list")])
+        for bucket_id, ids in zip(grouped["bucket"].to_pylist(), grouped["id_list"].to_pylist(), strict=True):
+            bucket = self.by_id[bucket_id]
+            bucket.stream_ids = sorted(bucket.stream_ids + ids) if bucket.stream_ids else ids
 
     def stream_added(self, stream_name: str) -> None:
         located = bucket_of(stream_name)

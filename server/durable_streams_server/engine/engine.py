@@ -31,7 +31,7 @@ import functools
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 
 from ..protocol import producers
@@ -91,13 +91,18 @@ class Engine:
         storage.attach(self)
 
     @property
-    def streams(self) -> dict[str, Stream]:
-        """Every stream by name (soft-deleted ones included)."""
+    def streams(self) -> MutableMapping[str, Stream]:
+        """Every stream by name (soft-deleted ones included; a lookup builds a dormant one:
+        ``stream_index``)."""
         return self.live.streams
 
     @property
-    def by_uid(self) -> dict[int, Stream]:
+    def by_uid(self) -> MutableMapping[int, Stream]:
         return self.live.by_uid
+
+    def stream_names(self) -> list[str]:
+        """Every stream's name, without building the dormant ones."""
+        return list(self.live.index.names())
 
     @property
     def buckets(self) -> Buckets:
@@ -151,7 +156,7 @@ class Engine:
         # would run before they land, and count as done.
         return {
             stream.uid: stream.snapshot_seq
-            for stream in self.by_uid.values()
+            for stream in self.live.index.loaded()  # (a dormant stream has no retention point)
             if stream.snapshot_seq
             and stream.forks == 0
             and not stream.soft_deleted

@@ -115,11 +115,13 @@ class SubscriptionManager:
         return tails
 
     def _streams_of(self, root: str) -> list[tuple[str, Stream]]:
-        return [
-            (name[len(root) :], stream)
-            for name, stream in self.engine.streams.items()
-            if name.startswith(root) and not stream.soft_deleted and root_of(name) == root
-        ]
+        found = []
+        for name in self.engine.stream_names():  # (builds only the streams under ``root``)
+            if name.startswith(root) and root_of(name) == root:
+                stream = self.engine.streams.get(name)
+                if stream is not None and not stream.soft_deleted:
+                    found.append((name[len(root) :], stream))
+        return found
 
     def _reconcile(self, sub: Subscription) -> None:
         for path, stream in self._streams_of(sub.root):

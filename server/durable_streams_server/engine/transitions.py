@@ -44,6 +44,7 @@ from ..storage.records import (
 from ..storage.view import Recovery, StreamState
 from .buckets import Bucket, Buckets
 from .stream import Stream
+from .stream_index import StreamIndex
 from .subscription_store import SubscriptionLog
 from .types import StreamHooks
 
@@ -51,8 +52,9 @@ from .types import StreamHooks
 class LiveState:
     def __init__(self, clock: Callable[[], int]) -> None:
         self.clock = clock
-        self.streams: dict[str, Stream] = {}
-        self.by_uid: dict[int, Stream] = {}
+        self.index = StreamIndex()
+        self.streams = self.index.by_name
+        self.by_uid = self.index.by_uid
         self.buckets = Buckets()
         self._tombstones: dict[int, StreamState] = {}
         self.subscriptions = SubscriptionLog()
@@ -62,18 +64,22 @@ class LiveState:
     # -- recovery ---------------------------------------------------------------------
 
     def load(self, recovery: Recovery) -> None:
-        """The Delta states, then the WAL records after them through the transitions."""
+        """The Delta states (the dormant ones held unparsed: ``stream_index``), then the WAL
+        records after them through the transitions."""
         live = [state for state in recovery.states.values() if not state.get("deleted")]
         for state in live:
             if state.get("type") == "bucket":
                 self.buckets.load(state)
+        now = self.clock()
         for state in live:
             if state.get("type") != "bucket":
                 stream = Stream.from_state(state)
+                stream.last_access_ms = max(stream.last_access_ms, now)  # (see ``StreamIndex._wake``)
                 self.by_uid[stream.uid] = stream
                 self.streams[stream.name] = stream
-        self.buckets.index_streams(self.streams)
-        for stream in self.by_uid.values():
+        self.index.hold(recovery.dormant, now)
+        self.buckets.index_streams(self.index.names())
+        for stream in self.index.loaded():
             if stream.fork_of is not None and stream.fork_of in self.by_uid:
                 self.by_uid[stream.fork_of].forks += 1
         self.subscriptions.load(recovery.subscriptions)
@@ -82,14 +88,10 @@ class LiveState:
             if isinstance(changed, Stream):
                 changed.visible_tail = changed.tail  # durable already
                 changed.visible_closed = changed.closed
-        for stream in list(self.by_uid.values()):
+        for stream in self.index.loaded():
             if stream.soft_deleted and stream.forks == 0 and stream.uid in self.by_uid:
                 self._remove(stream)
-        self.streams = {s.name: s for s in self.by_uid.values()}
-        now = self.clock()
-        for stream in self.streams.values():
-            # Access times are persisted lazily; never let a restart expire a stream early.
-            stream.last_access_ms = max(stream.last_access_ms, now)
+        self.index.rebuild_names()
 
     def apply(self, record: Record[Header]) -> Stream | Bucket | None:
         """Apply any record through its transition; return what it changed."""

@@ -30,7 +30,10 @@ the last one. It takes a state checkpoint, purges removed streams (their tombsto
 Delta are the durable intention, resumed after a restart) and messages below retention
 points, bin-packs the files written since the last pass into files of a target size sorted
 by stream (``compaction_plan``: bins are LSN spans, so a rewrite replaces exactly the rows
-it read), cleans the Delta log and vacuums; a pass with nothing new writes nothing.
+it read) and vacuums; a pass with nothing new writes nothing. The
+Delta log itself is kept to its two newest checkpoints and the commits after them
+(``log_trim``, after every log checkpoint), because delta-rs lists it on every commit and
+open: a commit costs the same after a million commits as after a hundred.
 
 History reads (``history_reader``) seek: the file statistics in the Delta log and the row
 group statistics in the Parquet footers say where a stream's messages from an offset are,
@@ -69,7 +72,7 @@ hanging. A refusal carries ``retry_after_s``; storage never builds HTTP headers.
 
 Modules: ``committer`` (the ``Storage`` facade wiring the rest), ``records``, ``acks``,
 ``admission``, ``wal``, ``wal_writer``, ``flusher``, ``delta_log``, ``history_reader``,
-``state_checkpoint``, ``compaction_plan``, ``compaction``, ``view`` (what storage and the
+``state_checkpoint``, ``compaction_plan``, ``compaction``, ``log_trim``, ``view`` (what storage and the
 engine hand each other), ``observer`` (metrics hooks).
 Storage never imports the engine.
 """

@@ -87,8 +87,8 @@ class Storage:
     def recover(self) -> Recovery:
         """Read the Delta state and the WAL records after it (before serving)."""
         committed = self.delta.committed_lsn()
-        states, subscriptions = self.delta.load_rows()
-        self._compaction.recovered(states, self.delta.recovered_checkpoint)
+        rows = self.delta.load_rows()
+        self._compaction.recovered(rows.states, self.delta.recovered_checkpoint)
         replayed = self.wal.replay() if self.wal is not None else iter(())
         records = [record for record in replayed if record.lsn > committed]
         last = max([committed, *(record.lsn for record in records)])
@@ -101,13 +101,14 @@ class Storage:
             extra={
                 "delta_lsn": committed,
                 "wal_records": len(records),
-                "streams": len(states),
+                "states_parsed": len(rows.states),
+                "streams_dormant": len(rows.dormant),
                 "purges_pending": self._compaction.pending_purges,
                 "state_rows_read": self.delta.recovered_checkpoint[0] + self.delta.recovered_checkpoint[2],
                 "commits_after_state_checkpoint": self.delta.recovered_checkpoint[1],
             },
         )
-        return Recovery(states, records, subscriptions)
+        return Recovery(rows.states, records, rows.subscriptions, rows.dormant)
 
     def attach(self, view: StateView) -> None:
         self._acks.on_durable = view.on_durable

@@ -11,15 +11,13 @@ One pass, each step its own atomic Delta commit (or an idempotent file operation
    the LSN of its creation, so no row of it has a smaller LSN); then the messages below
    retention points. Each ``DELETE`` rewrites only the files holding such rows;
 3. **bin-packing** (``compaction_plan``): the small files written since the last pass, cut
-   into bins of about ``target_file_bytes``; each bin is read (memory: one bin), cleaned
-   and rewritten as one file sorted by ``(kind, stream_uid, seq)``, so a stream's messages
-   are contiguous row groups of about ``row_group_bytes`` that reads find by their
-   statistics; ``state``/``subscription`` rows superseded by a newer row of the bin or by
-   the checkpoint are dropped. Files already compacted are settled and left alone; a pass
-   with nothing new writes nothing;
-4. **log clean-up** of commit files older than ``delta.logRetentionDuration`` (``delta_log``
-   sets it; delta-rs writes a log checkpoint every ``delta.checkpointInterval`` commits);
-5. **vacuum** of data files no version newer than ``vacuum_retention_hours`` uses.
+   into bins of about ``target_file_bytes``; each bin is read (memory: one bin, decoded, plus
+   one row group gathered at a time), cleaned and rewritten as one file sorted by
+   ``(kind, stream_uid, seq)``, so a stream's messages are contiguous row groups of about
+   ``row_group_bytes`` that reads find by their statistics; ``state``/``subscription`` rows
+   superseded by a newer row of the bin or by the checkpoint are dropped. Files already
+   compacted are settled and left alone; a pass with nothing new writes nothing;
+4. **vacuum** of data files no version newer than ``vacuum_retention_hours`` uses.
 
 Every commit that removes files goes through the writer's handle under its lock
 (``DeltaLog.rewrite``/``delete``/``vacuum``), so it never races the flusher; the reading and
@@ -39,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -48,7 +46,8 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from .compaction_plan import Bin, plan_bins
-from .delta_log import KIND_MESSAGE, KIND_STATE, KIND_SUBSCRIPTION, SCHEMA, DeltaLog, plain_batch
+from .data_files import DataFiles
+from .delta_log import KIND_MESSAGE, KIND_STATE, KIND_SUBSCRIPTION, SCHEMA, DeltaLog
 from .observer import StorageObserver
 from .state_checkpoint import CHECKPOINT_APP_ID, CheckpointPolicy, newest_per_uid
 from .view import StateView, StreamState
@@ -69,7 +68,7 @@ class CompactionConfig:
     row_group_bytes: int = 8 * 1024 * 1024
     """About this many bytes of rows per row group of a compacted file."""
     vacuum_retention_hours: int = 1
-    log_retention_hours: int = 24
+    log_retention_hours: int = 0
 
 
 @dataclass
@@ -90,6 +89,7 @@ class Compactor:
     def __init__(self, delta: DeltaLog, config: CompactionConfig) -> None:
         self.delta = delta
         self.config = config
+        self._files = DataFiles(delta.uri, delta.storage_options)
 
     def run_once(self, removed_uids: Iterable[int], retention: Mapping[int, int]) -> CompactionReport:
         """``retention`` maps uid -> first retained seq."""
@@ -110,27 +110,34 @@ class Compactor:
             table = DeltaTable(self.delta.uri, storage_options=self.delta.storage_options)
             checkpoint = table.transaction_version(CHECKPOINT_APP_ID) or 0
             for bin_ in bins:
-                if self._rewrite(table, bin_, checkpoint):
+                if self._rewrite(bin_, checkpoint):
                     report.bins += 1
                     report.bytes_rewritten += bin_.size
-        self.delta.cleanup_metadata()
         report.vacuumed_files = self.delta.vacuum(self.config.vacuum_retention_hours)
         report.files_after = len(self.delta.file_spans())
         report.seconds = round(time.perf_counter() - started, 3)
         return report
 
-    def _rewrite(self, table: DeltaTable, bin_: Bin, checkpoint: int) -> bool:
-        # Memory: the bin's rows once as read (cast batch by batch) and once in their new order.
-        batches = pa.RecordBatchReader.from_stream(table.scan(predicate=bin_.predicate))
-        scanned = pa.Table.from_batches([plain_batch(batch) for batch in batches], schema=SCHEMA)
-        rows = scanned.take(rewrite_order(scanned, checkpoint))
-        del scanned
-        row_bytes = max(1, rows.nbytes // max(1, rows.num_rows))
-        group_rows = min(1 << 20, max(1024, self.config.row_group_bytes // row_bytes))
-        done = self.delta.rewrite(bin_, rows, group_rows)
+    def _rewrite(self, bin_: Bin, checkpoint: int) -> bool:
+        # Memory: the bin's rows once as read (file by file: ``data_files``), plus one row
+        # group of them at a time in their new order, streamed into the writer.
+        scanned = self._files.read(sorted(bin_.paths), SCHEMA)
+        order = rewrite_order(scanned, checkpoint)
+        row_bytes = max(1, scanned.nbytes // max(1, scanned.num_rows))
+        group_rows = min(1 << 20, max(1, self.config.row_group_bytes // row_bytes))
+        ordered = pa.RecordBatchReader.from_batches(SCHEMA, _taken(scanned, order, group_rows))
+        done = self.delta.rewrite(bin_, ordered, group_rows)
+        del scanned, ordered
+        pa.default_memory_pool().release_unused()
         if not done:
             log.warning("compaction bin skipped: its files changed", extra={"lo": bin_.lo, "hi": bin_.hi})
         return done
+
+
+def _taken(rows: pa.Table, order: pa.Array, size: int) -> Iterator[pa.RecordBatch]:
+    """``rows.take(order)`` as batches of ``size`` rows, each gathered when the writer asks."""
+    for start in range(0, len(order), size):
+        yield from rows.take(order.slice(start, size)).combine_chunks().to_batches()
 
 
 def rewrite_order(rows: pa.Table, checkpoint: int) -> pa.Array:

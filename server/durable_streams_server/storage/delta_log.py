@@ -11,7 +11,8 @@ kind          string              ``message``, ``state``, ``snapshot`` or ``subs
 seq           int64               message: its sequence number; state: the stream's tail;
                                   snapshot: the offset (sequence number) it was taken at
 ts            timestamp[us, UTC]  when the message was appended / the state was written
-data          binary              the message bytes / the snapshot blob (null for state rows)
+data          binary              the message bytes / the snapshot blob / state: one byte of
+                                  flags (``state_rows``: parsed at recovery or left dormant)
 meta          string              state: the stream's (or bucket's) state as JSON;
                                   snapshot: its content type; message: batch length;
                                   subscription: its state as JSON (null: deleted)
@@ -45,10 +46,12 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, WriterProperties, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
 from .compaction_plan import Bin, FileSpan, spans_intersecting
+from .log_trim import table_properties, trim_due, trim_log
 from .message_batch import MessageBatch
 from .records import (
     SIGNING_KEYS_NAME,
@@ -61,6 +64,7 @@ from .records import (
     SubscriptionHeader,
 )
 from .state_checkpoint import CHECKPOINT_APP_ID, newest_per_uid
+from .state_rows import RecoveredRows, split_rows, state_flags
 
 APP_ID = "durable-streams-server"
 TABLE_NAME = "streams"
@@ -94,13 +98,18 @@ def table_uri(storage_uri: str) -> str:
 
 
 class DeltaLog:
-    def __init__(self, storage_uri: str, storage_options: Mapping[str, str], *, log_retention_hours: int = 24) -> None:
+    def __init__(
+        self,
+        storage_uri: str,
+        storage_options: Mapping[str, str],
+        *,
+        log_retention_hours: int = 0,
+        checkpoint_interval: int = CHECKPOINT_INTERVAL,
+    ) -> None:
         self.uri = table_uri(storage_uri)
         self.storage_options = dict(storage_options)
-        self._configuration = {
-            "delta.logRetentionDuration": f"interval {log_retention_hours} hours",
-            "delta.checkpointInterval": str(CHECKPOINT_INTERVAL),
-        }
+        self.checkpoint_interval = checkpoint_interval
+        self._configuration = table_properties(checkpoint_interval, log_retention_hours)
         self._table = self._open_or_create()
         self._lock = threading.Lock()
         self.recovered_checkpoint = (0, 0, 0)
@@ -147,34 +156,40 @@ class DeltaLog:
             )
         return len(removed)
 
-    def load_rows(self) -> tuple[dict[int, dict[str, Any]], dict[int, dict[str, Any] | None]]:
-        """The newest state of every stream incarnation (and bucket) by uid, and of every
-        subscription (``None``: deleted; uid 0: the signing keys): the state checkpoint's
-        rows and the rows after it (``state_checkpoint``)."""
+    def load_rows(self) -> RecoveredRows:
+        """The newest state of every stream incarnation (and bucket) by uid, the idle live
+        streams left unparsed (``state_rows``), and of every subscription: the state
+        checkpoint's rows and the rows after it (``state_checkpoint``)."""
         with self._lock:
             since = self._table.transaction_version(CHECKPOINT_APP_ID) or 0
-        kinds = f"'{KIND_STATE}', '{KIND_SUBSCRIPTION}'"
-        rows = self._scan(["kind", "stream_uid", "lsn", "meta"], f"kind IN ({kinds}) AND lsn >= {since}")
-        lsns = rows["lsn"].to_numpy()
-        after = lsns[lsns > since]
-        self.recovered_checkpoint = (int((lsns == since).sum()), len(set(after.tolist())), len(after))
-        newest = newest_per_uid(rows)
-        states: dict[int, dict[str, Any]] = {}
-        subscriptions: dict[int, dict[str, Any] | None] = {}
-        for kind, uid, meta in zip(
-            newest["kind"].to_pylist(), newest["stream_uid"].to_pylist(), newest["meta"].to_pylist(), strict=True
-        ):
-            if kind == KIND_STATE:
-                states[uid] = json.loads(meta)
-            else:
-                subscriptions[uid] = json.loads(meta) if meta is not None else None
-        return states, subscriptions
+            kinds = f"'{KIND_STATE}', '{KIND_SUBSCRIPTION}'"
+            reader = self._table.scan(
+                columns=["kind", "stream", "stream_uid", "lsn", "data", "meta"],
+                predicate=f"kind IN ({kinds}) AND lsn >= {since}",
+            )
+        raw = pa.RecordBatchReader.from_stream(reader).read_all()
+        # Every column but ``meta`` as plain types (small); the JSON stays as scanned.
+        keys = pa.table(
+            {
+                "kind": raw["kind"].cast(pa.string()),
+                "stream": raw["stream"].cast(pa.string()),
+                "stream_uid": raw["stream_uid"],
+                "lsn": raw["lsn"],
+                "data": raw["data"].cast(pa.binary()),
+                "row": pa.array(np.arange(raw.num_rows, dtype=np.int64)),
+            }
+        )
+        lsns = keys["lsn"]
+        after = lsns.filter(pc.greater(lsns, since))
+        at_checkpoint = pc.sum(pc.equal(lsns, since)).as_py() or 0
+        self.recovered_checkpoint = (at_checkpoint, pc.count_distinct(after).as_py(), len(after))
+        return split_rows(newest_per_uid(keys), raw["meta"], state_kind=KIND_STATE)
 
     def load_states(self) -> dict[int, dict[str, Any]]:
-        return self.load_rows()[0]
+        return self.load_rows().all_states()
 
     def load_subscriptions(self) -> dict[int, dict[str, Any] | None]:
-        return self.load_rows()[1]
+        return self.load_rows().subscriptions
 
     def write_state_checkpoint(self) -> int:
         """Append the newest state and subscription row of every uid, re-stamped with the
@@ -193,7 +208,7 @@ class DeltaLog:
         properties = CommitProperties(app_transactions=[Transaction(app_id=CHECKPOINT_APP_ID, version=covered)])
         with self._lock:
             write_deltalake(self._table, rows, mode="append", commit_properties=properties)
-            self._table.update_incremental()
+            self._committed()
         return int(rows.num_rows)
 
     # -- maintenance writes, through the writer's handle under its lock ---------------------
@@ -208,9 +223,10 @@ class DeltaLog:
             self._table.update_incremental()
             return _spans(self._table)
 
-    def rewrite(self, bin_: Bin, rows: pa.Table, max_row_group_rows: int) -> bool:
-        """Replace the rows of ``bin_``'s files by ``rows`` in one commit; ``False`` (and
-        nothing written) if the files holding that LSN span are no longer those of the bin."""
+    def rewrite(self, bin_: Bin, rows: pa.Table | pa.RecordBatchReader, max_row_group_rows: int) -> bool:
+        """Replace the rows of ``bin_``'s files by ``rows`` (streamed into the new file when a
+        reader) in one commit; ``False`` (and nothing written, nothing read from ``rows``) if
+        the files holding that LSN span are no longer those of the bin."""
         with self._lock:
             self._table.update_incremental()
             if spans_intersecting(_spans(self._table), bin_.lo, bin_.hi) != bin_.paths:
@@ -223,13 +239,14 @@ class DeltaLog:
                 target_file_size=_ONE_FILE,
                 writer_properties=WriterProperties(max_row_group_size=max_row_group_rows, compression="ZSTD"),
             )
-            self._table.update_incremental()
+            self._committed()
         return True
 
-    def cleanup_metadata(self) -> None:
-        """Delete log files older than ``delta.logRetentionDuration`` (before a log checkpoint)."""
-        with self._lock:
-            self._table.cleanup_metadata()
+    def _committed(self) -> None:
+        """(Under the lock, after a commit through the handle.) Trim the Delta log one commit
+        before delta-rs writes a log checkpoint (``log_trim``)."""
+        if trim_due(self._table.version(), self.checkpoint_interval):
+            trim_log(self._table)
 
     def delete(self, predicate: str) -> None:
         """Delete the rows matching ``predicate`` (rewriting only the files that hold some)."""
@@ -237,6 +254,7 @@ class DeltaLog:
             self._table.update_incremental()
             self._table.delete(predicate)
             self._table.update_incremental()
+            self._committed()
 
     def commit(self, records: Iterable[Record[Header]], states: Mapping[int, dict[str, Any]], through_lsn: int) -> None:
         """Write the records' messages and snapshots plus the given states in one commit."""
@@ -272,11 +290,12 @@ class DeltaLog:
                 )
         for uid, state in states.items():
             meta = json.dumps(state, separators=(",", ":"))
-            rows.add(state["name"], uid, KIND_STATE, state["tail"], state["written_ms"] * 1000, None, meta, through_lsn)
+            ts_us = state["written_ms"] * 1000
+            rows.add(state["name"], uid, KIND_STATE, state["tail"], ts_us, state_flags(state), meta, through_lsn)
         properties = CommitProperties(app_transactions=[Transaction(app_id=APP_ID, version=through_lsn)])
         with self._lock:
             write_deltalake(self._table, rows.to_table(), mode="append", commit_properties=properties)
-            self._table.update_incremental()
+            self._committed()
 
     def _scan(self, columns: list[str], predicate: str) -> pa.Table:
         """Rows matching ``predicate``, files skipped by their min/max statistics."""

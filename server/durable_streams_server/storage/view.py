@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .records import Header, Record
+from .state_rows import DormantStates
 
 StreamState = dict[str, Any]
 """One stream's (or bucket's) state as stored in a Delta ``state`` row (JSON object)."""
@@ -36,8 +37,10 @@ class StateView(Protocol):
 class Recovery:
     """The newest Delta state of every uid, and the WAL records after the Delta commit;
     ``subscriptions``: the newest Delta state of every subscription (``None``: deleted)
-    and of the signing keys (uid 0)."""
+    and of the signing keys (uid 0); ``dormant``: the live streams whose states are left
+    unparsed until first used (``state_rows``), not in ``states``."""
 
     states: dict[int, StreamState]
     records: list[Record[Header]]
     subscriptions: dict[int, dict[str, Any] | None] = field(default_factory=dict)
+    dormant: DormantStates = field(default_factory=DormantStates.empty)
