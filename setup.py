@@ -38,6 +38,8 @@ setup(
             "prometheus_client>=0.20",
             "cryptography>=42",  # Ed25519 webhook signatures
             "httpx>=0.27",  # webhook deliveries
+            "numpy>=1.24",
+            "orjson>=3.9",  # JSON validation of bulk appends
         ],
         "test": [
             "deltalake>=1.2,<2",
@@ -51,6 +53,8 @@ setup(
             "boto3>=1.34",
             "cryptography>=42",  # TLS test certificates; webhook signatures
             "httpx>=0.27",
+            "numpy>=1.24",
+            "orjson>=3.9",
             "ruff>=0.6",
             "mypy>=1.10",
             "pyspark>=4.0",

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .client import bulk
 from .client.models import is_json
 
 
@@ -92,19 +93,22 @@ def checked_messages(messages: pa.Array, *, json_stream: bool, url: str) -> pa.A
 class RequestCutter:
     """Groups one stream's messages into request bodies at fixed limits.
 
-    JSON streams: ``[m1,m2,…]`` (the server stores each element as its own message) with at most
-    ``max_messages`` messages and, unless a single message is bigger, ``max_bytes`` bytes: each
-    body takes messages while they fit (greedy, in order). Other streams store one message per
-    request, so every message is its own body. A body is cut as soon as it is known to be
+    Bulk appends (``bulk``: the server takes them, ``client.bulk``), any content type: an Arrow
+    IPC stream of the messages; JSON streams without them: ``[m1,m2,…]`` (the server stores each
+    element as its own message). Either way at most ``max_messages`` messages and, unless a single
+    message is bigger, ``max_bytes`` bytes (counted as for the JSON array: each message plus one):
+    each body takes messages while they fit (greedy, in order). Other streams without bulk
+    appends store one message per request, so every message is its own body. A body is cut as soon as it is known to be
     complete (the next message would not fit, or it holds ``max_messages``); the rest waits for
     more messages or ``finish``. Cuts depend only on the messages' sizes in order, never on how
     they were batched on the way in.
     """
 
-    def __init__(self, content_type: str, *, max_bytes: int, max_messages: int) -> None:
+    def __init__(self, content_type: str, *, max_bytes: int, max_messages: int, bulk: bool = False) -> None:
         self.json = is_json(content_type)
+        self.bulk = bulk
         self.max_bytes = max_bytes
-        self.max_messages = max_messages if self.json else 1
+        self.max_messages = max_messages if self.json or bulk else 1
         self._pending: pa.Array | None = None
 
     def add(self, messages: pa.Array) -> Iterator[bytes]:
@@ -137,6 +141,8 @@ class RequestCutter:
         self._pending = messages.slice(first)
 
     def _body(self, messages: pa.Array) -> bytes:
+        if self.bulk:
+            return bulk.body(messages)
         if not self.json:
             return bytes(messages[0].as_py())
         items = pa.ListArray.from_arrays(pa.array([0, len(messages)], pa.int32()), messages)

@@ -85,16 +85,17 @@ class TaskSender:
         self._watermark: dict[str, int] = {}  # per stream: every seq up to here is delivered
         self._early: dict[str, set[int]] = {}  # delivered seqs above the watermark
 
-    def send(self, url: str, content_type: str, body: bytes) -> None:
-        """Queue the next request of ``url``; blocks while ``max_in_flight`` are outstanding."""
+    def send(self, url: str, content_type: str, body: bytes, *, bulk: bool = False) -> None:
+        """Queue the next request of ``url`` (``bulk``: a bulk append of messages of
+        ``content_type``); blocks while ``max_in_flight`` are outstanding."""
         self._raise_failures()
         seq = self._next_seq.get(url, 0)
         self._next_seq[url] = seq + 1
         if seq == 0:
-            self._deliver(url, content_type, seq, body)
+            self._deliver(url, content_type, seq, body, bulk)
             return
         self._slots.acquire()
-        future = self._pool.submit(self._deliver, url, content_type, seq, body)
+        future = self._pool.submit(self._deliver, url, content_type, seq, body, bulk)
         future.add_done_callback(lambda _: self._slots.release())
         self._futures.append(future)
 
@@ -116,8 +117,8 @@ class TaskSender:
         if done:
             self._futures = [future for future in self._futures if not future.done()]
 
-    def _deliver(self, url: str, content_type: str, seq: int, body: bytes) -> None:
-        request = ProducerRequest(url, content_type, self.producer_id, self.epoch, seq, body)
+    def _deliver(self, url: str, content_type: str, seq: int, body: bytes, bulk: bool) -> None:
+        request = ProducerRequest(url, content_type, self.producer_id, self.epoch, seq, body, bulk)
 
         def resend_now(exc: errors.DurableStreamsError) -> bool:
             # It overtook its predecessor on another connection, and that one has landed now.

@@ -99,6 +99,8 @@ class SinkCommitMessage(WriterCommitMessage):
 class _Target:
     url: str
     content_type: str
+    bulk: bool = False
+    """The server takes bulk appends on this stream (HEAD says so): requests carry many messages."""
 
 
 class _Sink:
@@ -199,7 +201,11 @@ class _Sink:
                 "rows are written as JSON objects only to application/json streams. Add a string or binary "
                 "'value' column with each message's bytes"
             )
-        return _Target(url, content_type)
+        try:
+            bulk = stream.metadata().bulk_append
+        except errors.DurableStreamsError as exc:
+            raise SinkError(f"cannot read the metadata of the target stream {url}: {exc}") from exc
+        return _Target(url, content_type, bulk)
 
     def _route_url(self, name: str | None) -> str:
         server = self.options.server
@@ -244,14 +250,15 @@ class _Sink:
                             target.content_type,
                             max_bytes=self.options.max_batch_bytes,
                             max_messages=self.options.max_batch_messages,
+                            bulk=target.bulk,
                         )
                     for request in cutter.add(checked_messages(selected, json_stream=cutter.json, url=target.url)):
-                        sender.send(target.url, target.content_type, request)
+                        sender.send(target.url, target.content_type, request, bulk=target.bulk)
                 count += len(messages)
-            content_types = {target.url: target.content_type for target in targets.values()}
+            by_url = {target.url: target for target in targets.values()}
             for url, cutter in cutters.items():
                 for request in cutter.finish():
-                    sender.send(url, content_types[url], request)
+                    sender.send(url, by_url[url].content_type, request, bulk=by_url[url].bulk)
             sender.finish()
         except BaseException:
             sender.abandon()

@@ -46,13 +46,20 @@ class ProducerRequest:
     epoch: int
     seq: int
     body: bytes
+    bulk: bool = False
+    """The body is a bulk append (``client.bulk``) of messages of ``content_type``."""
 
     def headers(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """The request's headers: ``extra`` (e.g. a per-producer ``Authorization``) first,
-        then the content type and the triple, which nothing overrides."""
+        then the content type(s) and the triple, which nothing overrides."""
+        content = (
+            {"Content-Type": "application/vnd.apache.arrow.stream", "Stream-Bulk-Content-Type": self.content_type}
+            if self.bulk
+            else {"Content-Type": self.content_type}
+        )
         return {
             **(extra or {}),
-            "Content-Type": self.content_type,
+            **content,
             "Producer-Id": self.producer_id,
             "Producer-Epoch": str(self.epoch),
             "Producer-Seq": str(self.seq),

@@ -61,6 +61,8 @@ class StreamMetadata:
     incarnation: str | None = None
     """Our server's ``Stream-Incarnation`` (extension): changes when the path is deleted and created
     again. None where the server does not send it."""
+    bulk_append: bool = False
+    """Whether the server takes bulk appends (``client.bulk``, extension) on this stream."""
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,11 @@ twice, so auto-claim trades exactly-once for availability (as the spec warns).
 A producer restarted with the same id must use a higher epoch: the same epoch and
 seq 0 would be taken for a retry and dropped as a duplicate (see ``ProducerStats``).
 
-JSON streams: each message is one JSON value and a batch is one JSON array, which the
-server flattens by one level. Byte streams: a batch is the messages concatenated and is
-stored as one message.
+Batches: with ``bulk=True`` (the server takes bulk appends, ``client.bulk``; ``bulk=None``
+asks it with one HEAD when the producer starts) a batch is one bulk append, and every
+message is stored as its own message, byte streams' too. Otherwise (the default), JSON
+streams: a batch is one JSON array, which the server flattens by one level; byte streams:
+a batch is the messages concatenated and is stored as one message.
 """
 
 from __future__ import annotations
@@ -93,6 +95,7 @@ class Producer:
         backoff: Backoff | None = None,
         headers: Mapping[str, str] | None = None,
         timeout: Timeout | UseDefault = USE_DEFAULT,
+        bulk: bool | None = False,
     ) -> None:
         if not producer_id:
             raise ValueError("producer_id must not be empty")
@@ -106,6 +109,7 @@ class Producer:
         self.epoch = epoch
         self._json = stream.is_json
         self._content_type = stream.resolve_content_type()
+        self._bulk = stream.supports_bulk() if bulk is None else bulk
         self._auto_claim = auto_claim
         self._linger = linger
         self._max_batch_bytes = max_batch_bytes
@@ -140,6 +144,8 @@ class Producer:
         Blocks while more than ``max_buffer_bytes`` wait to be sent (backpressure).
         """
         body = data.encode("utf-8") if isinstance(data, str) else data
+        if not body and self._bulk:
+            raise ValueError("a message must not be empty (the protocol stores no empty messages)")
         future: Future[AppendResult] = Future()
         with self._lock:
             while self._pending_bytes > self._max_buffer_bytes and self._accepting():
@@ -290,7 +296,12 @@ class Producer:
                 size += len(body)
             self._pending_bytes -= size
             self._oldest = time.monotonic()
-            payload = b"[" + b",".join(bodies) + b"]" if self._json else b"".join(bodies)
+            if self._bulk:
+                from . import bulk
+
+                payload = bulk.body(bodies)
+            else:
+                payload = b"[" + b",".join(bodies) + b"]" if self._json else b"".join(bodies)
             self._window.append(_Batch(self._next_seq, self.epoch, payload, futures))
             self._next_seq += 1
             self._lock.notify_all()  # wakes senders blocked on a full buffer
@@ -363,7 +374,7 @@ class Producer:
 
     def _send(self, batch: _Batch) -> None:
         request = ProducerRequest(
-            self.stream.url, self._content_type, self.producer_id, batch.epoch, batch.seq, batch.body
+            self.stream.url, self._content_type, self.producer_id, batch.epoch, batch.seq, batch.body, self._bulk
         )
         try:
             response = deliver(

@@ -59,6 +59,7 @@ class Stream:
         """The stream's content type once known (given, created, or learned from HEAD)."""
         self.transport = transport
         self._backoff = backoff
+        self._bulk: bool | None = None
         self.snapshots = Snapshots(transport, url)
         """Publish, read and delete snapshots (protocol extensions)."""
 
@@ -137,6 +138,7 @@ class Stream:
             expires_at=header(response, "Stream-Expires-At"),
             snapshot_offset=header(response, "Stream-Snapshot-Offset"),
             incarnation=header(response, "Stream-Incarnation"),
+            bulk_append=header(response, "Stream-Bulk-Append") == "application/vnd.apache.arrow.stream",
         )
 
     # -- writes --------------------------------------------------------------------------
@@ -163,7 +165,12 @@ class Stream:
         body = _body(data)
         if not body:
             raise ValueError("an append needs data; use close() to close without appending")
-        request = {"Content-Type": self.resolve_content_type()}
+        options: AppendOptions = {"seq": seq, "close": close, "retry": retry, "headers": headers, "timeout": timeout}
+        return self._append_body(body, {"Content-Type": self.resolve_content_type()}, options)
+
+    def _append_body(self, body: bytes, request: dict[str, str], options: AppendOptions) -> AppendResult:
+        seq, close, retry = options.get("seq"), options.get("close", False), options.get("retry", False)
+        headers, timeout = options.get("headers"), options.get("timeout", USE_DEFAULT)
         if seq is not None:
             request["Stream-Seq"] = seq
         if close:
@@ -173,6 +180,47 @@ class Stream:
             lambda: self._send("POST", (200, 204), body, request, headers, timeout), backoff=self._backoff, retry=rule
         )
         return append_result(response)
+
+    def append_many(self, messages: Iterable[bytes | str], **options: Unpack[AppendOptions]) -> AppendResult:
+        """Append each item as its own message (JSON streams: each a JSON text), in order.
+
+        Where the server takes bulk appends (``client.bulk``; learned with one HEAD) this is
+        one request: all messages or none, each with its own offset, bytes and boundaries
+        exactly kept. Elsewhere it falls back to plain appends: one JSON array for a JSON
+        stream (also all or none), one request per message for other streams (then not
+        atomic; ``seq`` is refused there, ``close`` goes with the last message).
+        """
+        items = [_body(message) or b"" for message in messages]
+        if not items or not all(items):
+            raise ValueError("append_many needs at least one message, and no empty one")
+        if self.supports_bulk():
+            from . import bulk
+
+            return self._append_body(bulk.body(items), bulk.headers(self.resolve_content_type()), options)
+        if self.is_json:
+            return self.append(b"[" + b",".join(items) + b"]", **options)
+        if options.get("seq") is not None:
+            raise ValueError(
+                f"append_many with seq: {self.url} takes no bulk appends, and one Stream-Seq cannot cover "
+                "a message per request"
+            )
+        last: AppendOptions = {**options}
+        options.pop("close", None)
+        for item in items[:-1]:
+            self.append(item, **options)
+        return self.append(items[-1], **last)
+
+    def supports_bulk(self) -> bool:
+        """Whether the server takes bulk appends on this stream (one HEAD, then remembered),
+        and ``pyarrow`` is there to encode them."""
+        if self._bulk is None:
+            try:
+                import pyarrow  # noqa: F401
+            except ImportError:
+                self._bulk = False
+            else:
+                self._bulk = self.metadata().bulk_append
+        return self._bulk
 
     def append_json(self, value: Any, **options: Unpack[AppendOptions]) -> AppendResult:
         """Append one JSON value as one message (arrays too: it is wrapped, see ``encode_json_batch``)."""

@@ -1,11 +1,13 @@
 """Acknowledged means durable: SIGKILL the server under concurrent idempotent producers.
 
 Eight producers append to one JSON stream, each numbering its requests with
-``Producer-Seq``. The server is SIGKILLed mid-traffic and restarted on the same data,
-several times. A producer whose request failed (connection refused or reset: the answer
-is in doubt) retries the very same ``(id, epoch, seq)`` until it gets an answer, exactly
-as the spec's retry model prescribes. Afterwards the stream must hold every producer's
-messages exactly once and in order, and so must the Delta table once flushed.
+``Producer-Seq``; half of them send bulk appends (the Arrow extension) of several
+messages per request, which must land all or nothing. The server is SIGKILLed
+mid-traffic and restarted on the same data, several times. A producer whose request
+failed (connection refused or reset: the answer is in doubt) retries the very same
+``(id, epoch, seq)`` until it gets an answer, exactly as the spec's retry model
+prescribes. Afterwards the stream must hold every producer's messages exactly once and
+in order, and so must the Delta table once flushed.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 import requests
@@ -25,6 +28,16 @@ from servers import ServerProcess, session
 
 PRODUCERS = 8
 KILL_ROUNDS = 3
+BULK_MESSAGES = 50
+"""Messages per request of the bulk producers (the odd-numbered ones)."""
+
+
+def _bulk_body(messages: list[bytes]) -> bytes:
+    sink = pa.BufferOutputStream()
+    batch = pa.record_batch([pa.array(messages, pa.binary())], names=["data"])
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
 
 
 @dataclass
@@ -36,17 +49,27 @@ class Producer:
     in_doubt_retries: int = 0
     unexpected: list[str] = field(default_factory=list)
 
+    @property
+    def bulk(self) -> int:
+        """Messages per request: 0 for a plain append of one message."""
+        return BULK_MESSAGES if self.index % 2 else 0
+
     def run(self) -> None:
         http = session()
         seq = 0
         while not self.stop.is_set():
-            body = json.dumps({"p": self.index, "s": seq})
             headers = {
                 "Content-Type": "application/json",
                 "Producer-Id": f"producer-{self.index}",
                 "Producer-Epoch": "0",
                 "Producer-Seq": str(seq),
             }
+            body: str | bytes = json.dumps({"p": self.index, "s": seq})
+            if self.bulk:
+                messages = [json.dumps({"p": self.index, "s": seq, "k": k}).encode() for k in range(self.bulk)]
+                body = _bulk_body(messages)
+                headers["Content-Type"] = "application/vnd.apache.arrow.stream"
+                headers["Stream-Bulk-Content-Type"] = "application/json"
             try:
                 response = http.post(self.url, data=body, headers=headers, timeout=10)
             except requests.RequestException:
@@ -76,8 +99,12 @@ def _read_all(url: str) -> list[dict[str, int]]:
 
 def _assert_exactly_once_in_order(messages: list[dict[str, int]], producers: list[Producer]) -> None:
     for producer in producers:
-        seqs = [m["s"] for m in messages if m["p"] == producer.index]
+        own = [m for m in messages if m["p"] == producer.index]
+        seqs = [m["s"] for m in own if m.get("k", 0) == 0]
         assert seqs == list(range(len(seqs))), f"producer {producer.index}: duplicates, gaps or reordering"
+        if producer.bulk:  # every request's messages, all of them, together, in order
+            expected = [(s, k) for s in seqs for k in range(producer.bulk)]
+            assert [(m["s"], m["k"]) for m in own] == expected, f"producer {producer.index}: a torn bulk append"
         # Everything acknowledged is there; at most the request in flight at the end
         # may have been stored without the producer seeing the answer.
         assert len(seqs) - len(producer.acknowledged) in (0, 1)

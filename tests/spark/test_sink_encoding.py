@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 
 from pyspark_durable_streams._sink_encoding import PayloadError, RequestCutter, checked_messages, row_messages
+from pyspark_durable_streams.client import bulk
 
 MAX_BYTES, MAX_MESSAGES = 300, 7
 
@@ -49,6 +50,25 @@ def test_json_bodies_are_cut_greedily_whatever_the_batching(chunk: int) -> None:
     assert bodies == [b"[" + b",".join(body) + b"]" for body in _greedy(messages)]
     assert [item for body in bodies for item in json.loads(body)] == [json.loads(m) for m in messages]
     assert all(len(body) <= MAX_BYTES or len(json.loads(body)) == 1 for body in bodies)
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "application/octet-stream"])
+@pytest.mark.parametrize("chunk", [1, 3, 11, 1000])
+def test_bulk_bodies_are_cut_like_json_arrays_and_byte_identical_whatever_the_batching(
+    content_type: str, chunk: int
+) -> None:
+    """With bulk appends every content type is cut by the same rule, and a body's bytes depend
+    only on its messages (not on the Arrow buffers they came in): retries send the same bytes."""
+    messages = _messages(200)
+    cutter = RequestCutter(content_type, max_bytes=MAX_BYTES, max_messages=MAX_MESSAGES, bulk=True)
+    bodies = []
+    for at in range(0, len(messages), chunk):
+        padded = pa.array([b"pad", *messages[at : at + chunk], b"pad"], pa.binary())
+        bodies += cutter.add(padded.slice(1, len(messages[at : at + chunk])))
+    bodies += cutter.finish()
+    expected = _greedy(messages)
+    assert [pa.ipc.open_stream(body).read_all()["data"].to_pylist() for body in bodies] == expected
+    assert bodies == [bulk.body(body) for body in expected]
 
 
 def test_byte_streams_send_each_message_alone() -> None:

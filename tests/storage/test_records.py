@@ -200,3 +200,24 @@ def test_crc_mismatch_in_payload_is_detected() -> None:
     frame = bytearray(encode(RECORDS[1]))
     frame[-1] ^= 0x10  # last message byte; length field still matches
     assert _decode_all(bytes(frame)) == []
+
+
+def test_bulk_append_record_round_trips_its_buffers() -> None:
+    """A bulk append's record carries its messages as one offsets block and one values
+    block; decoded, they are the same messages (also from a sliced array, whose offsets do
+    not start at 0), and a torn bulk frame is cut off whole."""
+    import pyarrow as pa
+
+    from durable_streams_server.storage.message_batch import MessageBatch
+
+    messages = [b"a", b"\r\n", b"\x00", b"--", bytes(range(256)), b"x" * 70_000]
+    whole = pa.array([b"skip", *messages, b"after"], pa.binary())
+    for array in (pa.array(messages, pa.binary()), whole.slice(1, len(messages))):
+        record = Record(5, 9, records.AppendHeader(3, 1000, ("p", 1, 2), "s", True), MessageBatch(array))
+        frame = encode(record)
+        ((decoded, end),) = list(decode_frames(frame))
+        assert end == len(frame)
+        assert isinstance(decoded.messages, MessageBatch)
+        assert decoded.messages.list() == messages
+        assert decoded.header == record.header and decoded.encoded_size() == sum(map(len, messages))
+        assert list(decode_frames(frame[:-1])) == []

@@ -39,6 +39,7 @@ from ..protocol.errors import Conflict, Gone, NotFound
 from ..protocol.headers import DEFAULT_CONTENT_TYPE, is_json, normalize_content_type
 from ..protocol.json_mode import split_messages
 from ..protocol.offsets import encode_seq
+from ..storage.message_batch import MessageBatch
 from ..storage.records import (
     AppendHeader,
     BucketCreateHeader,
@@ -264,7 +265,7 @@ class Engine:
         while seq < stream.fork_seq and stream.fork_of is not None:
             stream = self.by_uid[stream.fork_of]
         if seq >= stream.mem_base:
-            return stream.messages[seq - stream.mem_base], stream.batches.get(seq, 1)
+            return stream.mem.get(seq), stream.batches.get(seq, 1)
         (stored,) = await self.storage.read_messages(stream.uid, seq, seq + 1)
         return stored.data, stored.batch
 
@@ -282,14 +283,15 @@ class Engine:
 
     def _append_now(self, stream: Stream, request: AppendRequest) -> AppendOutcome:
         producer = request.producer
+        has_data = bool(request.body) or request.batch is not None
         if stream.closed:
             if producer is not None and stream.closed_by == (producer.producer_id, producer.epoch, producer.seq):
                 return AppendOutcome(AppendResult.ALREADY_CLOSED, stream.tail, True, producer.epoch, producer.seq)
-            if not request.body and producer is None:
+            if not has_data and producer is None:
                 return AppendOutcome(AppendResult.ALREADY_CLOSED, stream.tail, True)
             raise Conflict("stream is closed", code="STREAM_CLOSED", headers=_closed_headers(stream))
         if (
-            request.body
+            has_data
             and request.content_type is not None
             and normalize_content_type(request.content_type) != normalize_content_type(stream.content_type)
         ):
@@ -311,12 +313,14 @@ class Engine:
             and request.stream_seq.encode() <= stream.stream_seq.encode()
         ):
             raise Conflict("Stream-Seq must increase", code="SEQUENCE_REGRESSION")
-        messages: list[bytes] = []
-        if request.body:
+        messages: tuple[bytes, ...] | MessageBatch = ()
+        if request.batch is not None:
+            messages = MessageBatch(request.batch)
+        elif request.body:
             messages = (
-                split_messages(request.body, allow_empty_array=False)
+                tuple(split_messages(request.body, allow_empty_array=False))
                 if is_json(stream.content_type)
-                else [request.body]
+                else (request.body,)
             )
         header = AppendHeader(
             first_seq=stream.tail,
@@ -327,7 +331,7 @@ class Engine:
             stream_seq=request.stream_seq,
             close=request.close,
         )
-        record = self.storage.submit(stream.uid, header, tuple(messages))
+        record = self.storage.submit(stream.uid, header, messages)
         self.live.append(stream, record)
         self._publish(record.lsn, stream)
         return AppendOutcome(

@@ -13,6 +13,7 @@ from typing import Protocol
 import pyarrow as pa
 
 from ..storage.history_reader import StoredMessage
+from ..storage.message_batch import MessageBatch
 from ..storage.records import H, Record
 from ..storage.view import StateView
 
@@ -34,7 +35,7 @@ class StoragePort(Protocol):
         """The LSN the next record will get (a create uses it as the new uid)."""
         ...
 
-    def submit(self, uid: int, header: H, messages: tuple[bytes, ...] = ()) -> Record[H]:
+    def submit(self, uid: int, header: H, messages: tuple[bytes, ...] | MessageBatch = ()) -> Record[H]:
         """Stamp the next LSN on a state change and queue it for durability."""
         ...
 

@@ -6,8 +6,9 @@ incarnation, messages below ``mem_base`` live only in Delta; the rest are in mem
 A read gathers whole messages until a byte budget is spent; a single message larger than
 the budget is served in slices addressed by the offset's byte field.
 
-Gathering yields *runs* of consecutive messages in the form their tier holds them: Python
-lists from the memory tail, Arrow columns from Delta. Ordinary reads turn every run into
+Gathering yields *runs* of consecutive messages in the form their tier holds them
+(``engine.runs``): Python lists of the memory tail's plain appends, the Arrow buffers of its
+bulk appends, Arrow columns from Delta. Ordinary reads turn every run into
 lists of bytes; Arrow reads (``read_slice`` + ``Run.columns``) turn every run into Arrow,
 so history goes from the Delta scan to the response without a Python object per message.
 """
@@ -16,93 +17,16 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Protocol
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..protocol.errors import BadRequest, Gone
 from ..protocol.offsets import Offset, encode_seq
 from ..storage.history_reader import within_budget
 from .engine import Engine
+from .runs import COLUMNS, Run, StoredRun
 from .stream import Stream
 from .types import ReadResult
-
-TIMESTAMP = pa.timestamp("us", tz="UTC")
-COLUMNS = pa.schema(
-    [
-        pa.field("seq", pa.int64(), nullable=False),
-        pa.field("ts", TIMESTAMP, nullable=False),
-        pa.field("data", pa.binary(), nullable=False),
-    ]
-)
-"""A run as Arrow: sequence number, append time and bytes of each message."""
-
-
-class Run(Protocol):
-    """Consecutive whole messages of one stream."""
-
-    def __len__(self) -> int: ...
-
-    def nbytes(self) -> int: ...
-
-    def first_size(self) -> int:
-        """The size of the run's first message."""
-        ...
-
-    def lists(self) -> tuple[list[bytes], list[int]]:
-        """The messages' bytes and append times (ms)."""
-        ...
-
-    def columns(self) -> pa.Table:
-        """The messages as a table of ``COLUMNS``."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryRun:
-    first: int
-    data: list[bytes]
-    stamps: list[int]
-
-    def __len__(self) -> int:
-        return len(self.data)
-
-    def nbytes(self) -> int:
-        return sum(len(data) for data in self.data)
-
-    def first_size(self) -> int:
-        return len(self.data[0])
-
-    def lists(self) -> tuple[list[bytes], list[int]]:
-        return self.data, self.stamps
-
-    def columns(self) -> pa.Table:
-        seqs = pa.array(range(self.first, self.first + len(self.data)), pa.int64())
-        stamps = pa.array(self.stamps, pa.timestamp("ms", tz="UTC")).cast(TIMESTAMP)
-        return pa.Table.from_arrays([seqs, stamps, pa.array(self.data, pa.binary())], schema=COLUMNS)
-
-
-@dataclass(frozen=True, slots=True)
-class StoredRun:
-    table: pa.Table
-    """``seq``, ``ts``, ``data`` (and ``meta``) as the history read returned them."""
-
-    def __len__(self) -> int:
-        return int(self.table.num_rows)
-
-    def nbytes(self) -> int:
-        return int(pc.sum(pc.binary_length(self.table["data"])).as_py() or 0)
-
-    def first_size(self) -> int:
-        return int(pc.binary_length(self.table["data"].slice(0, 1))[0].as_py())
-
-    def lists(self) -> tuple[list[bytes], list[int]]:
-        stamps = pc.divide(self.table["ts"].cast(pa.int64()), 1000)
-        return self.table["data"].to_pylist(), stamps.to_pylist()
-
-    def columns(self) -> pa.Table:
-        return self.table.select(COLUMNS.names).cast(COLUMNS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,12 +152,7 @@ async def _gather(engine: Engine, stream: Stream, start: int, end: int, budget: 
             if kept < len(seqs) or short:
                 break  # the budget is spent, or the read stopped short (see history_reader)
             continue
-        offset, limit = start - stream.mem_base, end - stream.mem_base
-        messages, stop = stream.messages, offset
-        while stop < limit and (budget > 0 or (stop == offset and not runs)):
-            budget -= len(messages[stop])
-            stop += 1
-        runs.append(MemoryRun(start, messages[offset:stop], stream.stamps[offset:stop]))
+        runs += stream.mem.runs(start, end, budget, at_least_one=not runs)
         break
     return runs
 

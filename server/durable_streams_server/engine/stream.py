@@ -10,10 +10,15 @@ still take back.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ..protocol.producers import ProducerState
+from ..storage.message_batch import MessageBatch
+from .memory_tail import MemoryTail
 
 
 @dataclass(slots=True)
@@ -46,8 +51,8 @@ class Stream:
     visible_closed: bool = False
     last_lsn: int = 0
     mem_base: int = 0
-    messages: list[bytes] = field(default_factory=list)
-    stamps: list[int] = field(default_factory=list)
+    mem: MemoryTail = field(default_factory=MemoryTail)
+    """The messages from ``mem_base`` on (``engine.memory_tail``)."""
     mem_bytes: int = 0
     batches: dict[int, int] = field(default_factory=dict)
     snapshot_data: bytes | None = None
@@ -86,38 +91,37 @@ class Stream:
 
     # -- the in-memory tail -----------------------------------------------------------
 
-    def remember(self, first_seq: int, messages: tuple[bytes, ...], ts_ms: int) -> None:
-        if not self.messages:
+    def remember(self, first_seq: int, messages: Sequence[bytes], ts_ms: int) -> None:
+        if not self.mem:
             self.mem_base = first_seq
-        if len(messages) > 1:
+        if len(messages) > 1 and not isinstance(messages, MessageBatch):  # (a bulk append's are one each)
             self.batches[first_seq] = len(messages)
-        self.messages.extend(messages)
-        self.stamps.extend([ts_ms] * len(messages))
-        self.mem_bytes += sum(len(m) for m in messages)
+        self.mem_bytes += self.mem.add(first_seq, messages, ts_ms)
 
     def mark_flushed(self, tail: int) -> None:
         """Messages below ``tail`` are in Delta now."""
         if tail <= self.flushed_tail:
             return
-        first = max(0, self.flushed_tail - self.mem_base)
-        self.flushed_mem_bytes += sum(len(m) for m in self.messages[first : max(first, tail - self.mem_base)])
+        first = max(self.flushed_tail, self.mem_base)
+        self.flushed_mem_bytes += int(self.mem.sizes(first, max(first, tail)).sum())
         self.flushed_tail = tail
 
     def trim_flushed(self, keep_bytes: int) -> None:
         """Forget flushed messages beyond the newest ``keep_bytes``; unflushed ones stay."""
-        drop, dropped = 0, 0
         limit = self.flushed_tail - self.mem_base
-        while drop < limit and self.mem_bytes - dropped > keep_bytes:
-            dropped += len(self.messages[drop])
-            drop += 1
-        if drop:
-            del self.messages[:drop]
-            del self.stamps[:drop]
-            self.mem_base += drop
-            self.mem_bytes -= dropped
-            self.flushed_mem_bytes -= dropped
-            for seq in [seq for seq in self.batches if seq < self.mem_base]:
-                del self.batches[seq]
+        excess = self.mem_bytes - keep_bytes
+        if limit <= 0 or excess <= 0:
+            return
+        # the fewest oldest messages whose bytes reach the excess
+        cumulative = np.cumsum(self.mem.sizes(self.mem_base, self.flushed_tail))
+        drop = min(int(np.searchsorted(cumulative, excess, side="left")) + 1, limit)
+        dropped = int(cumulative[drop - 1])
+        self.mem.drop(drop)
+        self.mem_base += drop
+        self.mem_bytes -= dropped
+        self.flushed_mem_bytes -= dropped
+        for seq in [seq for seq in self.batches if seq < self.mem_base]:
+            del self.batches[seq]
 
     def wake(self) -> None:
         waiters, self.waiters = self.waiters, set()

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
+import pyarrow as pa
+
 from ..protocol.headers import ProducerHeaders
 from ..protocol.offsets import Offset
 from .stream import Stream
@@ -39,6 +41,9 @@ class AppendRequest:
     producer: ProducerHeaders | None
     stream_seq: str | None
     close: bool
+    batch: pa.BinaryArray | None = None
+    """A bulk append's messages (checked by ``protocol.bulk``; ``body`` is then empty and
+    ``content_type`` the one the request names for its messages)."""
 
 
 class AppendResult(Enum):

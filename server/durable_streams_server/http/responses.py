@@ -19,7 +19,7 @@ ALLOWED_HEADERS = (
 EXPOSED_HEADERS = (
     "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, Stream-TTL, Stream-Expires-At, "
     "Stream-SSE-Data-Encoding, Producer-Epoch, Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, "
-    "Stream-Incarnation, ETag, Content-Type, Location"
+    "Stream-Incarnation, Stream-Bulk-Append, ETag, Content-Type, Location"
 )
 _EVERY_RESPONSE = [
     (b"access-control-allow-origin", b"*"),

@@ -19,6 +19,7 @@ from ..engine import reads
 from ..engine.engine import Engine
 from ..engine.stream import Stream
 from ..engine.types import AppendOutcome, AppendRequest, AppendResult, CreateRequest, ReadResult
+from ..protocol import bulk
 from ..protocol import headers as h
 from ..protocol.cursor import response_cursor
 from ..protocol.errors import BadRequest, PayloadTooLarge
@@ -103,6 +104,9 @@ class StreamHandlers:
         )
         close = h.is_closed_flag(headers.get(h.STREAM_CLOSED))
         body = await self.body(request)
+        bulk_type = headers.get(bulk.BULK_CONTENT_TYPE)
+        if bulk_type is not None:
+            return await self._bulk_append(name, request, body, bulk_type, producer, close)
         content_type = None
         if body:
             content_type = h.parse_content_type(headers.get("content-type"))
@@ -112,6 +116,29 @@ class StreamHandlers:
             raise BadRequest("an append needs a body (or Stream-Closed: true to close)", code="EMPTY_BODY")
         outcome = await self.engine.append(
             name, AppendRequest(body, content_type, producer, headers.get(h.STREAM_SEQ), close)
+        )
+        status = 200 if outcome.result is AppendResult.STORED_FOR_PRODUCER else 204
+        return Response(status_code=status, headers=_append_headers(outcome))
+
+    async def _bulk_append(
+        self, name: str, request: Request, body: bytes, bulk_type: str, producer: h.ProducerHeaders | None, close: bool
+    ) -> Response:
+        """The bulk append extension (``protocol.bulk``): many messages, one request, one record."""
+        if h.normalize_content_type(request.headers.get("content-type") or "") != bulk.ARROW_STREAM:
+            raise BadRequest(
+                f"{bulk.BULK_CONTENT_TYPE} needs Content-Type: {bulk.ARROW_STREAM}", code="INVALID_BULK_BODY"
+            )
+        content_type = h.parse_content_type(bulk_type)
+        if content_type is None:
+            raise BadRequest(f"{bulk.BULK_CONTENT_TYPE} is empty", code="MISSING_CONTENT_TYPE")
+        messages = bulk.parse_body(body)
+        stream = self.engine.get_live(name)
+        same_type = h.normalize_content_type(content_type) == h.normalize_content_type(stream.content_type)
+        # (a mismatch is the engine's 409, whatever the messages are)
+        bulk.check_messages(messages, json_stream=same_type and h.is_json(stream.content_type))
+        outcome = await self.engine.append(
+            name,
+            AppendRequest(b"", content_type, producer, request.headers.get(h.STREAM_SEQ), close, batch=messages),
         )
         status = 200 if outcome.result is AppendResult.STORED_FOR_PRODUCER else 204
         return Response(status_code=status, headers=_append_headers(outcome))
@@ -130,6 +157,7 @@ class StreamHandlers:
             h.STREAM_INCARNATION: stream.incarnation,
             "Cache-Control": "no-store",
             "ETag": _etag(stream, BEGINNING_SENTINEL, encode_seq(stream.visible_tail), stream.visible_closed),
+            bulk.BULK_APPEND: bulk.ARROW_STREAM,
         }
         if stream.ttl_s is not None:
             headers[h.STREAM_TTL] = str(stream.ttl_s)

@@ -23,6 +23,7 @@ from .compaction import Compaction, CompactionConfig, CompactionReport, Compacto
 from .delta_log import DeltaLog
 from .flusher import DeltaFlusher
 from .history_reader import HistoryReader, StoredMessage
+from .message_batch import MessageBatch
 from .observer import NullObserver, StorageObserver
 from .records import H, Record, encode
 from .view import Recovery, StateView
@@ -170,7 +171,7 @@ class Storage:
 
     # -- the write path ---------------------------------------------------------------
 
-    def submit(self, uid: int, header: H, messages: tuple[bytes, ...] = ()) -> Record[H]:
+    def submit(self, uid: int, header: H, messages: tuple[bytes, ...] | MessageBatch = ()) -> Record[H]:
         """Queue a state change for durability; the caller applies it in memory right after."""
         if self._admission.failure is not None:
             raise self._admission.unavailable("STORAGE_FAILED")

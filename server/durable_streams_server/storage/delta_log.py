@@ -52,6 +52,7 @@ from deltalake.exceptions import TableNotFoundError
 
 from .compaction_plan import Bin, FileSpan, spans_intersecting
 from .log_trim import table_properties, trim_due, trim_log
+from .message_batch import MessageBatch
 from .records import (
     SIGNING_KEYS_NAME,
     AppendHeader,
@@ -289,6 +290,9 @@ class DeltaLog:
                 name, batches = names.get(record.uid) or "", ()
             else:  # (no other kind carries messages)
                 continue
+            if isinstance(record.messages, MessageBatch):
+                rows.add_batch(name, record.uid, header.first_seq, ts_us, record.messages, record.lsn)
+                continue
             batch_starts = _batch_starts(batches or (len(record.messages),))
             for index, message in enumerate(record.messages):
                 size = batch_starts.get(index, 1)
@@ -349,10 +353,11 @@ def _spans(table: DeltaTable) -> list[FileSpan]:
 
 
 class _Rows:
-    """Column buffers for one commit's rows."""
+    """Column buffers for one commit's rows, and the bulk appends' rows as Arrow columns."""
 
     def __init__(self) -> None:
         self.columns: list[list[Any]] = [[] for _ in SCHEMA]
+        self.tables: list[pa.Table] = []
 
     def add(
         self, stream: str, uid: int, kind: str, seq: int, ts_us: int, data: bytes | None, meta: str | None, lsn: int
@@ -360,9 +365,36 @@ class _Rows:
         for column, value in zip(self.columns, (stream, uid, kind, seq, ts_us, data, meta, lsn), strict=True):
             column.append(value)
 
+    def add_batch(self, stream: str, uid: int, first_seq: int, ts_us: int, batch: MessageBatch, lsn: int) -> None:
+        """A bulk append's messages (each its own append batch of one): repeated scalars, a
+        range of sequence numbers and the batch's own buffers, no Python object per message."""
+        self._seal()  # rows keep the records' order
+        count = len(batch)
+        repeat = np.zeros(count, dtype=np.int32)
+        arrays = [
+            pa.array([stream], pa.string()).take(repeat),
+            pa.array(np.full(count, uid, dtype=np.int64)),
+            pa.array([KIND_MESSAGE], pa.string()).take(repeat),
+            pa.array(np.arange(first_seq, first_seq + count, dtype=np.int64)),
+            pa.array(np.full(count, ts_us, dtype=np.int64)).cast(SCHEMA.field("ts").type),
+            batch.array,
+            pa.nulls(count, pa.string()),
+            pa.array(np.full(count, lsn, dtype=np.int64)),
+        ]
+        self.tables.append(pa.Table.from_arrays(arrays, schema=SCHEMA))
+
+    def _seal(self) -> None:
+        """Turn the rows added one by one so far into a table of their own."""
+        if self.columns[0]:
+            arrays = [pa.array(values, field.type) for values, field in zip(self.columns, SCHEMA, strict=True)]
+            self.tables.append(pa.Table.from_arrays(arrays, schema=SCHEMA))
+            self.columns = [[] for _ in SCHEMA]
+
     def to_table(self) -> pa.Table:
-        arrays = [pa.array(values, field.type) for values, field in zip(self.columns, SCHEMA, strict=True)]
-        return pa.Table.from_arrays(arrays, schema=SCHEMA)
+        self._seal()
+        if not self.tables:
+            return SCHEMA.empty_table()
+        return pa.concat_tables(self.tables) if len(self.tables) > 1 else self.tables[0]
 
 
 def _add_subscription_rows(rows: _Rows, records: Sequence[Record[Header]]) -> None:

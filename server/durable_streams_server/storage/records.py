@@ -17,6 +17,8 @@ Frame layout (little-endian)::
     u32 payload_length | u32 crc32(payload) | payload
     payload := u64 lsn | u8 kind | u64 uid | u32 header_length | header (JSON)
                | u32 message_count | (u32 length | bytes) * message_count
+    (a bulk append, ``message_batch``: message_count is 0xFFFFFFFF, then
+               | u32 count | u32 offset * (count + 1) | values)
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, ClassVar, Generic, TypeGuard, TypeVar
+
+from .message_batch import MessageBatch
 
 _R = TypeVar("_R", bound="_Removal")
 
@@ -272,13 +276,15 @@ class Record(Generic[H_co]):
     lsn: int
     uid: int
     header: H_co
-    messages: tuple[bytes, ...] = field(default=())
+    messages: tuple[bytes, ...] | MessageBatch = field(default=())
 
     @property
     def kind(self) -> RecordKind:
         return self.header.KIND
 
     def encoded_size(self) -> int:
+        if isinstance(self.messages, MessageBatch):
+            return self.messages.nbytes
         return sum(len(m) for m in self.messages)
 
 
@@ -290,16 +296,26 @@ def is_kind(record: Record[Header], kind: type[H]) -> TypeGuard[Record[H]]:
 _FRAME = struct.Struct("<II")
 _PREFIX = struct.Struct("<QBQI")
 _U32 = struct.Struct("<I")
+_BULK = 0xFFFFFFFF
 
 
 def encode(record: Record[Header]) -> bytes:
     header = json.dumps(record.header.to_json(), separators=(",", ":")).encode()
-    parts = [_PREFIX.pack(record.lsn, record.kind, record.uid, len(header)), header, _U32.pack(len(record.messages))]
-    for message in record.messages:
-        parts.append(_U32.pack(len(message)))
-        parts.append(message)
-    payload = b"".join(parts)
-    return _FRAME.pack(len(payload), zlib.crc32(payload)) + payload
+    parts: list[bytes | memoryview] = [_PREFIX.pack(record.lsn, record.kind, record.uid, len(header)), header]
+    messages = record.messages
+    if isinstance(messages, MessageBatch):
+        parts.append(_U32.pack(_BULK) + _U32.pack(len(messages)))
+        parts.extend(messages.frame_parts())
+    else:
+        parts.append(_U32.pack(len(messages)))
+        for message in messages:
+            parts.append(_U32.pack(len(message)))
+            parts.append(message)
+    length, crc = 0, 0
+    for part in parts:  # the CRC over the parts, so the payload is copied once, into the frame
+        length += len(part)
+        crc = zlib.crc32(part, crc)
+    return b"".join([_FRAME.pack(length, crc), *parts])
 
 
 def _decode_payload(payload: memoryview) -> Record[Header]:
@@ -309,6 +325,13 @@ def _decode_payload(payload: memoryview) -> Record[Header]:
     position += header_length
     (count,) = _U32.unpack_from(payload, position)
     position += _U32.size
+    if count == _BULK:
+        (count,) = _U32.unpack_from(payload, position)
+        position += _U32.size
+        offsets_end = position + 4 * (count + 1)
+        (size,) = _U32.unpack_from(payload, offsets_end - 4)
+        batch = MessageBatch.from_frame(count, payload[position:offsets_end], payload[offsets_end : offsets_end + size])
+        return Record(lsn, uid, header, batch)
     messages = []
     for _ in range(count):
         (length,) = _U32.unpack_from(payload, position)

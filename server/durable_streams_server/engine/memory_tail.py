@@ -1,0 +1,168 @@
+"""One stream's in-memory tail: the messages from ``Stream.mem_base`` on, in chunks.
+
+Plain appends extend a chunk of Python lists (one ``bytes`` and one append time per
+message, as they arrived); a bulk append adds its ``MessageBatch``'s Arrow array as a chunk
+of its own, so its messages stay in the batch's two buffers: remembering, measuring,
+trimming and reading them (``runs``) slices those buffers without a Python object per
+message. Chunks are in sequence order and contiguous.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from ..storage.message_batch import MessageBatch
+from .runs import ArrowRun, MemoryRun, Run
+
+
+@dataclass(slots=True)
+class _Lists:
+    first: int
+    data: list[bytes] = field(default_factory=list)
+    stamps: list[int] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def sizes(self, start: int, stop: int) -> np.ndarray:
+        return np.fromiter(map(len, itertools.islice(self.data, start, stop)), dtype=np.int64, count=stop - start)
+
+    def get(self, index: int) -> bytes:
+        return self.data[index]
+
+    def take(self, start: int, stop: int, budget: int, forced: bool) -> tuple[int, int]:
+        """How many messages from ``start`` a read takes (each while budget remains before
+        it; the first one anyway if ``forced``), and their bytes."""
+        data, end, used = self.data, start, 0
+        while end < stop and (used < budget or (forced and end == start)):
+            used += len(data[end])
+            end += 1
+        return end - start, used
+
+    def run(self, start: int, stop: int) -> Run:
+        return MemoryRun(self.first + start, self.data[start:stop], self.stamps[start:stop])
+
+    def drop(self, count: int) -> None:
+        del self.data[:count]
+        del self.stamps[:count]
+        self.first += count
+
+
+@dataclass(slots=True)
+class _Arrow:
+    first: int
+    data: pa.BinaryArray
+    ts_ms: int
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def sizes(self, start: int, stop: int) -> np.ndarray:
+        return MessageBatch(self.data.slice(start, stop - start)).sizes().astype(np.int64)
+
+    def get(self, index: int) -> bytes:
+        value = self.data[index].as_py()
+        assert isinstance(value, bytes)
+        return value
+
+    def take(self, start: int, stop: int, budget: int, forced: bool) -> tuple[int, int]:
+        sizes = self.sizes(start, stop)
+        ends = np.cumsum(sizes)
+        kept = int(np.searchsorted(ends - sizes, budget, side="left"))
+        kept = max(kept, 1 if forced and stop > start else 0)
+        return kept, int(ends[kept - 1]) if kept else 0
+
+    def run(self, start: int, stop: int) -> Run:
+        return ArrowRun(self.first + start, self.data.slice(start, stop - start), self.ts_ms)
+
+    def drop(self, count: int) -> None:
+        self.data = self.data.slice(count)
+        self.first += count
+
+
+class MemoryTail:
+    __slots__ = ("_chunks", "_firsts", "count")
+
+    def __init__(self) -> None:
+        self._chunks: list[_Lists | _Arrow] = []
+        self._firsts: list[int] = []
+        self.count = 0
+
+    def __len__(self) -> int:
+        return self.count
+
+    def add(self, first_seq: int, messages: Sequence[bytes], ts_ms: int) -> int:
+        """Messages ``first_seq…`` (right after the last ones); returns their bytes."""
+        if isinstance(messages, MessageBatch):
+            self._chunks.append(_Arrow(first_seq, messages.array, ts_ms))
+            self._firsts.append(first_seq)
+            self.count += len(messages)
+            return messages.nbytes
+        last = self._chunks[-1] if self._chunks else None
+        if not isinstance(last, _Lists):
+            last = _Lists(first_seq)
+            self._chunks.append(last)
+            self._firsts.append(first_seq)
+        last.data.extend(messages)
+        last.stamps.extend([ts_ms] * len(messages))
+        self.count += len(messages)
+        return sum(map(len, messages))
+
+    def _locate(self, seq: int) -> int:
+        return bisect.bisect_right(self._firsts, seq) - 1
+
+    def get(self, seq: int) -> bytes:
+        chunk = self._chunks[self._locate(seq)]
+        return chunk.get(seq - chunk.first)
+
+    def sizes(self, start: int, stop: int) -> np.ndarray:
+        """The sizes of messages ``start <= seq < stop`` (all in memory)."""
+        if start >= stop or not self._chunks:
+            return np.zeros(0, dtype=np.int64)
+        parts = []
+        index = max(0, self._locate(start))
+        while start < stop and index < len(self._chunks):
+            chunk = self._chunks[index]
+            end = min(stop, chunk.first + len(chunk))
+            parts.append(chunk.sizes(start - chunk.first, end - chunk.first))
+            start, index = end, index + 1
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+    def runs(self, start: int, stop: int, budget: int, *, at_least_one: bool) -> list[Run]:
+        """Whole messages from ``start`` (before ``stop``), each taken while ``budget`` remains
+        before it (at least one if asked): one run per chunk touched."""
+        runs: list[Run] = []
+        index = max(0, self._locate(start))
+        while start < stop and index < len(self._chunks):
+            chunk = self._chunks[index]
+            end = min(stop, chunk.first + len(chunk))
+            kept, used = chunk.take(start - chunk.first, end - chunk.first, budget, at_least_one and not runs)
+            if not kept:
+                break
+            runs.append(chunk.run(start - chunk.first, start - chunk.first + kept))
+            budget -= used
+            start += kept
+            if start < end:
+                break  # the budget is spent
+            index += 1
+        return runs
+
+    def drop(self, count: int) -> None:
+        """Forget the oldest ``count`` messages."""
+        self.count -= count
+        while count:
+            chunk = self._chunks[0]
+            if len(chunk) <= count:
+                count -= len(chunk)
+                del self._chunks[0]
+                del self._firsts[0]
+            else:
+                chunk.drop(count)
+                self._firsts[0] = chunk.first
+                count = 0

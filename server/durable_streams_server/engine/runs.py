@@ -1,0 +1,120 @@
+"""Runs: consecutive whole messages of one stream, in the form their tier holds them.
+
+A read gathers runs (``engine.reads``): ``MemoryRun`` from the plain appends of the memory
+tail (Python lists), ``ArrowRun`` from its bulk appends (the batch's Arrow buffers, sliced,
+never a Python object per message unless a plain read asks for lists), ``StoredRun`` from
+Delta. Ordinary reads turn every run into lists of bytes; Arrow reads turn every run into
+a table of ``COLUMNS``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+COLUMNS = pa.schema(
+    [
+        pa.field("seq", pa.int64(), nullable=False),
+        pa.field("ts", TIMESTAMP, nullable=False),
+        pa.field("data", pa.binary(), nullable=False),
+    ]
+)
+"""A run as Arrow: sequence number, append time and bytes of each message."""
+
+
+class Run(Protocol):
+    """Consecutive whole messages of one stream."""
+
+    def __len__(self) -> int: ...
+
+    def nbytes(self) -> int: ...
+
+    def first_size(self) -> int:
+        """The size of the run's first message."""
+        ...
+
+    def lists(self) -> tuple[list[bytes], list[int]]:
+        """The messages' bytes and append times (ms)."""
+        ...
+
+    def columns(self) -> pa.Table:
+        """The messages as a table of ``COLUMNS``."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRun:
+    first: int
+    data: list[bytes]
+    stamps: list[int]
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def nbytes(self) -> int:
+        return sum(len(data) for data in self.data)
+
+    def first_size(self) -> int:
+        return len(self.data[0])
+
+    def lists(self) -> tuple[list[bytes], list[int]]:
+        return self.data, self.stamps
+
+    def columns(self) -> pa.Table:
+        seqs = pa.array(range(self.first, self.first + len(self.data)), pa.int64())
+        stamps = pa.array(self.stamps, pa.timestamp("ms", tz="UTC")).cast(TIMESTAMP)
+        return pa.Table.from_arrays([seqs, stamps, pa.array(self.data, pa.binary())], schema=COLUMNS)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRun:
+    table: pa.Table
+    """``seq``, ``ts``, ``data`` (and ``meta``) as the history read returned them."""
+
+    def __len__(self) -> int:
+        return int(self.table.num_rows)
+
+    def nbytes(self) -> int:
+        return int(pc.sum(pc.binary_length(self.table["data"])).as_py() or 0)
+
+    def first_size(self) -> int:
+        return int(pc.binary_length(self.table["data"].slice(0, 1))[0].as_py())
+
+    def lists(self) -> tuple[list[bytes], list[int]]:
+        stamps = pc.divide(self.table["ts"].cast(pa.int64()), 1000)
+        return self.table["data"].to_pylist(), stamps.to_pylist()
+
+    def columns(self) -> pa.Table:
+        return self.table.select(COLUMNS.names).cast(COLUMNS)
+
+
+@dataclass(frozen=True, slots=True)
+class ArrowRun:
+    """Messages of one bulk append (or a slice of them): its buffers and its append time."""
+
+    first: int
+    data: pa.BinaryArray
+    ts_ms: int
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def nbytes(self) -> int:
+        return int(pc.sum(pc.binary_length(self.data)).as_py() or 0)
+
+    def first_size(self) -> int:
+        return len(self.data[0].as_py())
+
+    def lists(self) -> tuple[list[bytes], list[int]]:
+        return self.data.to_pylist(), [self.ts_ms] * len(self.data)
+
+    def columns(self) -> pa.Table:
+        count = len(self.data)
+        seqs = pa.array(np.arange(self.first, self.first + count, dtype=np.int64))
+        stamps = pa.array(np.full(count, self.ts_ms * 1000, dtype=np.int64)).cast(TIMESTAMP)
+        return pa.Table.from_arrays([seqs, stamps, self.data], schema=COLUMNS)

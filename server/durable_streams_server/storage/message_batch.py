@@ -1,0 +1,85 @@
+"""A bulk append's messages as Arrow buffers: one values buffer and its offsets.
+
+A ``MessageBatch`` is what a record of a bulk append carries instead of one ``bytes`` per
+message. It is a ``Sequence[bytes]`` (indexing makes a ``bytes`` of one message), so the
+code that treats messages one by one keeps working, while the paths that move many
+messages use the buffers directly: the WAL frame writes the offsets and the values as two
+blocks (``frame_parts`` / ``from_frame``), the Delta flush puts ``array`` into the commit's
+``data`` column as it is, and the memory tail takes its messages in one conversion.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import overload
+
+import numpy as np
+import pyarrow as pa
+
+
+class MessageBatch(Sequence[bytes]):
+    __slots__ = ("array", "nbytes")
+
+    def __init__(self, array: pa.BinaryArray) -> None:
+        self.array = array
+        offsets = _offsets(array)
+        self.nbytes = int(offsets[-1] - offsets[0]) if len(array) else 0
+
+    def __len__(self) -> int:
+        return len(self.array)
+
+    @overload
+    def __getitem__(self, index: int) -> bytes: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[bytes]: ...
+
+    def __getitem__(self, index: int | slice) -> bytes | Sequence[bytes]:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self.array))
+            if step != 1:
+                return self.list()[index]
+            return MessageBatch(self.array.slice(start, max(0, stop - start)))
+        value = self.array[index].as_py()
+        assert isinstance(value, bytes)
+        return value
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self.list())
+
+    def __repr__(self) -> str:
+        return f"MessageBatch({len(self)} messages, {self.nbytes} bytes)"
+
+    def list(self) -> list[bytes]:
+        """One ``bytes`` per message (one C-level conversion)."""
+        values: list[bytes] = self.array.to_pylist()
+        return values
+
+    def sizes(self) -> np.ndarray:
+        """Each message's length."""
+        return np.diff(_offsets(self.array))
+
+    def frame_parts(self) -> tuple[bytes, memoryview]:
+        """The offsets (``u32`` * (count + 1), from 0) and the values, for a WAL frame."""
+        offsets = _offsets(self.array)
+        base = int(offsets[0]) if len(offsets) else 0
+        relative = (offsets - base).astype("<u4", copy=False).tobytes()
+        values = self.array.buffers()[2]
+        data = memoryview(values)[base : base + self.nbytes] if values is not None else memoryview(b"")
+        return relative, data
+
+    @classmethod
+    def from_frame(cls, count: int, offsets: bytes | memoryview, values: bytes | memoryview) -> MessageBatch:
+        """The inverse of ``frame_parts`` (the buffers are copied out of the frame once)."""
+        array = pa.Array.from_buffers(
+            pa.binary(), count, [None, pa.py_buffer(bytes(offsets)), pa.py_buffer(bytes(values))]
+        )
+        assert isinstance(array, pa.BinaryArray)
+        return cls(array)
+
+
+def _offsets(array: pa.BinaryArray) -> np.ndarray:
+    buffer = array.buffers()[1]
+    if buffer is None:
+        return np.zeros(1, dtype=np.int32)
+    return np.frombuffer(buffer, dtype=np.int32, count=len(array) + 1, offset=array.offset * 4)
