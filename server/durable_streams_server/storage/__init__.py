@@ -70,10 +70,13 @@ or fsync failure (local disk) is different: memory may be ahead of the WAL, so s
 refuses writes until a restart (``STORAGE_FAILED``), answering at once instead of
 hanging. A refusal carries ``retry_after_s``; storage never builds HTTP headers.
 
-Modules: ``committer`` (the ``Storage`` facade wiring the rest), ``records``, ``acks``,
-``admission``, ``wal``, ``wal_writer``, ``flusher``, ``delta_log``, ``history_reader``,
-``state_checkpoint``, ``compaction_plan``, ``compaction``, ``log_trim``, ``view`` (what storage and the
-engine hand each other), ``observer`` (metrics hooks).
+Modules: ``committer`` (the ``Storage`` facade wiring the rest), ``records`` and
+``message_batch`` (WAL records; a bulk append's buffers), ``acks``, ``admission``, ``wal``,
+``wal_writer``, ``flusher``, ``delta_log`` (the table) with ``table_schema`` and
+``commit_rows`` (a flush's rows), ``state_rows`` (what recovery parses now or later),
+``state_checkpoint``, ``log_trim``, ``history_reader``, ``data_files`` (local files read
+with pyarrow), ``compaction_plan``, ``compaction``, ``view`` (what storage and the engine
+hand each other), ``observer`` (metrics hooks).
 Storage never imports the engine.
 """
 

@@ -47,9 +47,10 @@ from deltalake import DeltaTable
 
 from .compaction_plan import Bin, plan_bins
 from .data_files import DataFiles
-from .delta_log import KIND_MESSAGE, KIND_STATE, KIND_SUBSCRIPTION, SCHEMA, DeltaLog, plain_batch
+from .delta_log import DeltaLog, plain_batch
 from .observer import StorageObserver
 from .state_checkpoint import CHECKPOINT_APP_ID, CheckpointPolicy, newest_per_uid
+from .table_schema import KIND_MESSAGE, KIND_STATE, KIND_SUBSCRIPTION, SCHEMA
 from .view import StateView, StreamState
 
 log = logging.getLogger("durable_streams_server.compaction")

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -50,42 +50,20 @@ import pyarrow.compute as pc
 from deltalake import ColumnProperties, CommitProperties, DeltaTable, Transaction, WriterProperties, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
+from .commit_rows import commit_table
 from .compaction_plan import Bin, FileSpan, spans_intersecting
 from .log_trim import table_properties, trim_due, trim_log
-from .message_batch import MessageBatch
 from .records import (
-    SIGNING_KEYS_NAME,
-    AppendHeader,
-    CreateHeader,
     Header,
     Record,
-    SigningKeysHeader,
-    SnapshotHeader,
-    SubscriptionHeader,
 )
 from .state_checkpoint import CHECKPOINT_APP_ID, newest_per_uid
-from .state_rows import RecoveredRows, split_rows, state_flags
+from .state_rows import RecoveredRows, split_rows
+from .table_schema import KIND_SNAPSHOT, KIND_STATE, KIND_SUBSCRIPTION, SCHEMA
 
 APP_ID = "durable-streams-server"
 TABLE_NAME = "streams"
 
-SCHEMA = pa.schema(
-    [
-        pa.field("stream", pa.string(), nullable=False),
-        pa.field("stream_uid", pa.int64(), nullable=False),
-        pa.field("kind", pa.string(), nullable=False),
-        pa.field("seq", pa.int64(), nullable=False),
-        pa.field("ts", pa.timestamp("us", tz="UTC"), nullable=False),
-        pa.field("data", pa.binary(), nullable=True),
-        pa.field("meta", pa.string(), nullable=True),
-        pa.field("lsn", pa.int64(), nullable=False),
-    ]
-)
-
-KIND_MESSAGE = "message"
-KIND_STATE = "state"
-KIND_SNAPSHOT = "snapshot"
-KIND_SUBSCRIPTION = "subscription"
 CHECKPOINT_INTERVAL = 100
 """Commits between Delta log checkpoints (``delta.checkpointInterval``): log replay reads one
 checkpoint and at most this many commit files."""
@@ -270,45 +248,12 @@ class DeltaLog:
 
     def commit(self, records: Iterable[Record[Header]], states: Mapping[int, dict[str, Any]], through_lsn: int) -> None:
         """Write the records' messages and snapshots plus the given states in one commit."""
-        rows = _Rows()
-        records = list(records)
-        _add_subscription_rows(rows, records)
-        names = {uid: state["name"] for uid, state in states.items()}
-        for record in records:
-            header = record.header
-            if not record.messages:
-                continue
-            ts_us = header.ts * 1000
-            if isinstance(header, SnapshotHeader):
-                meta = json.dumps({"content_type": header.content_type})
-                name = names.get(record.uid) or ""
-                rows.add(name, record.uid, KIND_SNAPSHOT, header.seq, ts_us, record.messages[0], meta, record.lsn)
-                continue
-            if isinstance(header, CreateHeader):
-                name, batches = names.get(record.uid) or header.name, header.batches
-            elif isinstance(header, AppendHeader):
-                name, batches = names.get(record.uid) or "", ()
-            else:  # (no other kind carries messages)
-                continue
-            if isinstance(record.messages, MessageBatch):
-                rows.add_batch(name, record.uid, header.first_seq, ts_us, record.messages, record.lsn)
-                continue
-            batch_starts = _batch_starts(batches or (len(record.messages),))
-            for index, message in enumerate(record.messages):
-                size = batch_starts.get(index, 1)
-                batch_meta = f'{{"batch":{size}}}' if size > 1 else None
-                rows.add(
-                    name, record.uid, KIND_MESSAGE, header.first_seq + index, ts_us, message, batch_meta, record.lsn
-                )
-        for uid, state in states.items():
-            meta = json.dumps(state, separators=(",", ":"))
-            ts_us = state["written_ms"] * 1000
-            rows.add(state["name"], uid, KIND_STATE, state["tail"], ts_us, state_flags(state), meta, through_lsn)
+        table = commit_table(list(records), states, through_lsn)
         properties = CommitProperties(app_transactions=[Transaction(app_id=APP_ID, version=through_lsn)])
         with self._lock:
             write_deltalake(
                 self._table,
-                rows.to_table(),
+                table,
                 mode="append",
                 commit_properties=properties,
                 writer_properties=WriterProperties(column_properties=_NO_STATISTICS),
@@ -350,74 +295,3 @@ def _spans(table: DeltaTable) -> list[FileSpan]:
     if actions.num_rows and (None in los or None in his):
         raise RuntimeError("a data file of the table has no lsn statistics; compaction needs them")
     return [FileSpan(*fields) for fields in zip(paths, sizes, los, his, strict=True)]
-
-
-class _Rows:
-    """Column buffers for one commit's rows, and the bulk appends' rows as Arrow columns."""
-
-    def __init__(self) -> None:
-        self.columns: list[list[Any]] = [[] for _ in SCHEMA]
-        self.tables: list[pa.Table] = []
-
-    def add(
-        self, stream: str, uid: int, kind: str, seq: int, ts_us: int, data: bytes | None, meta: str | None, lsn: int
-    ) -> None:
-        for column, value in zip(self.columns, (stream, uid, kind, seq, ts_us, data, meta, lsn), strict=True):
-            column.append(value)
-
-    def add_batch(self, stream: str, uid: int, first_seq: int, ts_us: int, batch: MessageBatch, lsn: int) -> None:
-        """A bulk append's messages (each its own append batch of one): repeated scalars, a
-        range of sequence numbers and the batch's own buffers, no Python object per message."""
-        self._seal()  # rows keep the records' order
-        count = len(batch)
-        repeat = np.zeros(count, dtype=np.int32)
-        arrays = [
-            pa.array([stream], pa.string()).take(repeat),
-            pa.array(np.full(count, uid, dtype=np.int64)),
-            pa.array([KIND_MESSAGE], pa.string()).take(repeat),
-            pa.array(np.arange(first_seq, first_seq + count, dtype=np.int64)),
-            pa.array(np.full(count, ts_us, dtype=np.int64)).cast(SCHEMA.field("ts").type),
-            batch.array,
-            pa.nulls(count, pa.string()),
-            pa.array(np.full(count, lsn, dtype=np.int64)),
-        ]
-        self.tables.append(pa.Table.from_arrays(arrays, schema=SCHEMA))
-
-    def _seal(self) -> None:
-        """Turn the rows added one by one so far into a table of their own."""
-        if self.columns[0]:
-            arrays = [pa.array(values, field.type) for values, field in zip(self.columns, SCHEMA, strict=True)]
-            self.tables.append(pa.Table.from_arrays(arrays, schema=SCHEMA))
-            self.columns = [[] for _ in SCHEMA]
-
-    def to_table(self) -> pa.Table:
-        self._seal()
-        if not self.tables:
-            return SCHEMA.empty_table()
-        return pa.concat_tables(self.tables) if len(self.tables) > 1 else self.tables[0]
-
-
-def _add_subscription_rows(rows: _Rows, records: Sequence[Record[Header]]) -> None:
-    """One ``subscription`` row per uid: the state its newest record in the batch carries."""
-    newest: dict[int, Record[Header]] = {}
-    for record in records:
-        if isinstance(record.header, SubscriptionHeader | SigningKeysHeader):
-            newest[record.uid] = record
-    for uid, record in newest.items():
-        header = record.header
-        if isinstance(header, SubscriptionHeader):
-            name, state = header.name, header.state
-        else:
-            assert isinstance(header, SigningKeysHeader)
-            name, state = SIGNING_KEYS_NAME, header.keys
-        meta = json.dumps(state, separators=(",", ":")) if state is not None else None
-        rows.add(name, uid, KIND_SUBSCRIPTION, 0, header.ts * 1000, None, meta, record.lsn)
-
-
-def _batch_starts(sizes: Sequence[int]) -> dict[int, int]:
-    """Index of each append batch's first message -> the batch's length."""
-    starts, index = {}, 0
-    for size in sizes:
-        starts[index] = size
-        index += size
-    return starts

@@ -53,7 +53,7 @@ from deltalake import DeltaTable
 from deltalake.fs import DeltaStorageHandler
 
 from .data_files import local_root, open_local
-from .delta_log import KIND_MESSAGE, SCHEMA
+from .table_schema import KIND_MESSAGE, SCHEMA
 
 HISTORY_COLUMNS = ["seq", "ts", "data", "meta"]
 _READ_COLUMNS = ["stream_uid", "kind", *HISTORY_COLUMNS]

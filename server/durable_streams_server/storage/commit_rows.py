@@ -1,0 +1,136 @@
+"""The rows one flush commits, built as Arrow columns (``delta_log.DeltaLog.commit``).
+
+Plain records add their messages row by row; a bulk append's messages (``MessageBatch``)
+become columns built from the batch's own buffers, so no Python object is made per message.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from .message_batch import MessageBatch
+from .records import (
+    SIGNING_KEYS_NAME,
+    AppendHeader,
+    CreateHeader,
+    Header,
+    Record,
+    SigningKeysHeader,
+    SnapshotHeader,
+    SubscriptionHeader,
+)
+from .state_rows import state_flags
+from .table_schema import KIND_MESSAGE, KIND_SNAPSHOT, KIND_STATE, KIND_SUBSCRIPTION, SCHEMA
+
+
+def commit_table(records: Sequence[Record[Header]], states: Mapping[int, dict[str, Any]], through_lsn: int) -> pa.Table:
+    """The rows of one flush: the records' messages and snapshots, their subscriptions' newest
+    states, and a ``state`` row per given state (stamped ``through_lsn``)."""
+    rows = _Rows()
+    _add_subscription_rows(rows, records)
+    names = {uid: state["name"] for uid, state in states.items()}
+    for record in records:
+        header = record.header
+        if not record.messages:
+            continue
+        ts_us = header.ts * 1000
+        if isinstance(header, SnapshotHeader):
+            meta = json.dumps({"content_type": header.content_type})
+            name = names.get(record.uid) or ""
+            rows.add(name, record.uid, KIND_SNAPSHOT, header.seq, ts_us, record.messages[0], meta, record.lsn)
+            continue
+        if isinstance(header, CreateHeader):
+            name, batches = names.get(record.uid) or header.name, header.batches
+        elif isinstance(header, AppendHeader):
+            name, batches = names.get(record.uid) or "", ()
+        else:  # (no other kind carries messages)
+            continue
+        if isinstance(record.messages, MessageBatch):
+            rows.add_batch(name, record.uid, header.first_seq, ts_us, record.messages, record.lsn)
+            continue
+        batch_starts = _batch_starts(batches or (len(record.messages),))
+        for index, message in enumerate(record.messages):
+            size = batch_starts.get(index, 1)
+            batch_meta = f'{{"batch":{size}}}' if size > 1 else None
+            rows.add(name, record.uid, KIND_MESSAGE, header.first_seq + index, ts_us, message, batch_meta, record.lsn)
+    for uid, state in states.items():
+        meta = json.dumps(state, separators=(",", ":"))
+        ts_us = state["written_ms"] * 1000
+        rows.add(state["name"], uid, KIND_STATE, state["tail"], ts_us, state_flags(state), meta, through_lsn)
+    return rows.to_table()
+
+
+class _Rows:
+    """Column buffers for one commit's rows, and the bulk appends' rows as Arrow columns."""
+
+    def __init__(self) -> None:
+        self.columns: list[list[Any]] = [[] for _ in SCHEMA]
+        self.tables: list[pa.Table] = []
+
+    def add(
+        self, stream: str, uid: int, kind: str, seq: int, ts_us: int, data: bytes | None, meta: str | None, lsn: int
+    ) -> None:
+        for column, value in zip(self.columns, (stream, uid, kind, seq, ts_us, data, meta, lsn), strict=True):
+            column.append(value)
+
+    def add_batch(self, stream: str, uid: int, first_seq: int, ts_us: int, batch: MessageBatch, lsn: int) -> None:
+        """A bulk append's messages (each its own append batch of one): repeated scalars, a
+        range of sequence numbers and the batch's own buffers, no Python object per message."""
+        self._seal()  # rows keep the records' order
+        count = len(batch)
+        repeat = np.zeros(count, dtype=np.int32)
+        arrays = [
+            pa.array([stream], pa.string()).take(repeat),
+            pa.array(np.full(count, uid, dtype=np.int64)),
+            pa.array([KIND_MESSAGE], pa.string()).take(repeat),
+            pa.array(np.arange(first_seq, first_seq + count, dtype=np.int64)),
+            pa.array(np.full(count, ts_us, dtype=np.int64)).cast(SCHEMA.field("ts").type),
+            batch.array,
+            pa.nulls(count, pa.string()),
+            pa.array(np.full(count, lsn, dtype=np.int64)),
+        ]
+        self.tables.append(pa.Table.from_arrays(arrays, schema=SCHEMA))
+
+    def _seal(self) -> None:
+        """Turn the rows added one by one so far into a table of their own."""
+        if self.columns[0]:
+            arrays = [pa.array(values, field.type) for values, field in zip(self.columns, SCHEMA, strict=True)]
+            self.tables.append(pa.Table.from_arrays(arrays, schema=SCHEMA))
+            self.columns = [[] for _ in SCHEMA]
+
+    def to_table(self) -> pa.Table:
+        self._seal()
+        if not self.tables:
+            return SCHEMA.empty_table()
+        return pa.concat_tables(self.tables) if len(self.tables) > 1 else self.tables[0]
+
+
+def _add_subscription_rows(rows: _Rows, records: Sequence[Record[Header]]) -> None:
+    """One ``subscription`` row per uid: the state its newest record in the batch carries."""
+    newest: dict[int, Record[Header]] = {}
+    for record in records:
+        if isinstance(record.header, SubscriptionHeader | SigningKeysHeader):
+            newest[record.uid] = record
+    for uid, record in newest.items():
+        header = record.header
+        if isinstance(header, SubscriptionHeader):
+            name, state = header.name, header.state
+        else:
+            assert isinstance(header, SigningKeysHeader)
+            name, state = SIGNING_KEYS_NAME, header.keys
+        meta = json.dumps(state, separators=(",", ":")) if state is not None else None
+        rows.add(name, uid, KIND_SUBSCRIPTION, 0, header.ts * 1000, None, meta, record.lsn)
+
+
+def _batch_starts(sizes: Sequence[int]) -> dict[int, int]:
+    """Index of each append batch's first message -> the batch's length."""
+    starts, index = {}, 0
+    for size in sizes:
+        starts[index] = size
+        index += size
+    return starts
