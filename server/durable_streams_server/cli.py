@@ -175,6 +175,11 @@ def build_parser() -> argparse.ArgumentParser:
         parser, "--compaction-target-file-bytes", "compaction packs new small files into files of about this size"
     )
     _add_config(parser, "--vacuum-retention-hours", "unreferenced data files older than this are deleted")
+    _add_config(
+        parser,
+        "--read-plan-ttl-s",
+        "read plans' file URLs expire after this (at most the vacuum retention, which keeps planned files)",
+    )
     _add_config(parser, "--log-retention-hours", "Delta log entries older than this are deleted")
     _add(
         parser,

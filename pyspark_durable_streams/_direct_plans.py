@@ -1,0 +1,122 @@
+"""Direct history reads, planning: ask the server where a range is stored, cut it into partitions.
+
+Our server answers a read plan (``Accept: application/vnd.durable-streams.read-plan+json``,
+see the server's ``http/read_plans.py``) for a stream and an offset range: the Delta table
+version, the data files and row groups holding the range's messages for the stream's current
+incarnation (its fork ancestry's where inherited), and ``delta_end``: below it the range is
+in those files, above it (not flushed yet) it is read over HTTP as before.
+
+``plan_stream`` turns a plan into partitions: ``DirectRange`` for ``[start, delta_end)``, cut
+at the first message of each row group holding this stream only (so a backlog spreads over
+one partition per row group) and at most ``messagesPerPartition`` messages apart, each
+listing the row groups that can hold its messages; ``StreamRange`` (HTTP) for the rest. A
+partition is defined by its sequence range, so whatever files a re-plan finds, it yields the
+same rows. ``historyReads``: ``auto`` plans directly where the server offers plans (else HTTP),
+``delta`` fails where it does not, ``http`` never asks.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urljoin
+
+from pyspark.sql.datasource import InputPartition
+
+from ._offsets import is_seq_offset, starts_inside
+from .client import Gone, HTTPStatusError
+from .client._http import HTTP
+from .client.models import media_type
+
+READ_PLAN = "application/vnd.durable-streams.read-plan+json"
+
+
+class PlansUnavailable(RuntimeError):
+    """The server (or this stream's storage) offers no read plans."""
+
+
+@dataclass(frozen=True)
+class FileSlice:
+    url: str
+    """Absolute: a signed URL of the server's file endpoint, or a presigned object-store URL."""
+    size: int
+    row_groups: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class DirectRange(InputPartition):
+    """Messages ``first <= seq < end`` of one stream, read from the files of a read plan."""
+
+    key: str
+    url: str
+    """The stream's URL (a re-plan asks it again)."""
+    uid: int
+    """The incarnation whose rows hold these messages (a fork's source below its fork point)."""
+    first: int
+    end: int
+    content_type: str
+    incarnation: str
+    files: tuple[FileSlice, ...]
+
+
+def fetch_plan(transport: HTTP, url: str, start: str, end: str) -> dict[str, Any]:
+    """The server's read plan of ``[start, end)``; ``PlansUnavailable`` where it has none
+    (``Gone`` propagates: the range is below the retained history)."""
+    try:
+        response = transport.request(
+            "GET", url, ok=(200,), params={"offset": start, "end": end}, headers={"Accept": READ_PLAN}
+        )
+    except Gone:
+        raise
+    except HTTPStatusError as exc:
+        if exc.status in (501, 406, 400, 405):
+            raise PlansUnavailable(f"{url}: no read plan ({exc})") from exc
+        raise
+    with response:
+        if media_type(response.headers.get("Content-Type")) != READ_PLAN:
+            raise PlansUnavailable(f"{url}: the server does not offer read plans")
+        plan: dict[str, Any] = response.json()
+    for segment in plan["segments"]:
+        for file in segment["files"]:
+            file["url"] = urljoin(url, file["url"])
+    return plan
+
+
+def plan_stream(
+    transport: HTTP, key: str, url: str, start: str, end: str, messages_per_partition: int
+) -> tuple[list[DirectRange], str]:
+    """Direct partitions of ``[start, end)`` and where they stop (the rest is read over HTTP)."""
+    if not (is_seq_offset(start) and is_seq_offset(end)) or starts_inside(start) or starts_inside(end):
+        raise PlansUnavailable("read plans cover whole messages between sequence offsets")
+    plan = fetch_plan(transport, url, start, end)
+    partitions: list[DirectRange] = []
+    for segment in plan["segments"]:
+        partitions += _cut(key, url, plan, segment, messages_per_partition)
+    return partitions, str(plan["delta_end"]) if partitions else start
+
+
+def _cut(
+    key: str, url: str, plan: Mapping[str, Any], segment: Mapping[str, Any], per_partition: int
+) -> list[DirectRange]:
+    first, end, uid = int(segment["first_seq"]), int(segment["end_seq"]), int(segment["stream_uid"])
+    pieces = [(file["url"], int(file["size"]), group) for file in segment["files"] for group in file["row_groups"]]
+    cuts = {first, end}
+    cuts.update(g["first_seq"] for _, _, g in pieces if g["exact"] and first < g["first_seq"] < end)
+    edges = sorted(cuts)
+    bounds: list[int] = []
+    for lo, hi in itertools.pairwise(edges):
+        count = math.ceil((hi - lo) / per_partition)
+        bounds += [lo + (hi - lo) * i // count for i in range(count)]
+    bounds.append(end)
+    partitions = []
+    for lo, hi in itertools.pairwise(bounds):
+        chosen: dict[str, tuple[int, list[int]]] = {}
+        for file_url, size, group in pieces:
+            if group["first_seq"] < hi and group["last_seq"] >= lo:
+                chosen.setdefault(file_url, (size, []))[1].append(int(group["index"]))
+        files = tuple(FileSlice(u, size, tuple(indices)) for u, (size, indices) in chosen.items())
+        partitions.append(DirectRange(key, url, uid, lo, hi, plan["content_type"], plan["incarnation"], files))
+    return partitions
