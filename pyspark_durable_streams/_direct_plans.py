@@ -44,6 +44,13 @@ class FileSlice:
     """Absolute: a signed URL of the server's file endpoint, or a presigned object-store URL."""
     size: int
     row_groups: tuple[int, ...]
+    local: str | None = None
+    """The server's local path of the file: an executor that sees it (same machine or a shared
+    filesystem) reads it there, the server then serves no bytes."""
+
+
+def file_slice(file: Mapping[str, Any], row_groups: tuple[int, ...]) -> FileSlice:
+    return FileSlice(file["url"], int(file["size"]), row_groups, file.get("local_path"))
 
 
 @dataclass(frozen=True)
@@ -102,9 +109,10 @@ def _cut(
     key: str, url: str, plan: Mapping[str, Any], segment: Mapping[str, Any], per_partition: int
 ) -> list[DirectRange]:
     first, end, uid = int(segment["first_seq"]), int(segment["end_seq"]), int(segment["stream_uid"])
-    pieces = [(file["url"], int(file["size"]), group) for file in segment["files"] for group in file["row_groups"]]
+    pieces = [(file, group) for file in segment["files"] for group in file["row_groups"]]
+    last_seqs = _clipped_last_seqs([group for _, group in pieces])
     cuts = {first, end}
-    cuts.update(g["first_seq"] for _, _, g in pieces if g["exact"] and first < g["first_seq"] < end)
+    cuts.update(g["first_seq"] for _, g in pieces if g["exact"] and first < g["first_seq"] < end)
     edges = sorted(cuts)
     bounds: list[int] = []
     for lo, hi in itertools.pairwise(edges):
@@ -113,10 +121,28 @@ def _cut(
     bounds.append(end)
     partitions = []
     for lo, hi in itertools.pairwise(bounds):
-        chosen: dict[str, tuple[int, list[int]]] = {}
-        for file_url, size, group in pieces:
-            if group["first_seq"] < hi and group["last_seq"] >= lo:
-                chosen.setdefault(file_url, (size, []))[1].append(int(group["index"]))
-        files = tuple(FileSlice(u, size, tuple(indices)) for u, (size, indices) in chosen.items())
+        chosen: dict[str, tuple[Mapping[str, Any], list[int]]] = {}
+        for (file, group), last in zip(pieces, last_seqs, strict=True):
+            if group["first_seq"] < hi and last >= lo:
+                chosen.setdefault(file["url"], (file, []))[1].append(int(group["index"]))
+        files = tuple(file_slice(file, tuple(indices)) for file, indices in chosen.values())
         partitions.append(DirectRange(key, url, uid, lo, hi, plan["content_type"], plan["incarnation"], files))
     return partitions
+
+
+def _clipped_last_seqs(groups: list[Mapping[str, Any]]) -> list[int]:
+    """Each row group's last possible message of the stream. A row group holding one stream
+    only (``exact``) holds a contiguous run of its messages (a file is an LSN span, and
+    compacted files are sorted by stream and seq), disjoint from every other such row group's,
+    so its run ends before the next one's first message; its ``seq`` maximum may be a state
+    row's (the tail) instead. Other row groups keep their statistics."""
+    starts = sorted(int(group["first_seq"]) for group in groups if group["exact"])
+    clipped = []
+    for group in groups:
+        last = int(group["last_seq"])
+        if group["exact"]:
+            later = [start for start in starts if start > int(group["first_seq"])]
+            if later:
+                last = min(last, later[0] - 1)
+        clipped.append(last)
+    return clipped

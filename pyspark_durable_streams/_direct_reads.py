@@ -3,7 +3,8 @@
 Runs on executors. The partition lists absolute file URLs (signed by the server, or
 presigned object-store URLs) and the row groups that may hold its messages. Each file is
 read through HTTP ``Range`` requests (``_RangeFile``: the footer, then the row groups'
-column chunks, nothing else), the rows filtered to the partition's stream incarnation
+column chunks, nothing else), or straight from the server's local path where the executor
+sees the same file (same machine, shared filesystem), the rows filtered to the partition's stream incarnation
 (``stream_uid``), ``kind = 'message'`` and sequence range, and ordered by ``seq``: exactly
 the ``seq``, ``ts`` and ``data`` an Arrow read over HTTP returns for the range. The rows are
 then built like those of an Arrow response (``RowBuilder.arrow_batches``).
@@ -20,6 +21,7 @@ bootstrap as any HTTP read does.
 from __future__ import annotations
 
 import io
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,7 +31,7 @@ import pyarrow.parquet as pq
 import requests
 from pyspark.sql.types import StructType
 
-from ._direct_plans import DirectRange, FileSlice, fetch_plan
+from ._direct_plans import DirectRange, FileSlice, fetch_plan, file_slice
 from ._offsets import seq_offset
 from ._rows import RowBuilder
 from ._task_reader import DataLossError, StreamRange, gone_message, make_client, read_range
@@ -113,7 +115,7 @@ def _rows_of(options: ReadOptions, part: DirectRange) -> pa.Table | None:
                     return None
                 files = replanned
             try:
-                table = _read_files(http, files, part, options.connection.timeout_s)
+                table = _read_files(http, files, part, options)
             except FileGone as exc:
                 problem = str(exc)
                 continue
@@ -129,11 +131,12 @@ def _rows_of(options: ReadOptions, part: DirectRange) -> pa.Table | None:
     )
 
 
-def _read_files(http: requests.Session, files: tuple[FileSlice, ...], part: DirectRange, timeout_s: float) -> pa.Table:
+def _read_files(
+    http: requests.Session, files: tuple[FileSlice, ...], part: DirectRange, options: ReadOptions
+) -> pa.Table:
     tables = []
     for planned in files:
-        raw = pa.PythonFile(_RangeFile(http, planned.url, planned.size, timeout_s), mode="r")
-        parquet = pq.ParquetFile(raw, pre_buffer=True)
+        parquet = pq.ParquetFile(_open(http, planned, options), pre_buffer=True)
         read = parquet.read_row_groups(list(planned.row_groups), columns=_COLUMNS, use_threads=False)
         mask = pc.and_(
             pc.and_(pc.equal(read["stream_uid"], part.uid), pc.equal(read["kind"].cast(pa.string()), "message")),
@@ -142,12 +145,27 @@ def _read_files(http: requests.Session, files: tuple[FileSlice, ...], part: Dire
         tables.append(read.filter(mask).select(_ROWS.names).cast(_ROWS))
     if not tables:
         return _ROWS.empty_table()
-    table = pa.concat_tables(tables).sort_by("seq")
-    if table.num_rows > 1:  # one table version holds each message once; an overlap would be a plan error
+    table = pa.concat_tables(tables)
+    if table.num_rows > 1:
         seqs = table["seq"].to_numpy()
-        if (seqs[1:] == seqs[:-1]).any():
+        if not (seqs[1:] > seqs[:-1]).all():
+            table = table.sort_by("seq")
+            seqs = table["seq"].to_numpy()
+        if (seqs[1:] == seqs[:-1]).any():  # one table version holds each message once
             raise DataLossError(f"stream {part.key}: a read plan listed a message twice")
     return table.combine_chunks()
+
+
+def _open(http: requests.Session, planned: FileSlice, options: ReadOptions) -> pa.NativeFile:
+    """The file at the server's local path where this executor sees it (same size) and option
+    ``localFiles`` allows it, else over its URL."""
+    if planned.local is not None and options.local_files:
+        try:
+            if os.path.getsize(planned.local) == planned.size:
+                return pa.OSFile(planned.local)
+        except OSError:
+            pass  # not on this machine, or vacuumed: the URL says which (404: re-plan)
+    return pa.PythonFile(_RangeFile(http, planned.url, planned.size, options.connection.timeout_s), mode="r")
 
 
 def _replan(options: ReadOptions, part: DirectRange) -> tuple[FileSlice, ...] | None:
@@ -168,7 +186,7 @@ def _replan(options: ReadOptions, part: DirectRange) -> tuple[FileSlice, ...] | 
     if int(plan["delta_end"][:16]) < part.end:
         raise DataLossError(f"stream {part.key}: a new read plan no longer covers {seq_offset(part.end)}")
     return tuple(
-        FileSlice(file["url"], int(file["size"]), tuple(int(g["index"]) for g in file["row_groups"]))
+        file_slice(file, tuple(int(g["index"]) for g in file["row_groups"]))
         for segment in plan["segments"]
         if int(segment["stream_uid"]) == part.uid
         for file in segment["files"]

@@ -60,9 +60,12 @@ def _fill(http: requests.Session, url: str, content_type: str, messages: list[by
 
 
 def _same_both_ways(spark: SparkSession, url: str, **options: str) -> list[tuple[Any, ...]]:
+    """Direct reads (local files where visible, and through the signed URLs) equal HTTP reads."""
     direct = _rows(spark, url=url, historyReads="delta", messagesPerPartition="9", **options)
+    through_urls = _rows(spark, url=url, historyReads="delta", localFiles="false", **options)
     over_http = _rows(spark, url=url, historyReads="http", **options)
     assert direct == over_http
+    assert through_urls == over_http
     return direct
 
 
@@ -84,7 +87,7 @@ def test_direct_rows_equal_http_rows(
     wait_for(lambda: _flushed(url, 40))
     before = _files_served(server)
     rows = _same_both_ways(spark, url=url)
-    assert len(rows) == 40 and _files_served(server) > before  # the direct read did read the files
+    assert len(rows) == 40 and _files_served(server) > before  # localFiles=false read through the file URLs
     values = [row[2] for row in rows]
     if content_type == "application/octet-stream":
         assert values == PAYLOADS[content_type]

@@ -8,8 +8,9 @@ messages, where they are stored (``engine.read_plans``): a JSON object
 planned, ``end`` cut at the visible tail); ``delta_end`` (offset: ``[start, delta_end)`` is
 in the files below, ``[delta_end, end)`` must be read over HTTP); ``table_version``;
 ``expires_at_ms`` (the file URLs' expiry); ``segments``: per incarnation the range crosses,
-``stream_uid``, ``first_seq``, ``end_seq`` and ``files``: ``path``, ``size``, ``url`` and
-``row_groups`` (``index``, ``first_seq``, ``last_seq``, ``rows``, ``exact``).
+``stream_uid``, ``first_seq``, ``end_seq`` and ``files``: ``path``, ``size``, ``url``
+(``local_path`` too for a local table: readers that share the server's filesystem, and may
+read it, open the file there instead) and ``row_groups`` (``index``, ``first_seq``, ``last_seq``, ``rows``, ``exact``).
 
 A reader takes, from each listed row group, the rows with ``stream_uid`` equal to the
 segment's, ``kind = 'message'`` and ``first_seq <= seq < end_seq``: their ``seq``, ``ts``
@@ -101,7 +102,8 @@ class ReadPlanHandlers:
             {"index": g.index, "first_seq": g.first_seq, "last_seq": g.last_seq, "rows": g.rows, "exact": g.exact}
             for g in planned.row_groups
         ]
-        return {"path": planned.path, "size": planned.size, "url": url, "row_groups": groups}
+        found = {"path": planned.path, "size": planned.size, "url": url, "row_groups": groups}
+        return found | ({"local_path": planned.local} if planned.local is not None else {})
 
     async def file(self, request: Request, path: str) -> Response:
         """``GET /v1/files/<path>``: a data file of a local table, for a signed URL."""

@@ -6,12 +6,14 @@ A Spark job catching up on history reads the Parquet files itself (``pyspark_dur
 point, its own above), refreshes its own snapshot of the table, and answers with that
 snapshot's version and, per segment, the files whose Delta log statistics (``stream_uid``,
 ``kind``, ``seq``) can hold messages of the uid in the range, each with the row groups whose
-Parquet footer statistics can (footers are cached: data files are immutable). A row group
+Parquet footer statistics can (footers are cached: data files are immutable; row groups
+of ``state`` rows only are left out). A row group
 is ``exact`` when its ``stream_uid`` statistics say it holds that uid only, so its ``seq``
 statistics are the uid's own. Planning reads the Delta log and footers, never data pages.
 
 How executors reach a file (``FileAccess``): a local table's files are served by the
-server's own file endpoint (the HTTP layer signs those URLs); an ``s3://`` table's files
+server's own file endpoint (the HTTP layer signs those URLs; the plan also names the local
+path, for readers that share the server's filesystem); an ``s3://`` table's files
 by presigned GETs (``presign``), valid ``ttl_s``. Other stores get no plans.
 
 Lifetime: a planned file is in the table version the plan names, so compaction may only
@@ -63,6 +65,8 @@ class PlannedFile:
     size: int
     url: str | None
     """A presigned URL (object stores); ``None``: the HTTP layer signs one to its file endpoint."""
+    local: str | None
+    """A local table's file: readers on the same filesystem may open it instead of the URL."""
     row_groups: tuple[RowGroupSpan, ...]
 
 
@@ -96,6 +100,10 @@ class FileAccess:
         if "_delta_log" in candidate.relative_to(self.local_root).parts or not candidate.is_file():
             return None
         return candidate
+
+
+def _as_text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class ReadPlanner:
@@ -139,20 +147,28 @@ class ReadPlanner:
             groups = self._row_groups(path, uid, first, end)
             if groups:
                 url = self.access.presigner.url(path, self.ttl_s) if self.access.presigner is not None else None
-                planned.append(PlannedFile(path, int(size), url, groups))
+                local = str(self.access.local_root / path) if self.access.local_root is not None else None
+                planned.append(PlannedFile(path, int(size), url, local, groups))
         return planned
 
     def _row_groups(self, path: str, uid: int, first: int, end: int) -> tuple[RowGroupSpan, ...]:
         metadata = self._footer(path)
         names = metadata.schema.names
-        uid_column, seq_column = names.index("stream_uid"), names.index("seq")
+        uid_column, seq_column, kind_column = names.index("stream_uid"), names.index("seq"), names.index("kind")
         spans = []
         for index in range(metadata.num_row_groups):
             group = metadata.row_group(index)
             uids, seqs = group.column(uid_column).statistics, group.column(seq_column).statistics
+            kinds = group.column(kind_column).statistics
             known_uids = uids is not None and uids.has_min_max
             if known_uids and not uids.min <= uid <= uids.max:
                 continue
+            if (
+                kinds is not None
+                and kinds.has_min_max
+                and not _as_text(kinds.min) <= KIND_MESSAGE <= _as_text(kinds.max)
+            ):
+                continue  # (state rows only, e.g. the end of a compacted file)
             lo, hi = (seqs.min, seqs.max) if seqs is not None and seqs.has_min_max else (0, 1 << 62)
             if hi < first or lo >= end:
                 continue
