@@ -8,8 +8,10 @@ in those files, above it (not flushed yet) it is read over HTTP as before.
 
 ``plan_stream`` turns a plan into partitions: ``DirectRange`` for ``[start, delta_end)``, cut
 at the first message of each row group holding this stream only (so a backlog spreads over
-one partition per row group) and at most ``messagesPerPartition`` messages apart, each
-listing the row groups that can hold its messages; ``StreamRange`` (HTTP) for the rest. A
+one partition per row group; such a row group is never split, since each task reads whole
+row groups, but adjacent small ones share a partition up to ``messagesPerPartition``
+messages) and elsewhere at most ``messagesPerPartition`` messages apart, each listing the
+row groups that can hold its messages; ``StreamRange`` (HTTP) for the rest. A
 partition is defined by its sequence range, so whatever files a re-plan finds, it yields the
 same rows. ``historyReads``: ``auto`` plans directly where the server offers plans (else HTTP),
 ``delta`` fails where it does not, ``http`` never asks.
@@ -111,14 +113,26 @@ def _cut(
     first, end, uid = int(segment["first_seq"]), int(segment["end_seq"]), int(segment["stream_uid"])
     pieces = [(file, group) for file in segment["files"] for group in file["row_groups"]]
     last_seqs = _clipped_last_seqs([group for _, group in pieces])
-    cuts = {first, end}
-    cuts.update(g["first_seq"] for _, g in pieces if g["exact"] and first < g["first_seq"] < end)
-    edges = sorted(cuts)
-    bounds: list[int] = []
-    for lo, hi in itertools.pairwise(edges):
-        count = math.ceil((hi - lo) / per_partition)
-        bounds += [lo + (hi - lo) * i // count for i in range(count)]
-    bounds.append(end)
+    covers = {
+        int(g["first_seq"]): last + 1
+        for (_, g), last in zip(pieces, last_seqs, strict=True)
+        if g["exact"] and first <= g["first_seq"] < end
+    }
+    spans: list[tuple[int, int]] = []
+    for lo, hi in itertools.pairwise(sorted({first, end} | set(covers))):
+        # A row group is read whole: one of this stream only is never split (two tasks would
+        # both decode it); a range of other row groups is split every ``per_partition``.
+        whole = min(hi, covers.get(lo, lo))
+        if whole > lo:
+            spans.append((lo, whole))
+        count = math.ceil((hi - whole) / per_partition)
+        spans += [(whole + (hi - whole) * i // count, whole + (hi - whole) * (i + 1) // count) for i in range(count)]
+    bounds = [first]
+    for _lo, hi in spans:  # adjacent small spans share a partition, up to ``per_partition`` messages
+        if len(bounds) > 1 and hi - bounds[-2] <= per_partition:
+            bounds[-1] = hi
+        else:
+            bounds.append(hi)
     partitions = []
     for lo, hi in itertools.pairwise(bounds):
         chosen: dict[str, tuple[Mapping[str, Any], list[int]]] = {}

@@ -162,7 +162,7 @@ def _open(http: requests.Session, planned: FileSlice, options: ReadOptions) -> p
     if planned.local is not None and options.local_files:
         try:
             if os.path.getsize(planned.local) == planned.size:
-                return pa.OSFile(planned.local)
+                return pa.memory_map(planned.local)
         except OSError:
             pass  # not on this machine, or vacuumed: the URL says which (404: re-plan)
     return pa.PythonFile(_RangeFile(http, planned.url, planned.size, options.connection.timeout_s), mode="r")
