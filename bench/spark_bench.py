@@ -5,7 +5,9 @@ exists, else Arrow on and Python worker reuse) and our server with its defaults 
 durability, local Delta storage). Three groups, runnable on their own (``--only``):
 
 * ``read``: a batch read of N JSON messages of 100 bytes from our server into the ``noop``
-  sink, beside the same rows from an in-memory Python data source (defined here, yielding
+  sink (all history in Delta first: with ``historyReads=auto`` the executors read the Parquet
+  files, locally or with ``localFiles=false`` through the signed URLs, and again with
+  ``historyReads=http``, the server's CPU time during each read taken from /proc), beside the same rows from an in-memory Python data source (defined here, yielding
   Arrow RecordBatches: the ceiling of any Python source), Spark's built-in ``rate-micro-batch``
   source (the bounded rate source: ``rate`` cannot be bounded, with ``Trigger.AvailableNow``
   it reads 0 rows; ``rate-micro-batch`` with ``rowsPerBatch=N`` and AvailableNow reads exactly
@@ -241,18 +243,18 @@ class Bench:
 
     # -- read ------------------------------------------------------------------------------
 
-    def read_connector(self, url: str, history_reads: str | None = None) -> None:
-        options = {**self.read_options, **({"historyReads": history_reads} if history_reads else {})}
+    def read_connector(self, url: str, history_reads: str | None = None, **extra: str) -> None:
+        options = {**self.read_options, **({"historyReads": history_reads} if history_reads else {}), **extra}
         self.spark.read.format("durable_streams").options(**options).option("url", url).load().write.format(
             "noop"
         ).mode("overwrite").save()
 
-    def read_costed(self, label: str, url: str, history_reads: str) -> tuple[float, float]:
+    def read_costed(self, label: str, url: str, history_reads: str, **extra: str) -> tuple[float, float]:
         """Rows/s of the best run and the server's CPU seconds in it (``historyReads``)."""
         rows, rates, costs = self.args.rows, [], []
         for attempt in range(self.args.repeat):
             cpu, started = server_cpu_s(self.pid), time.perf_counter()
-            self.read_connector(url, history_reads)
+            self.read_connector(url, history_reads, **extra)
             elapsed, cost = time.perf_counter() - started, server_cpu_s(self.pid) - cpu
             rates.append(rows / elapsed)
             costs.append(cost)
@@ -293,6 +295,8 @@ class Bench:
         self.read_connector(warm, "http")
         progress("read: our server → noop (historyReads=auto: history from the Delta files)")
         ours, direct_cpu = self.read_costed("ours, direct", url, "auto")
+        progress("read: our server → noop (historyReads=auto, localFiles=false: files through signed URLs)")
+        via_urls, urls_cpu = self.read_costed("ours, direct via URLs", url, "auto", localFiles="false")
         progress("read: our server → noop (historyReads=http)")
         over_http, http_cpu = self.read_costed("ours, http", url, "http")
         progress("read: in-memory Python data source → noop")
@@ -305,6 +309,10 @@ class Bench:
             Result(f"{metric}, historyReads=http; baseline: in-memory Python source", over_http, memory),
             Result(
                 "server CPU s during that read: direct; baseline: historyReads=http", direct_cpu, http_cpu, at_most(0.1)
+            ),
+            Result(f"{metric}, localFiles=false; baseline: in-memory Python source", via_urls, memory),
+            Result(
+                "server CPU s during that read: direct via signed URLs; baseline: historyReads=http", urls_cpu, http_cpu
             ),
             Result(f"{metric}; baseline: built-in rate-micro-batch", ours, rate),
         ]
