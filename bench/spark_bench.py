@@ -7,7 +7,8 @@ durability, local Delta storage). Three groups, runnable on their own (``--only`
 * ``read``: a batch read of N JSON messages of 100 bytes from our server into the ``noop``
   sink (all history in Delta first: with ``historyReads=auto`` the executors read the Parquet
   files, locally or with ``localFiles=false`` through the signed URLs, and again with
-  ``historyReads=http``, the server's CPU time during each read taken from /proc), beside the same rows from an in-memory Python data source (defined here, yielding
+  ``historyReads=http``, the server's CPU time during each read taken from /proc), beside the
+  same rows from an in-memory Python data source (defined here, yielding
   Arrow RecordBatches: the ceiling of any Python source), Spark's built-in ``rate-micro-batch``
   source (the bounded rate source: ``rate`` cannot be bounded, with ``Trigger.AvailableNow``
   it reads 0 rows; ``rate-micro-batch`` with ``rowsPerBatch=N`` and AvailableNow reads exactly
@@ -293,12 +294,12 @@ class Bench:
         wait_in_delta(url)
         wait_in_delta(warm)
         self.read_connector(warm, "http")
-        progress("read: our server → noop (historyReads=auto: history from the Delta files)")
-        ours, direct_cpu = self.read_costed("ours, direct", url, "auto")
         progress("read: our server → noop (historyReads=auto, localFiles=false: files through signed URLs)")
         via_urls, urls_cpu = self.read_costed("ours, direct via URLs", url, "auto", localFiles="false")
         progress("read: our server → noop (historyReads=http)")
         over_http, http_cpu = self.read_costed("ours, http", url, "http")
+        progress("read: our server → noop (historyReads=auto: history from the Delta files)")
+        ours, direct_cpu = self.read_costed("ours, direct", url, "auto")
         progress("read: in-memory Python data source → noop")
         memory = best_rate("in-memory", rows, repeat, lambda: self.read_memory(rows))
         progress("read: rate-micro-batch → noop")

@@ -8,10 +8,11 @@ in those files, above it (not flushed yet) it is read over HTTP as before.
 
 ``plan_stream`` turns a plan into partitions: ``DirectRange`` for ``[start, delta_end)``, cut
 at the first message of each row group holding this stream only (so a backlog spreads over
-one partition per row group; such a row group is never split, since each task reads whole
-row groups, but adjacent small ones share a partition up to ``messagesPerPartition``
-messages) and elsewhere at most ``messagesPerPartition`` messages apart, each listing the
-row groups that can hold its messages; ``StreamRange`` (HTTP) for the rest. A
+whole row groups; such a row group is never split, since each task decodes the row groups
+it reads) and elsewhere at most ``messagesPerPartition`` messages apart, then packed into
+``ceil(messages / messagesPerPartition)`` partitions of about equal size (as Spark packs
+file splits: few tasks of real work, not one per small row group), each listing the row
+groups that can hold its messages; ``StreamRange`` (HTTP) for the rest. A
 partition is defined by its sequence range, so whatever files a re-plan finds, it yields the
 same rows. ``historyReads``: ``auto`` plans directly where the server offers plans (else HTTP),
 ``delta`` fails where it does not, ``http`` never asks.
@@ -127,12 +128,7 @@ def _cut(
             spans.append((lo, whole))
         count = math.ceil((hi - whole) / per_partition)
         spans += [(whole + (hi - whole) * i // count, whole + (hi - whole) * (i + 1) // count) for i in range(count)]
-    bounds = [first]
-    for _lo, hi in spans:  # adjacent small spans share a partition, up to ``per_partition`` messages
-        if len(bounds) > 1 and hi - bounds[-2] <= per_partition:
-            bounds[-1] = hi
-        else:
-            bounds.append(hi)
+    bounds = _balanced([hi for _, hi in spans[:-1]], first, end, per_partition)
     partitions = []
     for lo, hi in itertools.pairwise(bounds):
         chosen: dict[str, tuple[Mapping[str, Any], list[int]]] = {}
@@ -142,6 +138,18 @@ def _cut(
         files = tuple(file_slice(file, tuple(indices)) for file, indices in chosen.values())
         partitions.append(DirectRange(key, url, uid, lo, hi, plan["content_type"], plan["incarnation"], files))
     return partitions
+
+
+def _balanced(edges: list[int], first: int, end: int, per_partition: int) -> list[int]:
+    """``ceil(messages / per_partition)`` partitions of about equal size, cut only at ``edges``
+    (the ends of spans never split): each ideal cut moves to the nearest edge (the lower on a tie)."""
+    count = math.ceil((end - first) / per_partition)
+    cuts = set()
+    for i in range(1, count):
+        ideal = first + (end - first) * i / count
+        if edges:
+            cuts.add(min(edges, key=lambda edge: (abs(edge - ideal), edge)))
+    return [first, *sorted(cuts), end]
 
 
 def _clipped_last_seqs(groups: list[Mapping[str, Any]]) -> list[int]:
