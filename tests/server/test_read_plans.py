@@ -32,6 +32,12 @@ def _flushed(http: requests.Session, url: str, count: int) -> bool:
     return bool(plan["delta_end"] == f"{count:016d}_{0:016d}")
 
 
+def _reader_session() -> requests.Session:
+    reader = session()
+    reader.headers["Authorization"] = "Bearer reader-token-0123456789"
+    return reader
+
+
 def test_plan_lists_files_whose_rows_are_the_range(server_factory: Callable[..., ServerProcess]) -> None:
     server = server_factory(*FAST)
     http = session()
@@ -148,7 +154,11 @@ def test_unauthorised_tokens_get_no_plan(tmp_path: Path) -> None:
             assert http.put(server.stream_url(name), headers={**JSON, **writer}).status_code == 201
             assert http.post(server.stream_url(name), headers={**JSON, **writer}, data=b"[1,2]").status_code == 204
         reader = {**PLAN, "Authorization": "Bearer reader-token-0123456789"}
-        assert http.get(server.stream_url("mine"), params={"offset": "-1"}, headers=reader).status_code == 200
+        wait_for(lambda: _flushed(_reader_session(), server.stream_url("mine"), 2))
+        plan = http.get(server.stream_url("mine"), params={"offset": "-1"}, headers=reader)
+        assert plan.status_code == 200
+        file_url = plan.json()["segments"][0]["files"][0]["url"]
+        assert http.get(server.url + file_url).status_code == 200  # the signature is the grant: no token
         denied = http.get(server.stream_url("theirs"), params={"offset": "-1"}, headers=reader)
         assert denied.status_code == 403 and "segments" not in denied.text
         anonymous = http.get(server.stream_url("mine"), params={"offset": "-1"}, headers=PLAN)
