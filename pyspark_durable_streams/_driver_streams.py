@@ -151,8 +151,8 @@ class DriverStreams:
             return plan_stream(
                 self.client.transport, key, self.url(key), first, last, self.options.messages_per_partition
             )
-        except Gone:
-            return [], first  # below retention: the HTTP read applies failOnDataLoss as always
+        except (Gone, NotFound):
+            return [], first  # below retention, or deleted: the HTTP read applies failOnDataLoss as always
         except (PlansUnavailable, TransportError) as exc:
             if mode == "delta":
                 raise RuntimeError(
