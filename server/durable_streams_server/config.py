@@ -108,10 +108,10 @@ class ServerConfig:
     vacuum_retention_hours: int = 1
     """Data files compaction replaced are deleted this long after (readers' plans stay valid)."""
     log_retention_hours: int = 24
+    """Delta log entries older than this are deleted (``delta.logRetentionDuration``)."""
     read_plan_ttl_s: int = 600
     """File URLs of a read plan (direct history reads) expire after this; at most the vacuum
     retention, so a file a plan names is there until its URL expires."""
-    """Delta log entries older than this are deleted (``delta.logRetentionDuration``)."""
     allow_private_webhook_urls: tuple[str, ...] = ()
     """Networks (CIDR) webhook targets may be in although private/loopback/link-local
     (entries may also be comma-separated lists); by default only public addresses."""

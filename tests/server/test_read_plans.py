@@ -8,8 +8,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 import requests
 from servers import MotoServer, ServerProcess, session, wait_for
+
+from durable_streams_server.config import ConfigError, ServerConfig
 
 PLAN = {"Accept": "application/vnd.durable-streams.read-plan+json"}
 JSON = {"Content-Type": "application/json"}
@@ -185,3 +188,11 @@ def test_s3_plans_are_presigned_urls(moto: MotoServer, tmp_path: Path) -> None:
         assert "X-Amz-Expires=2&" in file["url"]
     finally:
         server.kill()
+
+
+def test_plan_urls_may_not_outlive_the_vacuum_retention() -> None:
+    with pytest.raises(ConfigError, match="read_plan_ttl_s"):
+        ServerConfig(vacuum_retention_hours=1, read_plan_ttl_s=3601)
+    with pytest.raises(ConfigError, match="read_plan_ttl_s"):
+        ServerConfig(read_plan_ttl_s=0)
+    assert ServerConfig(vacuum_retention_hours=1, read_plan_ttl_s=3600).read_plan_ttl_s == 3600
