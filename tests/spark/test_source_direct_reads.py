@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -216,3 +217,74 @@ def test_delta_mode_fails_naming_the_option_where_no_plans_exist(spark: SparkSes
         with pytest.raises(Exception, match="historyReads"):
             _rows(spark, url=url, historyReads="delta")
         assert spark.read.format("durable_streams").option("url", url).load().count() == 5  # auto: over HTTP
+
+
+@pytest.mark.parametrize("fail_on_data_loss", ["true", "false"])
+def test_retention_moving_past_a_plan_is_data_loss_as_over_http(
+    server_factory: Callable[..., ServerProcess], fail_on_data_loss: str
+) -> None:
+    """A snapshot moves retention past a planned range, compaction purges and vacuums its files:
+    the task's re-plan answers 410, which follows failOnDataLoss exactly as an HTTP read does."""
+    from pyspark_durable_streams._direct_reads import DataLossError
+    from pyspark_durable_streams._task_reader import StreamRange, read_range
+
+    server = server_factory(*FAST, "--compaction-interval-s", "1", "--vacuum-retention-hours", "0")
+    http = session()
+    url = server.stream_url("purged")
+    _fill(http, url, "application/json", PAYLOADS["application/json"], per_request=3)
+    wait_for(lambda: _flushed(url, 40))
+    options = parse_read_options({"url": url, "failOnDataLoss": fail_on_data_loss})
+    schema = infer_schema(options)
+    with make_client(options.connection) as client:
+        partitions, _ = plan_stream(client.transport, url, url, _offset(0), _offset(30), 1000)
+    (part,) = partitions
+    snapshot = http.put(f"{url}/snapshot/{_offset(20)}", headers={"Content-Type": "application/json"}, data=b"{}")
+    assert snapshot.status_code == 204
+    planned = {file.url for file in part.files}
+    wait_for(lambda: any(http.get(u, headers={"Range": "bytes=0-0"}).status_code == 404 for u in planned), timeout_s=60)
+    if fail_on_data_loss == "true":
+        with pytest.raises(DataLossError, match="failOnDataLoss=false"):
+            list(read_direct(options, schema, part))
+        return
+    direct = [row for batch in read_direct(options, schema, part) for row in batch.to_pylist()]
+    over_http = [
+        row
+        for batch in read_range(options, schema, StreamRange(url, url, _offset(0), _offset(30), "arrow"))
+        for row in batch.to_pylist()
+    ]
+    assert direct == over_http
+    assert [row["offset"] for row in direct] == [_offset(i) for i in range(20, 30)]
+
+
+def test_spark_reads_while_compaction_rewrites_and_vacuums(
+    spark: SparkSession, server_factory: Callable[..., ServerProcess]
+) -> None:
+    """Compaction passes every second (vacuum retention 0) while appends go on and Spark reads a
+    fixed range again and again: every read yields the same rows as HTTP."""
+    import threading
+
+    server = server_factory(*FAST, "--compaction-interval-s", "1", "--vacuum-retention-hours", "0")
+    http = session()
+    url = server.stream_url("busy")
+    _fill(http, url, "application/json", PAYLOADS["application/json"], per_request=2)
+    wait_for(lambda: _flushed(url, 40))
+    stop = threading.Event()
+
+    def append() -> None:
+        writer = session()
+        while not stop.is_set():
+            writer.post(url, headers={"Content-Type": "application/json"}, data=b'[{"later":1}]')
+            time.sleep(0.02)
+
+    thread = threading.Thread(target=append, daemon=True)
+    thread.start()
+    try:
+        ending = json.dumps({url: _offset(40)})
+        expected = _rows(spark, url=url, historyReads="http", endingOffsets=ending)
+        for local in ("true", "false"):
+            options = {"historyReads": "delta", "localFiles": local, "messagesPerPartition": "5"}
+            assert _rows(spark, url=url, endingOffsets=ending, **options) == expected
+    finally:
+        stop.set()
+        thread.join()
+    assert len(expected) == 40
