@@ -73,13 +73,18 @@ class _RangeFile(io.RawIOBase):
         end = self._size if size is None or size < 0 else min(self._size, self._pos + size)
         if end <= self._pos:
             return b""
-        response = self._http.get(self._url, headers={"Range": f"bytes={self._pos}-{end - 1}"}, timeout=self._timeout)
+        try:
+            response = self._http.get(
+                self._url, headers={"Range": f"bytes={self._pos}-{end - 1}"}, timeout=self._timeout
+            )
+            data = response.content
+        except requests.RequestException as exc:  # e.g. the file vacuumed while it was being sent
+            raise FileGone(f"reading a planned file failed: {exc}") from exc
         if response.status_code in (403, 404, 410):
             raise FileGone(f"{response.status_code} for a planned file: {response.text[:300]}")
         if response.status_code not in (200, 206):
             response.raise_for_status()
             raise OSError(f"unexpected status {response.status_code} reading a planned file")
-        data = response.content
         if response.status_code == 200:
             data = data[self._pos : end]
         self._pos += len(data)
