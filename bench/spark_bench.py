@@ -5,7 +5,10 @@ exists, else Arrow on and Python worker reuse) and our server with its defaults 
 durability, local Delta storage). Three groups, runnable on their own (``--only``):
 
 * ``read``: a batch read of N JSON messages of 100 bytes from our server into the ``noop``
-  sink, beside the same rows from an in-memory Python data source (defined here, yielding
+  sink (all history in Delta first: with ``historyReads=auto`` the executors read the Parquet
+  files, locally or with ``localFiles=false`` through the signed URLs, and again with
+  ``historyReads=http``, the server's CPU time during each read taken from /proc), beside the
+  same rows from an in-memory Python data source (defined here, yielding
   Arrow RecordBatches: the ceiling of any Python source), Spark's built-in ``rate-micro-batch``
   source (the bounded rate source: ``rate`` cannot be bounded, with ``Trigger.AvailableNow``
   it reads 0 rows; ``rate-micro-batch`` with ``rowsPerBatch=N`` and AvailableNow reads exactly
@@ -44,7 +47,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path += [str(REPO / "tests"), str(REPO / "tests" / "conformance")]
+sys.path += [str(REPO / "tests"), str(REPO / "tests" / "conformance"), str(REPO / "bench")]
 SPARK_DEFAULTS = REPO / "spark-defaults.conf"
 
 # Workers must run this virtualenv's Python (with this project installed).
@@ -55,7 +58,17 @@ import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
-from benchkit import Result, at_least, percentile, progress, report, value_at_least, value_at_most  # noqa: E402
+from benchkit import (  # noqa: E402
+    Result,
+    at_least,
+    at_most,
+    percentile,
+    progress,
+    report,
+    value_at_least,
+    value_at_most,
+)
+from direct_reads import server_cpu_s, wait_in_delta  # noqa: E402
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition  # noqa: E402
 from pyspark.sql.streaming.query import StreamingQuery  # noqa: E402
@@ -221,8 +234,8 @@ def run_available_now(frame: DataFrame, sink: str, checkpoint: Path, options: di
 
 
 class Bench:
-    def __init__(self, spark: SparkSession, args: argparse.Namespace, work: Path, ours: str) -> None:
-        self.spark, self.args, self.work, self.ours = spark, args, work, ours
+    def __init__(self, spark: SparkSession, args: argparse.Namespace, work: Path, ours: str, pid: int) -> None:
+        self.spark, self.args, self.work, self.ours, self.pid = spark, args, work, ours, pid
         self.read_options = dict(option.split("=", 1) for option in args.read_option)
         self.write_options = dict(option.split("=", 1) for option in args.write_option)
 
@@ -231,10 +244,24 @@ class Bench:
 
     # -- read ------------------------------------------------------------------------------
 
-    def read_connector(self, url: str) -> None:
-        self.spark.read.format("durable_streams").options(**self.read_options).option("url", url).load().write.format(
+    def read_connector(self, url: str, history_reads: str | None = None, **extra: str) -> None:
+        options = {**self.read_options, **({"historyReads": history_reads} if history_reads else {}), **extra}
+        self.spark.read.format("durable_streams").options(**options).option("url", url).load().write.format(
             "noop"
         ).mode("overwrite").save()
+
+    def read_costed(self, label: str, url: str, history_reads: str, **extra: str) -> tuple[float, float]:
+        """Rows/s of the best run and the server's CPU seconds in it (``historyReads``)."""
+        rows, rates, costs = self.args.rows, [], []
+        for attempt in range(self.args.repeat):
+            cpu, started = server_cpu_s(self.pid), time.perf_counter()
+            self.read_connector(url, history_reads, **extra)
+            elapsed, cost = time.perf_counter() - started, server_cpu_s(self.pid) - cpu
+            rates.append(rows / elapsed)
+            costs.append(cost)
+            progress(f"  {label}: {rows:,} rows in {elapsed:.2f}s, server CPU {cost:.2f}s (run {attempt + 1})")
+        best = max(range(len(rates)), key=rates.__getitem__)
+        return rates[best], costs[best]
 
     def read_memory(self, rows: int) -> None:
         self.spark.read.format("bench_in_memory").option("rows", rows).load().write.format("noop").mode(
@@ -264,15 +291,30 @@ class Bench:
             raise RuntimeError(f"the connector read {counted.count()} rows of {WARM_ROWS}")
         self.read_memory(WARM_ROWS)
         self.read_rate(WARM_ROWS)
-        progress("read: our server → noop")
-        ours = best_rate("ours", rows, repeat, lambda: self.read_connector(url))
+        wait_in_delta(url)
+        wait_in_delta(warm)
+        self.read_connector(warm, "http")
+        progress("read: our server → noop (historyReads=auto, localFiles=false: files through signed URLs)")
+        via_urls, urls_cpu = self.read_costed("ours, direct via URLs", url, "auto", localFiles="false")
+        progress("read: our server → noop (historyReads=http)")
+        over_http, http_cpu = self.read_costed("ours, http", url, "http")
+        progress("read: our server → noop (historyReads=auto: history from the Delta files)")
+        ours, direct_cpu = self.read_costed("ours, direct", url, "auto")
         progress("read: in-memory Python data source → noop")
         memory = best_rate("in-memory", rows, repeat, lambda: self.read_memory(rows))
         progress("read: rate-micro-batch → noop")
         rate = best_rate("rate-micro-batch", rows, repeat, lambda: self.read_rate(rows))
         metric = f"batch read, {rows:,} JSON msgs → noop, rows/s"
         results = [
-            Result(f"{metric}; baseline: in-memory Python source", ours, memory, at_least(0.5)),
+            Result(f"{metric}; baseline: in-memory Python source", ours, memory, at_least(1.0)),
+            Result(f"{metric}, historyReads=http; baseline: in-memory Python source", over_http, memory),
+            Result(
+                "server CPU s during that read: direct; baseline: historyReads=http", direct_cpu, http_cpu, at_most(0.1)
+            ),
+            Result(f"{metric}, localFiles=false; baseline: in-memory Python source", via_urls, memory),
+            Result(
+                "server CPU s during that read: direct via signed URLs; baseline: historyReads=http", urls_cpu, http_cpu
+            ),
             Result(f"{metric}; baseline: built-in rate-micro-batch", ours, rate),
         ]
         if reference is not None:
@@ -444,7 +486,8 @@ def main() -> None:
             running.callback(reference.stop)
         spark = spark_session(work)
         running.callback(spark.stop)
-        bench = Bench(spark, args, work, ours.url)
+        assert ours.proc is not None
+        bench = Bench(spark, args, work, ours.url, ours.proc.pid)
         if "read" in args.groups:
             results += bench.read(reference.url if reference is not None else None)
         if "write" in args.groups:

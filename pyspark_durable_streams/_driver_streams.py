@@ -3,18 +3,21 @@ server capabilities, and the planning of a batch into partitions. Never pickled 
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
+from ._direct_plans import DirectRange, PlansUnavailable, plan_stream
 from ._offsets import EARLIEST, SEQ_OFFSET, is_seq_offset, pending_messages, sorted_offsets, split_range
 from ._task_reader import Framing, StreamRange, make_client
-from .client import Bucket, Client, Gone, NotFound, Stream
+from .client import Bucket, Client, Gone, NotFound, Stream, TransportError
 from .client.arrow import ARROW_STREAM
 from .client.models import media_type
 from .options import LATEST, ReadOptions
 
+log = logging.getLogger("pyspark_durable_streams.source")
 _PROBE_ACCEPT = f"{ARROW_STREAM}, multipart/mixed;q=0.5"
 _FRAMINGS: dict[str, Framing] = {ARROW_STREAM: "arrow", "multipart/mixed": "multipart"}
 
@@ -114,13 +117,51 @@ class DriverStreams:
             start[key] = offset
         return sorted_offsets(start)
 
-    def plan(self, start: Mapping[str, str], end: Mapping[str, str]) -> list[StreamRange]:
-        """Partitions of ``[start, end)``: a pure function of the two offsets (and the server kind)."""
+    def plan(self, start: Mapping[str, str], end: Mapping[str, str]) -> list[StreamRange | DirectRange]:
+        """Partitions of ``[start, end)``: history from the Delta files where the server plans
+        reads (``_direct_plans``), the rest over HTTP split by sequence number. Each partition is
+        a function of its offsets: a re-planned batch reads the same rows."""
         ranges: list[tuple[str, str, str, Framing]] = []
+        direct: list[DirectRange] = []
         for key in sorted(end):
             first, last = start.get(key, EARLIEST), end[key]
             if last > first:
+                planned, first = self._direct(key, first, last)
+                direct += planned
+            if last > first:
                 ranges.append((key, first, last, self.framing(key)))
+        http = self._http_partitions(ranges)
+        if direct:
+            log.info(
+                "durable_streams: batch planned: %d messages from Delta files (%d partitions), %d ranges over HTTP",
+                sum(part.end - part.first for part in direct),
+                len(direct),
+                len(http),
+            )
+        return [*direct, *http]
+
+    def _direct(self, key: str, first: str, last: str) -> tuple[list[DirectRange], str]:
+        """Direct partitions of the start of ``[first, last)`` and where HTTP takes over."""
+        mode = self.options.history_reads
+        if mode == "http":
+            return [], first
+        try:
+            if self.framing(key) != "arrow":
+                raise PlansUnavailable("the server does not offer Arrow reads (not ours)")
+            return plan_stream(
+                self.client.transport, key, self.url(key), first, last, self.options.messages_per_partition
+            )
+        except (Gone, NotFound):
+            return [], first  # below retention, or deleted: the HTTP read applies failOnDataLoss as always
+        except (PlansUnavailable, TransportError) as exc:
+            if mode == "delta":
+                raise RuntimeError(
+                    f"durable_streams: option 'historyReads' is 'delta' but stream {key} cannot be read from "
+                    f"Delta: {exc}. Use historyReads=auto (Delta where possible, HTTP elsewhere) or http."
+                ) from exc
+            return [], first
+
+    def _http_partitions(self, ranges: list[tuple[str, str, str, Framing]]) -> list[StreamRange]:
         counts = {
             key: pending_messages(s, e)
             for key, s, e, framing in ranges

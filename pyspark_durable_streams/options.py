@@ -305,6 +305,8 @@ READ: tuple[Option[Any], ...] = (
     Option("minPartitions", positive_int, None, "min_partitions"),
     Option("messagesPerPartition", positive_int, 100_000, "messages_per_partition"),
     Option("pollIntervalMs", positive_int, 250, "poll_interval_ms"),
+    Option("historyReads", one_of("auto", "delta", "http"), "auto", "history_reads"),
+    Option("localFiles", boolean, True, "local_files"),
 )
 READ_OPTIONS = tuple(option.key for option in READ)
 _READ_DEFAULTS = {option.field: option.default for option in READ if option.field is not None}
@@ -335,6 +337,11 @@ class ReadOptions:
     messages_per_partition: int = _READ_DEFAULTS["messages_per_partition"]
     value_type: str | None = _READ_DEFAULTS["value_type"]
     poll_interval_ms: int = _READ_DEFAULTS["poll_interval_ms"]
+    history_reads: str = _READ_DEFAULTS["history_reads"]
+    """``auto``: history from the Delta files where the server plans reads (``_direct_plans``),
+    ``delta``: fail where it does not, ``http``: always over HTTP."""
+    local_files: bool = _READ_DEFAULTS["local_files"]
+    """Direct reads open the server's local data files where an executor sees them."""
     connection: ConnectionOptions = ConnectionOptions()
 
     @property

@@ -35,6 +35,8 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType, TimestampType
 
+from ._direct_plans import DirectRange
+from ._direct_reads import read_direct
 from ._driver_streams import DriverStreams
 from ._incarnations import (
     SparkOffset,
@@ -141,6 +143,8 @@ class _Reader:
         return self._driver
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, DirectRange):
+            return read_direct(self._options, self._schema, partition)
         assert isinstance(partition, StreamRange)
         return read_range(self._options, self._schema, partition)
 

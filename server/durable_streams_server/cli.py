@@ -181,6 +181,11 @@ def build_parser() -> argparse.ArgumentParser:
         "the Delta log keeps its two newest checkpoints and the commits after them; this also keeps "
         "every entry younger than this (time travel), commits costing more as the window fills",
     )
+    _add_config(
+        parser,
+        "--read-plan-ttl-s",
+        "read plans' file URLs expire after this (at most the vacuum retention, which keeps planned files)",
+    )
     _add(
         parser,
         "--auth-tokens-file",

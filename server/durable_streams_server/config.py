@@ -51,6 +51,7 @@ _POSITIVE = (
     "webhook_retry_max_ms",
     "webhook_timeout_ms",
     "compaction_target_file_bytes",
+    "read_plan_ttl_s",
 )
 _NON_NEGATIVE = (
     "max_header_bytes",
@@ -108,6 +109,9 @@ class ServerConfig:
     """Data files compaction replaced are deleted this long after (readers' plans stay valid)."""
     log_retention_hours: int = 0
     """Delta log entries older than this are deleted (``delta.logRetentionDuration``)."""
+    read_plan_ttl_s: int = 600
+    """File URLs of a read plan (direct history reads) expire after this; at most the vacuum
+    retention, so a file a plan names is there until its URL expires."""
     allow_private_webhook_urls: tuple[str, ...] = ()
     """Networks (CIDR) webhook targets may be in although private/loopback/link-local
     (entries may also be comma-separated lists); by default only public addresses."""
@@ -137,6 +141,11 @@ class ServerConfig:
             parse_networks(networks)
         except ValueError as exc:
             raise ConfigError("allow_private_webhook_urls", str(exc)) from None
+        if self.vacuum_retention_hours and self.read_plan_ttl_s > self.vacuum_retention_hours * 3600:
+            raise ConfigError(
+                "read_plan_ttl_s",
+                f"must be at most vacuum_retention_hours ({self.vacuum_retention_hours} h), got {self.read_plan_ttl_s}",
+            )
         modes = get_args(Durability)
         if self.durability not in modes:
             raise ConfigError("durability", f"must be one of {', '.join(modes)}, got {self.durability!r}")

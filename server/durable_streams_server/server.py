@@ -46,6 +46,7 @@ def open_storage(config: ServerConfig, observer: StorageObserver) -> tuple[Stora
                 vacuum_retention_hours=config.vacuum_retention_hours,
                 log_retention_hours=config.log_retention_hours,
             ),
+            read_plan_ttl_s=config.read_plan_ttl_s,
             history_parked_bytes=config.memory_budget // 8 if config.memory_budget else 64 * 1024 * 1024,
         ),
         observer=observer,

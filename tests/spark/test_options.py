@@ -38,6 +38,8 @@ def test_the_names_each_direction_accepts() -> None:
         "messagesperpartition",
         "valuetype",
         "pollintervalms",
+        "historyreads",
+        "localfiles",
     }
     assert set(WRITE_OPTIONS) == {
         "url",

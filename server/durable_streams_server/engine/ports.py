@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from ..storage.history_reader import StoredMessage
 from ..storage.message_batch import MessageBatch
+from ..storage.read_plans import TablePlan
 from ..storage.records import H, Record
 from ..storage.view import StateView
 
@@ -55,6 +56,12 @@ class StoragePort(Protocol):
         ``data`` (and ``meta``), in order. Reads about ``max_bytes`` from storage, wherever
         in the stream ``start_seq`` is; may stop short of both when the messages are spread
         over many small files (a bounded number of files per read)."""
+        ...
+
+    async def plan_reads(self, segments: list[tuple[int, int, int]]) -> TablePlan:
+        """The table version and the data files that hold the messages ``first <= seq < end``
+        of each segment's uid (``storage.read_plans``); raises ``PlansUnavailable`` when the
+        table's files cannot be handed out."""
         ...
 
     async def read_snapshot(self, uid: int, seq: int) -> tuple[str, bytes] | None:

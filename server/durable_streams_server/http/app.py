@@ -38,6 +38,7 @@ from .auth import AuthMiddleware
 from .extensions import ExtensionHandlers
 from .limits import HttpLimits, LimitsMiddleware, LiveReaders
 from .metrics import ROUTE_KEY, MetricsMiddleware, ServerMetrics
+from .read_plans import ReadPlanHandlers, wants_plan
 from .responses import SecurityHeadersMiddleware, error_response, http_error_response, preflight_response
 from .routes import starlette_routes
 from .streams import StreamHandlers
@@ -62,6 +63,7 @@ class DurableStreamsApp:
         self.handlers: StreamHandlers | None = None
         self.extensions: ExtensionHandlers | None = None
         self.subscriptions: SubscriptionHandlers | None = None
+        self.read_plans: ReadPlanHandlers | None = None
         self._start_lock = asyncio.Lock()
         self.live_readers = LiveReaders(limits.max_live_readers)
         self.metrics = ServerMetrics(self)
@@ -71,6 +73,7 @@ class DurableStreamsApp:
                     "healthz": self._healthz,
                     "readyz": self._readyz,
                     "metrics": self._metrics,
+                    "files": self._files_endpoint,
                     "control": self._control_endpoint,
                     "base": self._base_endpoint,
                     "bucket": self._bucket_endpoint,
@@ -118,6 +121,8 @@ class DurableStreamsApp:
         self.engine = engine
         self.handlers = handlers = StreamHandlers(engine, self.limits, self.live_readers)
         self.extensions = ExtensionHandlers(handlers)
+        assert self.storage is not None
+        self.read_plans = ReadPlanHandlers(engine, self.storage.plans.access, self.storage.config.read_plan_ttl_s)
         subscriptions.start()
         self.subscriptions = SubscriptionHandlers(subscriptions)
 
@@ -135,6 +140,15 @@ class DurableStreamsApp:
             if resource is not None:
                 return await self._sub_resource(request, stream, resource, token)
             return await self._stream(request, name)
+
+        return await self._guarded(request, route)
+
+    async def _files_endpoint(self, request: Request) -> Response:
+        request.scope[ROUTE_KEY] = "files"
+
+        async def route() -> Response:
+            assert self.read_plans is not None
+            return await self.read_plans.file(request, request.path_params["path"])
 
         return await self._guarded(request, route)
 
@@ -261,6 +275,9 @@ class DurableStreamsApp:
         handlers = self.handlers
         assert handlers is not None
         method = request.method
+        if method == "GET" and wants_plan(request.headers.get("accept")):
+            assert self.read_plans is not None
+            return await self.read_plans.plan(request, name)
         if method == "GET":
             return await handlers.read(request, name)
         if method == "HEAD":

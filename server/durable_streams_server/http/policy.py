@@ -13,6 +13,7 @@ surface (a sub-resource such as ``.../x/snapshot/5`` belongs to stream ``.../x``
   grant; other methods there are treated as changes of a bucket of that name.
 - The reserved ``__ds`` namespace of a root (subscriptions, ``control``): see
   ``_control_needs``.
+- ``/v1/files/...`` (a read plan's signed file URLs) needs no token: the signature is the grant.
 - Paths no route serves need just a valid token, and get their 404 from the router.
 
 A grant covers a stream if the key starts with one of its ``prefixes`` or lies in one of
@@ -71,6 +72,8 @@ def request_needs(method: str, path: str, fork_from: str | None) -> tuple[Need, 
         if not reading:
             return (Need("admin", "bucket", route),)
         return (Need("admin", "server"),) if route == "metrics" else ()
+    if route == "files":
+        return ()  # the URL's signature is the grant (``read_plans``)
     if route == "control":
         bucket_id = params.get("bucket_id")
         root = (

@@ -23,7 +23,7 @@ from starlette.types import Scope
 from ..protocol.ids import BASE_SURFACE_PREFIX
 from ..protocol.subscriptions import RESERVED_SEGMENT
 
-RouteName = Literal["healthz", "readyz", "metrics", "control", "base", "bucket", "listing", "bucketed"]
+RouteName = Literal["healthz", "readyz", "metrics", "files", "control", "base", "bucket", "listing", "bucketed"]
 Endpoint = Callable[[Request], Awaitable[Response]]
 
 METHODS = ("GET", "HEAD", "PUT", "POST", "DELETE", "OPTIONS")
@@ -34,6 +34,8 @@ ROUTES: tuple[tuple[RouteName, str], ...] = (
     ("healthz", "/healthz"),
     ("readyz", "/readyz"),
     ("metrics", "/metrics"),
+    # Data files for signed read-plan URLs (``read_plans``); ``v1`` is no bucket id.
+    ("files", "/v1/files/{path:path}"),
     # The reserved ``__ds`` namespace of each surface (subscriptions), before any stream route.
     ("control", f"/{BASE_SURFACE_PREFIX}{RESERVED_SEGMENT}"),
     ("control", f"/{BASE_SURFACE_PREFIX}{RESERVED_SEGMENT}/{{rest:path}}"),

@@ -41,6 +41,13 @@ and a read streams pages from there until its byte budget is filled, parking its
 for the next read. A read costs what it serves (plus at most one row group when it starts
 inside one), not the stream's history.
 
+Read plans (``read_plans``) let Spark executors read history from the data files themselves:
+for a stream's uid and a sequence range they name a table version's files and row groups
+(Delta log statistics, cached Parquet footers: ``footers``) and how readers reach them
+(presigned S3 URLs: ``presign``; a local table's files through the HTTP layer's signed
+file endpoint). Vacuum keeps a replaced file ``vacuum_retention_hours``, at least as long as
+a plan's URLs are valid.
+
 Object-store outages
 --------------------
 A failed Delta commit is retried by the flusher with backoff, forever and without giving
@@ -74,7 +81,8 @@ Modules: ``committer`` (the ``Storage`` facade wiring the rest), ``records`` and
 ``message_batch`` (WAL records; a bulk append's buffers), ``acks``, ``admission``, ``wal``,
 ``wal_writer``, ``flusher``, ``delta_log`` (the table) with ``table_schema`` and
 ``commit_rows`` (a flush's rows), ``state_rows`` (what recovery parses now or later),
-``state_checkpoint``, ``log_trim``, ``history_reader``, ``data_files`` (local files read
+``state_checkpoint``, ``log_trim``, ``history_reader`` with ``footers``, ``read_plans``
+(what Spark executors may read directly) and ``presign`` (S3 URLs), ``data_files`` (local files read
 with pyarrow), ``compaction_plan``, ``compaction``, ``view`` (what storage and the engine
 hand each other), ``observer`` (metrics hooks).
 Storage never imports the engine.

@@ -25,6 +25,7 @@ from .flusher import DeltaFlusher
 from .history_reader import HistoryReader, StoredMessage
 from .message_batch import MessageBatch
 from .observer import NullObserver, StorageObserver
+from .read_plans import ReadPlanner, TablePlan
 from .records import H, Record, encode
 from .view import Recovery, StateView
 from .wal import WriteAheadLog
@@ -52,6 +53,8 @@ class StorageConfig:
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
     history_parked_bytes: int = 64 * 1024 * 1024
     """Memory of history reads parked between responses (``history_reader``)."""
+    read_plan_ttl_s: int = 600
+    """How long the file URLs of a read plan stay valid (``read_plans``)."""
 
 
 class Storage:
@@ -64,6 +67,7 @@ class Storage:
         self.history = HistoryReader(
             self.delta.uri, config.storage_options, max_parked_bytes=config.history_parked_bytes
         )
+        self.plans = ReadPlanner(self.delta.uri, config.storage_options, config.read_plan_ttl_s)
         self.wal = WriteAheadLog(config.data_dir / "wal") if config.durability == "wal" else None
         self._acks = Acknowledgements()
         self._admission = Admission(self.wal, config.max_wal_bytes)
@@ -209,6 +213,10 @@ class Storage:
         """Whole messages from ``start_seq`` (before ``end_seq``) within ``max_bytes``, at least
         one, as Arrow columns ``seq``, ``ts``, ``data``, ``meta`` (``history_reader``)."""
         return await asyncio.to_thread(self.history.read, uid, start_seq, end_seq, max_bytes)
+
+    async def plan_reads(self, segments: list[tuple[int, int, int]]) -> TablePlan:
+        """The data files holding each segment's messages ``(uid, first, end)`` (``read_plans``)."""
+        return await asyncio.to_thread(self.plans.plan, segments)
 
     @property
     def history_read_bytes(self) -> int:

@@ -53,6 +53,7 @@ from deltalake import DeltaTable
 from deltalake.fs import DeltaStorageHandler
 
 from .data_files import local_root, open_local
+from .footers import FooterCache
 from .table_schema import KIND_MESSAGE, SCHEMA
 
 HISTORY_COLUMNS = ["seq", "ts", "data", "meta"]
@@ -140,7 +141,7 @@ class HistoryReader:
         self._files: pa.Table | None = None
         self._version = 0
         """Incremented on every rebuild of the file index."""
-        self._footers: OrderedDict[str, pq.FileMetaData] = OrderedDict()
+        self._footers = FooterCache(self._open, _MAX_FOOTERS)
         self._parked: OrderedDict[tuple[int, int], _Cursor] = OrderedDict()
         self._handler = DeltaStorageHandler(uri, self.storage_options)
         self._local_root = local_root(uri)
@@ -252,17 +253,7 @@ class HistoryReader:
         return sorted(groups, key=lambda group: (group.first_seq, group.index))
 
     def _footer(self, path: str) -> pq.FileMetaData:
-        with self._lock:
-            metadata = self._footers.get(path)
-            if metadata is not None:
-                self._footers.move_to_end(path)
-                return metadata
-        metadata = pq.read_metadata(self._open(path))
-        with self._lock:
-            self._footers[path] = metadata
-            while len(self._footers) > _MAX_FOOTERS:
-                self._footers.popitem(last=False)
-        return metadata
+        return self._footers.get(path)
 
     def _open(self, path: str) -> pa.PythonFile:
         if self._local_root is not None:

@@ -1,0 +1,180 @@
+"""Read plans: which data files of one table version hold a stream's messages in a range.
+
+A Spark job catching up on history reads the Parquet files itself (``pyspark_durable_streams``
+``_direct_reads``); the server only says what to read. ``ReadPlanner.plan`` takes segments
+``(uid, first seq, end seq)`` (a fork's range is several: its source's uid below the fork
+point, its own above), refreshes its own snapshot of the table, and answers with that
+snapshot's version and, per segment, the files whose Delta log statistics (``stream_uid``,
+``kind``, ``seq``) can hold messages of the uid in the range, each with the row groups whose
+Parquet footer statistics can (footers are cached: data files are immutable; row groups
+of ``state`` rows only are left out). A row group
+is ``exact`` when its ``stream_uid`` statistics say it holds that uid only, so its ``seq``
+statistics are the uid's own. Planning reads the Delta log and footers, never data pages.
+
+How executors reach a file (``FileAccess``): a local table's files are served by the
+server's own file endpoint (the HTTP layer signs those URLs; the plan also names the local
+path, for readers that share the server's filesystem); an ``s3://`` table's files
+by presigned GETs (``presign``), valid ``ttl_s``. Other stores get no plans.
+
+Lifetime: a planned file is in the table version the plan names, so compaction may only
+remove it afterwards, and vacuum deletes a removed file ``vacuum_retention_hours`` after
+that: a plan used within ``ttl_s`` (which the configuration keeps at or below the vacuum
+retention) finds its files. A reader finding one gone anyway (a shorter retention) asks
+for a new plan.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from deltalake import DeltaTable
+from deltalake.fs import DeltaStorageHandler
+
+from .footers import FooterCache
+from .presign import S3Presigner
+from .table_schema import KIND_MESSAGE
+
+_COLUMNS = ["path", "size_bytes", "min.stream_uid", "max.stream_uid", "min.seq", "max.seq", "min.kind", "max.kind"]
+
+
+class PlansUnavailable(RuntimeError):
+    """This table's files cannot be handed to readers (a store without URL signing)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RowGroupSpan:
+    index: int
+    first_seq: int
+    last_seq: int
+    rows: int
+    exact: bool
+    """The row group holds messages of this uid only: ``first_seq``/``last_seq`` are its own."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedFile:
+    path: str
+    """Relative to the table root, as in the Delta log."""
+    size: int
+    url: str | None
+    """A presigned URL (object stores); ``None``: the HTTP layer signs one to its file endpoint."""
+    local: str | None
+    """A local table's file: readers on the same filesystem may open it instead of the URL."""
+    row_groups: tuple[RowGroupSpan, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TablePlan:
+    version: int
+    segments: list[list[PlannedFile]]
+
+
+class FileAccess:
+    """How readers reach the table's files: ``local_root`` or ``presigner`` (or neither)."""
+
+    def __init__(self, uri: str, storage_options: Mapping[str, str]) -> None:
+        parts = urlsplit(uri)
+        self.local_root: Path | None = None
+        if parts.scheme in ("", "file"):
+            self.local_root = Path(unquote(parts.path) if parts.scheme else uri).resolve()
+        self.presigner = S3Presigner.for_table(uri, storage_options)
+
+    @property
+    def available(self) -> bool:
+        return self.local_root is not None or self.presigner is not None
+
+    def local_file(self, path: str) -> Path | None:
+        """The local file of a table path, ``None`` unless it is a file inside the table root."""
+        if self.local_root is None or not path or path.startswith("/") or "\\" in path:
+            return None
+        candidate = (self.local_root / path).resolve()
+        if candidate.parent != self.local_root and self.local_root not in candidate.parents:
+            return None
+        if "_delta_log" in candidate.relative_to(self.local_root).parts or not candidate.is_file():
+            return None
+        return candidate
+
+
+def _as_text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class ReadPlanner:
+    def __init__(self, uri: str, storage_options: Mapping[str, str], ttl_s: int) -> None:
+        self.uri = uri
+        self.storage_options = dict(storage_options)
+        self.ttl_s = ttl_s
+        self.access = FileAccess(uri, storage_options)
+        self.plans = 0
+        self._lock = threading.Lock()
+        self._table: DeltaTable | None = None
+        handler = DeltaStorageHandler(uri, self.storage_options)
+        self._footers = FooterCache(lambda path: pa.PythonFile(handler._handler.open_input_file(path), mode="r"))
+
+    def plan(self, segments: Sequence[tuple[int, int, int]]) -> TablePlan:
+        """The files of the newest table version that may hold messages ``first <= seq < end``
+        of each segment's uid, ordered by their first sequence number. Blocks."""
+        if not self.access.available:
+            raise PlansUnavailable(f"read plans need a local or s3:// table, not {self.uri}")
+        with self._lock:
+            self.plans += 1
+            if self._table is None:
+                self._table = DeltaTable(self.uri, storage_options=self.storage_options)
+            else:
+                self._table.update_incremental()
+            version = self._table.version()
+            files = pa.table(self._table.get_add_actions(flatten=True)).select(_COLUMNS)
+        return TablePlan(version, [self._segment(files, uid, first, end) for uid, first, end in segments])
+
+    def _segment(self, files: pa.Table, uid: int, first: int, end: int) -> list[PlannedFile]:
+        if end <= first or files.num_rows == 0:
+            return []
+        mask = pc.and_(
+            pc.and_(pc.less_equal(files["min.stream_uid"], uid), pc.greater_equal(files["max.stream_uid"], uid)),
+            pc.and_(pc.less_equal(files["min.kind"], KIND_MESSAGE), pc.greater_equal(files["max.kind"], KIND_MESSAGE)),
+        )
+        mask = pc.and_(mask, pc.and_(pc.greater_equal(files["max.seq"], first), pc.less(files["min.seq"], end)))
+        chosen = files.filter(pc.fill_null(mask, True)).sort_by([("min.seq", "ascending"), ("path", "ascending")])
+        planned = []
+        for path, size in zip(chosen["path"].to_pylist(), chosen["size_bytes"].to_pylist(), strict=True):
+            groups = self._row_groups(path, uid, first, end)
+            if groups:
+                url = self.access.presigner.url(path, self.ttl_s) if self.access.presigner is not None else None
+                local = str(self.access.local_root / path) if self.access.local_root is not None else None
+                planned.append(PlannedFile(path, int(size), url, local, groups))
+        return planned
+
+    def _row_groups(self, path: str, uid: int, first: int, end: int) -> tuple[RowGroupSpan, ...]:
+        metadata = self._footer(path)
+        names = metadata.schema.names
+        uid_column, seq_column, kind_column = names.index("stream_uid"), names.index("seq"), names.index("kind")
+        spans = []
+        for index in range(metadata.num_row_groups):
+            group = metadata.row_group(index)
+            uids, seqs = group.column(uid_column).statistics, group.column(seq_column).statistics
+            kinds = group.column(kind_column).statistics
+            known_uids = uids is not None and uids.has_min_max
+            if known_uids and not uids.min <= uid <= uids.max:
+                continue
+            if (
+                kinds is not None
+                and kinds.has_min_max
+                and not _as_text(kinds.min) <= KIND_MESSAGE <= _as_text(kinds.max)
+            ):
+                continue  # (state rows only, e.g. the end of a compacted file)
+            lo, hi = (seqs.min, seqs.max) if seqs is not None and seqs.has_min_max else (0, 1 << 62)
+            if hi < first or lo >= end:
+                continue
+            exact = known_uids and uids.min == uids.max == uid
+            spans.append(RowGroupSpan(index, int(lo), int(hi), group.num_rows, exact))
+        return tuple(spans)
+
+    def _footer(self, path: str) -> pq.FileMetaData:
+        return self._footers.get(path)
