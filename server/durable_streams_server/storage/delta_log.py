@@ -50,7 +50,7 @@ import pyarrow.compute as pc
 from deltalake import ColumnProperties, CommitProperties, DeltaTable, Transaction, WriterProperties, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
-from .commit_rows import commit_table
+from .commit_rows import clustered, commit_table
 from .compaction_plan import Bin, FileSpan, spans_intersecting
 from .log_trim import table_properties, trim_due, trim_log
 from .records import (
@@ -248,7 +248,7 @@ class DeltaLog:
 
     def commit(self, records: Iterable[Record[Header]], states: Mapping[int, dict[str, Any]], through_lsn: int) -> None:
         """Write the records' messages and snapshots plus the given states in one commit."""
-        table = commit_table(list(records), states, through_lsn)
+        table, group_rows = clustered(commit_table(list(records), states, through_lsn))
         properties = CommitProperties(app_transactions=[Transaction(app_id=APP_ID, version=through_lsn)])
         with self._lock:
             write_deltalake(
@@ -256,7 +256,7 @@ class DeltaLog:
                 table,
                 mode="append",
                 commit_properties=properties,
-                writer_properties=WriterProperties(column_properties=_NO_STATISTICS),
+                writer_properties=WriterProperties(max_row_group_size=group_rows, column_properties=_NO_STATISTICS),
             )
             self._committed()
 
