@@ -9,7 +9,9 @@ the whole flush file for each stream: 500 streams writing 64 KiB chunks made 50 
 files, and reading one stream's 4 MiB decoded ~40 of them whole. So the rows are written
 ordered by ``(stream_uid, seq)`` in row groups of about ``FLUSH_ROW_GROUP_BYTES``
 (``clustered``): the row groups' statistics then name the few streams each one holds, and a
-read opens only those.
+read opens only those. A read decodes a row group from its start (no page index), so the
+row groups stay small: with 4 MiB ones the same reads decoded ~30 bytes per byte served;
+compaction later rewrites them into large ones, each stream's rows contiguous.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from .records import (
 from .state_rows import state_flags
 from .table_schema import KIND_MESSAGE, KIND_SNAPSHOT, KIND_STATE, KIND_SUBSCRIPTION, SCHEMA
 
-FLUSH_ROW_GROUP_BYTES = 4 * 1024 * 1024
+FLUSH_ROW_GROUP_BYTES = 512 * 1024
 
 
 def clustered(table: pa.Table) -> tuple[pa.Table, int]:

@@ -259,6 +259,8 @@ class DeltaLog:
                 writer_properties=WriterProperties(max_row_group_size=group_rows, column_properties=_NO_STATISTICS),
             )
             self._committed()
+        del table
+        pa.default_memory_pool().release_unused()  # a flush's buffers: give the pages back
 
     def _scan(self, columns: list[str], predicate: str) -> pa.Table:
         """Rows matching ``predicate``, files skipped by their min/max statistics."""
