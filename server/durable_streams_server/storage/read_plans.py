@@ -29,7 +29,6 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -37,6 +36,7 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.fs import DeltaStorageHandler
 
+from .data_files import local_root
 from .footers import FooterCache
 from .presign import S3Presigner
 from .table_schema import KIND_MESSAGE
@@ -80,10 +80,8 @@ class FileAccess:
     """How readers reach the table's files: ``local_root`` or ``presigner`` (or neither)."""
 
     def __init__(self, uri: str, storage_options: Mapping[str, str]) -> None:
-        parts = urlsplit(uri)
-        self.local_root: Path | None = None
-        if parts.scheme in ("", "file"):
-            self.local_root = Path(unquote(parts.path) if parts.scheme else uri).resolve()
+        root = local_root(uri)
+        self.local_root = Path(root).resolve() if root is not None else None
         self.presigner = S3Presigner.for_table(uri, storage_options)
 
     @property
