@@ -76,8 +76,10 @@ def test_recreated_while_the_query_runs(
         new = _fill(stream, 2, 300)
         assert new != old
         if fail_on_data_loss:
+            # A trigger may fall between the DELETE and the re-create: either way the old incarnation's
+            # rest is lost, and the message names it (the new one exists only if the trigger came later).
             message = _failure(query)
-            assert url in message and old in message and new in message and "deleted and created again" in message
+            assert url in message and old in message and "deleted" in message
             assert _values([r.asDict() for r in spark.table(name).collect()]) == _expected((1, 1000))
             return
         wait_for(lambda: spark.table(name).count() == 1300, timeout_s=60)
@@ -135,10 +137,11 @@ def test_bucket_subscription_stream_recreated(
     try:
         wait_for(lambda: spark.table(name).count() == 10, timeout_s=60)
         stream.delete()
-        new = _fill(stream, 2, 25)
+        _fill(stream, 2, 25)
         if fail_on_data_loss:
-            message = _failure(query)
-            assert "user-1" in message and old in message and new in message
+            message = _failure(query)  # as above: the old incarnation is named whenever the trigger ran
+            assert "user-1" in message and old in message and "deleted" in message
+            assert _values([r.asDict() for r in spark.table(name).collect()]) == _expected((1, 10))
             return
         wait_for(lambda: spark.table(name).count() == 35, timeout_s=60)
         query.processAllAvailable()
