@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Protocol
 
+import pyarrow as pa
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
@@ -147,6 +148,11 @@ class _StateCollector:
             yield CounterMetricFamily(
                 "durable_streams_memory_evictions", "Entries the memory budget let go", value=memory.evictions
             )
+        yield _gauge(
+            "durable_streams_arrow_allocated_bytes",
+            "Bytes allocated from Arrow's memory pool (message buffers, decoded Parquet, Delta writes)",
+            pa.total_allocated_bytes(),
+        )
         if source.subscriptions is not None:
             yield from _subscription_metrics(source.subscriptions.manager)
         storage = source.storage

@@ -238,11 +238,15 @@ class HistoryReader:
         metadata = self._footer(path)
         names = metadata.schema.names
         uid_column, seq_column, data_column = names.index("stream_uid"), names.index("seq"), names.index("data")
+        kind_column = names.index("kind")
         groups = []
         for index in range(metadata.num_row_groups):
             group = metadata.row_group(index)
             uids, seqs = group.column(uid_column).statistics, group.column(seq_column).statistics
             if uids is not None and uids.has_min_max and not uids.min <= uid <= uids.max:
+                continue
+            kinds = group.column(kind_column).statistics
+            if kinds is not None and kinds.has_min_max and not kinds.min <= KIND_MESSAGE <= kinds.max:
                 continue
             if seqs is not None and seqs.has_min_max and seqs.max < start:
                 continue
