@@ -16,6 +16,7 @@ from typing import get_args
 
 import uvicorn
 
+from .allocators import tune_allocators
 from .config import ConfigError, ServerConfig, require_number
 from .http.connections import guarded_h11
 from .protocol.tokens import AuthConfig, AuthConfigError, parse_tokens
@@ -323,9 +324,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     check_exposure(args.host, config, args.allow_unauthenticated)
     check_tls(args.tls_certfile, args.tls_keyfile)
     auth = config.auth
+    allocators = tune_allocators()
     logging.getLogger("durable_streams_server").info(
         "starting",
         extra={
+            **allocators,
             "host": args.host,
             "port": args.port,
             "data_dir": str(config.data_dir),

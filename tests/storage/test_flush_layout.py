@@ -1,0 +1,122 @@
+"""The layout of a flush file on a real Delta table (``commit_rows.clustered``).
+
+Messages first, by stream and sequence, in row groups of about ``FLUSH_ROW_GROUP_BYTES`` of
+message bytes; the state rows after them in at most ``MAX_OTHER_ROW_GROUPS`` row groups, so
+that state scans skip message row groups and history reads skip state row groups by their
+statistics, and footers stay small however many streams a flush touches.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import DeltaTable
+
+from durable_streams_server.storage.commit_rows import FLUSH_ROW_GROUP_BYTES, MAX_OTHER_ROW_GROUPS
+from durable_streams_server.storage.delta_log import DeltaLog
+from durable_streams_server.storage.footers import FooterCache
+from durable_streams_server.storage.history_reader import HistoryReader
+from durable_streams_server.storage.records import AppendHeader, Header, Record
+
+
+def _state(uid: int, tail: int) -> dict[str, Any]:
+    return {"name": f"v1/stream/s{uid}", "tail": tail, "written_ms": 1000 + tail}
+
+
+def _flush(tmp_path: Path, streams: int, messages: int, size: int) -> tuple[DeltaLog, dict[int, list[bytes]]]:
+    """One flush of ``messages`` messages of ``size`` bytes to each of ``streams`` streams,
+    interleaved as they would arrive (uids 10, 11, ...)."""
+    delta = DeltaLog(str(tmp_path), {})
+    sent: dict[int, list[bytes]] = {10 + i: [] for i in range(streams)}
+    records: list[Record[Header]] = []
+    lsn = 0
+    for seq in range(messages):
+        for uid in sent:
+            lsn += 1
+            payload = os.urandom(size)  # (incompressible: no dictionary or run-length encoding)
+            sent[uid].append(payload)
+            records.append(Record(lsn, uid, AppendHeader(seq, 1_000 + lsn, None, None, False), (payload,)))
+    delta.commit(records, {uid: _state(uid, messages) for uid in sent}, lsn)
+    return delta, sent
+
+
+def _row_groups(tmp_path: Path) -> list[tuple[str, str, int, int, int, int]]:
+    """(kind min, kind max, uid min, uid max, rows, data bytes) of each row group of the one data file."""
+    files = DeltaTable(f"{tmp_path}/streams").file_uris()
+    assert len(files) == 1
+    metadata = pq.ParquetFile(files[0]).metadata
+    names = metadata.schema.names
+    kind, uid, data = names.index("kind"), names.index("stream_uid"), names.index("data")
+    groups = []
+    for index in range(metadata.num_row_groups):
+        group = metadata.row_group(index)
+        kinds, uids = group.column(kind).statistics, group.column(uid).statistics
+        size = group.column(data).total_uncompressed_size
+        groups.append((kinds.min, kinds.max, uids.min, uids.max, group.num_rows, size))
+    return groups
+
+
+def test_messages_first_by_stream_then_states(tmp_path: Path) -> None:
+    _flush(tmp_path, streams=40, messages=1, size=64 * 1024)
+    groups = _row_groups(tmp_path)
+    kinds = [(g[0], g[1]) for g in groups]
+    assert kinds == sorted(kinds)  # in file order: message row groups, at most one mixed, states
+    assert sum(1 for g in groups if g[0] != g[1]) <= 1
+    message_groups = [g for g in groups if g[:2] == ("message", "message")]
+    assert len(message_groups) >= 8
+    # Each holds a few neighbouring streams (four 64 KiB messages), not a spread of the flush.
+    assert all(g[3] - g[2] < g[4] <= 4 for g in message_groups)
+    assert all(g[5] <= 2 * FLUSH_ROW_GROUP_BYTES for g in message_groups)
+
+
+def test_the_states_of_many_streams_take_few_row_groups(tmp_path: Path) -> None:
+    _flush(tmp_path, streams=500, messages=1, size=64 * 1024)
+    groups = _row_groups(tmp_path)
+    with_states = [g for g in groups if g[1] == "state"]
+    assert len(with_states) <= MAX_OTHER_ROW_GROUPS + 1  # (+ the one they may share with the last messages)
+    assert sum(g[4] for g in groups if g[0] == g[1] == "state") >= 500 - max(g[4] for g in groups)
+
+
+def test_small_messages_make_row_groups_of_about_the_target_bytes(tmp_path: Path) -> None:
+    _flush(tmp_path, streams=4, messages=5_000, size=100)
+    groups = _row_groups(tmp_path)
+    message_groups = [g for g in groups if g[:2] == ("message", "message")]
+    assert len(message_groups) >= 2
+    assert all(g[5] <= 2 * FLUSH_ROW_GROUP_BYTES for g in message_groups)
+    assert all(g[5] >= FLUSH_ROW_GROUP_BYTES // 2 for g in message_groups[:-1])
+
+
+def test_history_reads_decode_only_the_row_groups_of_their_stream(tmp_path: Path) -> None:
+    delta, sent = _flush(tmp_path, streams=40, messages=2, size=64 * 1024)
+    reader = HistoryReader(delta.uri, {})
+    for uid in (10, 30, 49):
+        before = reader.bytes_read
+        table = reader.read(uid, 0, 2, max_bytes=1 << 30)
+        assert table["data"].to_pylist() == sent[uid]
+        assert table["seq"].to_pylist() == [0, 1]
+        footer = pq.ParquetFile(DeltaTable(delta.uri).file_uris()[0]).metadata.serialized_size
+        # Its two messages are in one or two row groups of about 256 KiB, plus the footer
+        # the first read fetches: far less than the 5 MiB file.
+        assert reader.bytes_read - before <= 4 * FLUSH_ROW_GROUP_BYTES + footer + 8
+
+
+def test_footer_cache_is_bounded_by_footer_bytes(tmp_path: Path) -> None:
+    delta, _ = _flush(tmp_path, streams=40, messages=1, size=1024)
+    path = DeltaTable(delta.uri).file_uris()[0]
+    size = pq.ParquetFile(path).metadata.serialized_size
+    opened: list[str] = []
+
+    def open_file(name: str) -> pa.NativeFile:
+        opened.append(name)
+        return pa.OSFile(path)
+
+    cache = FooterCache(open_file, max_bytes=3 * size)
+    for name in ("a", "b", "c", "d", "a"):  # the same file's footer under five names
+        assert cache.get(name).serialized_size == size
+    assert cache.nbytes == 3 * size  # "a" was dropped for "d", least recently used first
+    assert opened == ["a", "b", "c", "d", "a"]
+    assert cache.get("d").num_rows == 80 and opened[-1] == "a"  # "d" still held
