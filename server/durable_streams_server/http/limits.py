@@ -15,6 +15,7 @@ Each limit answers with the project's JSON error body and before anything is sto
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 import time
 from collections.abc import Callable
@@ -171,10 +172,9 @@ def client_key(scope: Scope) -> str:
 
 def head_bytes(scope: Scope) -> int:
     """About the size of the request line + headers as sent (not counting the method)."""
-    size = len(scope.get("raw_path") or scope["path"]) + len(scope["query_string"]) + 12
-    for name, value in scope["headers"]:
-        size += len(name) + len(value) + 4
-    return size
+    headers = scope["headers"]
+    size = len(scope.get("raw_path") or scope["path"]) + len(scope["query_string"]) + 12 + 4 * len(headers)
+    return size + sum(map(len, itertools.chain.from_iterable(headers)))  # (no Python loop per header)
 
 
 class RequestLimits:
