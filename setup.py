@@ -40,6 +40,8 @@ setup(
             "httpx>=0.27",  # webhook deliveries
             "numpy>=1.24",
             "orjson>=3.9",  # JSON validation of bulk appends
+            "httptools>=0.6",  # the HTTP/1.1 parser (C, llhttp); see http/connections.py
+            "uvloop>=0.19",  # the event loop (libuv)
         ],
         "test": [
             "deltalake>=1.2,<2",
@@ -55,6 +57,8 @@ setup(
             "httpx>=0.27",
             "numpy>=1.24",
             "orjson>=3.9",
+            "httptools>=0.6",
+            "uvloop>=0.19",
             "ruff>=0.6",
             "mypy>=1.10",
             "pyspark>=4.0",

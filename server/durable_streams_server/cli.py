@@ -18,7 +18,7 @@ import uvicorn
 
 from .allocators import tune_allocators
 from .config import ConfigError, ServerConfig, require_number
-from .http.connections import guarded_h11
+from .http.connections import HttpParser, guarded_protocol
 from .protocol.tokens import AuthConfig, AuthConfigError, parse_tokens
 from .server import create_app
 from .storage.committer import Durability
@@ -143,6 +143,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add(parser, "--keep-alive-timeout-s", 5, "idle keep-alive connections are closed after this", type=int)
     _add(parser, "--max-connections", 0, "more concurrent connections get uvicorn's 503; 0: no limit", type=int)
+    _add(
+        parser,
+        "--http-parser",
+        "httptools",
+        "the HTTP/1.1 parser: httptools (C) or h11 (pure Python, slower); both enforce the head limits",
+        choices=list(get_args(HttpParser)),
+    )
+    _add(parser, "--event-loop", "uvloop", "the asyncio event loop: uvloop or asyncio", choices=["uvloop", "asyncio"])
     _add_config(
         parser, "--max-live-readers", "more concurrent (idle) long-polls + SSE streams get 503 + Retry-After; 0: none"
     )
@@ -343,8 +351,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         log_config=None,
         access_log=args.access_log,
         timeout_graceful_shutdown=5,
-        http=guarded_h11(config.request_timeout_s),
+        http=guarded_protocol(args.http_parser, config.request_timeout_s, config.max_header_bytes),
         h11_max_incomplete_event_size=config.max_header_bytes or None,
+        loop=args.event_loop,
         timeout_keep_alive=args.keep_alive_timeout_s,
         # uvicorn counts the connection asking, so its limit is one above the connections served
         limit_concurrency=args.max_connections + 1 if args.max_connections else None,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import logging
 
-from starlette.applications import Starlette
+from starlette.types import ASGIApp
 
 from .config import ServerConfig
 from .engine.engine import Engine, EngineConfig
@@ -96,7 +96,7 @@ def http_limits(config: ServerConfig) -> HttpLimits:
     )
 
 
-def create_app(config: ServerConfig | None = None) -> Starlette:
+def create_app(config: ServerConfig | None = None) -> ASGIApp:
     """An ASGI app serving the Durable Streams protocol with the given configuration."""
     config = config or ServerConfig()
     return DurableStreamsApp(functools.partial(open_server, config), http_limits(config), config.auth).asgi

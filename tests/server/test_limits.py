@@ -29,6 +29,11 @@ MAX_HEADER_BYTES = 2048
 TIMEOUT_S = 1
 STREAMS_PER_BUCKET = 3
 LIVE_READERS = 2
+HEAD_LIMITS = (
+    *("--max-header-bytes", str(MAX_HEADER_BYTES)),
+    *("--request-timeout-s", str(TIMEOUT_S)),
+    *("--keep-alive-timeout-s", str(TIMEOUT_S)),
+)
 
 
 @pytest.fixture(scope="module")
@@ -36,12 +41,7 @@ def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]
     """One server with small limits for the tests that do not change every request's fate."""
     directory = tmp_path_factory.mktemp("limits")
     args = [
-        "--max-header-bytes",
-        str(MAX_HEADER_BYTES),
-        "--request-timeout-s",
-        str(TIMEOUT_S),
-        "--keep-alive-timeout-s",
-        str(TIMEOUT_S),
+        *HEAD_LIMITS,
         "--max-streams-per-bucket",
         str(STREAMS_PER_BUCKET),
         "--max-live-readers",
@@ -54,6 +54,19 @@ def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]
     server = ServerProcess(directory / "data", args).start()
     yield server
     server.kill()
+
+
+@pytest.fixture(scope="module", params=["httptools", "h11"])
+def guarded(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A server with small head limits, once per HTTP parser: both must enforce them."""
+    directory = tmp_path_factory.mktemp(f"heads-{request.param}")
+    server = ServerProcess(directory / "data", ["--http-parser", request.param, *HEAD_LIMITS]).start()
+    yield server
+    server.kill()
+
+
+def parser_of(server: ServerProcess) -> str:
+    return server.extra_args[server.extra_args.index("--http-parser") + 1]
 
 
 @pytest.fixture
@@ -80,34 +93,55 @@ def path_of(url: str) -> bytes:
 # -- header size --------------------------------------------------------------------------
 
 
-def test_oversized_head_gets_431_and_creates_nothing(limited: ServerProcess, http: requests.Session) -> None:
-    url = limited.stream_url(f"big-head-{uuid.uuid4().hex}")
+def test_oversized_head_gets_431_and_creates_nothing(guarded: ServerProcess, http: requests.Session) -> None:
+    url = guarded.stream_url(f"big-head-{uuid.uuid4().hex}")
     head = [(b"Content-Type", b"text/plain"), (b"X-Padding", b"p" * MAX_HEADER_BYTES)]
-    response = exchange(limited.port, request_bytes("PUT", path_of(url), head, b"data"), "PUT")
+    response = exchange(guarded.port, request_bytes("PUT", path_of(url), head, b"data"), "PUT")
     assert response.status == 431
     assert response.json_error()["code"] == "HEADERS_TOO_LARGE"
     assert http.head(url).status_code == 404
     # just under the limit is fine
     small = [(b"Content-Type", b"text/plain"), (b"X-Padding", b"p" * (MAX_HEADER_BYTES // 2))]
-    assert exchange(limited.port, request_bytes("PUT", path_of(url), small, b"data"), "PUT").status == 201
+    assert exchange(guarded.port, request_bytes("PUT", path_of(url), small, b"data"), "PUT").status == 201
 
 
-def test_oversized_query_counts_as_head(limited: ServerProcess, http: requests.Session) -> None:
-    url = new_stream(http, limited)
+def test_oversized_query_counts_as_head(guarded: ServerProcess, http: requests.Session) -> None:
+    url = new_stream(http, guarded)
     target = path_of(url) + b"?offset=-1&junk=" + b"j" * MAX_HEADER_BYTES
-    response = exchange(limited.port, request_bytes("GET", target, [], None))
+    response = exchange(guarded.port, request_bytes("GET", target, [], None))
     assert response.status == 431, response
 
 
-def test_incomplete_oversized_head_is_refused_by_uvicorn(limited: ServerProcess) -> None:
-    """A head still incomplete beyond the limit never reaches the app: h11 gives up on it
-    (uvicorn answers its plain-text 400 and closes), so buffering it cannot exhaust memory."""
-    with socket.create_connection(("127.0.0.1", limited.port)) as sock:
-        sock.sendall(b"GET /v1/stream/x HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Padding: " + b"p" * (MAX_HEADER_BYTES + 100))
+@pytest.mark.parametrize("pieces", [1, 8], ids=["one-write", "eight-writes"])
+def test_incomplete_oversized_head_is_refused_by_the_protocol(guarded: ServerProcess, pieces: int) -> None:
+    """A head still incomplete beyond the limit never reaches the app, so buffering it
+    cannot exhaust memory: h11 gives up on it (uvicorn's plain-text 400), the httptools
+    protocol counts what it fed its parser (431 with the JSON error body); both close."""
+    head = b"GET /v1/stream/x HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Padding: " + b"p" * (MAX_HEADER_BYTES + 100)
+    step = -(-len(head) // pieces)
+    with socket.create_connection(("127.0.0.1", guarded.port)) as sock:
+        for start in range(0, len(head), step):
+            sock.sendall(head[start : start + step])
+            time.sleep(0.02)  # separate reads on the server (not a timing assertion)
         sock.settimeout(10)
         answer = sock.recv(65536)
-        assert answer.startswith(b"HTTP/1.1 400 "), answer
+        expected = b"HTTP/1.1 400 " if parser_of(guarded) == "h11" else b"HTTP/1.1 431 "
+        assert answer.startswith(expected), answer
         assert connection_closed_by_server(sock, within_s=10)
+
+
+def test_a_complete_head_then_a_body_is_not_counted_as_head(guarded: ServerProcess, http: requests.Session) -> None:
+    """Only head bytes count: a body many times the head limit, sent in pieces, is stored."""
+    url = new_stream(http, guarded, b"")
+    body = b"b" * (MAX_HEADER_BYTES * 8)
+    head = request_bytes("POST", path_of(url), [(b"Content-Type", b"text/plain")], body)[: -len(body)]
+    with socket.create_connection(("127.0.0.1", guarded.port)) as sock:
+        sock.sendall(head)
+        for start in range(0, len(body), 1024):
+            sock.sendall(body[start : start + 1024])
+        sock.settimeout(10)
+        assert sock.recv(65536).startswith(b"HTTP/1.1 204 ")
+    assert contents(http, url)[1] == body
 
 
 # -- slow and idle clients ----------------------------------------------------------------
@@ -121,31 +155,31 @@ def slow_request(server: ServerProcess, method: str, url: str, declared: int, se
 
 
 def test_a_body_that_does_not_arrive_in_time_gets_408_and_stores_nothing(
-    limited: ServerProcess, http: requests.Session
+    guarded: ServerProcess, http: requests.Session
 ) -> None:
-    url = new_stream(http, limited)
+    url = new_stream(http, guarded)
     before = contents(http, url)
-    response = slow_request(limited, "POST", url, declared=100, sent=b"only part of it")
+    response = slow_request(guarded, "POST", url, declared=100, sent=b"only part of it")
     assert response.status == 408
     assert response.json_error()["code"] == "REQUEST_TIMEOUT"
     assert response.headers.get("connection") == "close"
     assert contents(http, url) == before
 
-    fresh = limited.stream_url(f"slow-create-{uuid.uuid4().hex}")
-    assert slow_request(limited, "PUT", fresh, declared=100, sent=b"part").status == 408
+    fresh = guarded.stream_url(f"slow-create-{uuid.uuid4().hex}")
+    assert slow_request(guarded, "PUT", fresh, declared=100, sent=b"part").status == 408
     assert http.head(fresh).status_code == 404
 
 
-def test_a_connection_that_never_sends_a_request_is_closed(limited: ServerProcess) -> None:
-    with socket.create_connection(("127.0.0.1", limited.port)) as sock:
+def test_a_connection_that_never_sends_a_request_is_closed(guarded: ServerProcess) -> None:
+    with socket.create_connection(("127.0.0.1", guarded.port)) as sock:
         assert connection_closed_by_server(sock, within_s=TIMEOUT_S * 20)
 
 
-def test_a_dribbled_head_is_cut_off(limited: ServerProcess) -> None:
+def test_a_dribbled_head_is_cut_off(guarded: ServerProcess) -> None:
     """One byte every 100 ms keeps uvicorn's idle timer from ever firing; the head deadline
     closes the connection anyway, long before the head could be complete."""
     head = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"s" * 400 + b"\r\n\r\n"
-    with socket.create_connection(("127.0.0.1", limited.port)) as sock:
+    with socket.create_connection(("127.0.0.1", guarded.port)) as sock:
         sent = 0
         try:
             for byte in head:
@@ -158,8 +192,8 @@ def test_a_dribbled_head_is_cut_off(limited: ServerProcess) -> None:
         assert connection_closed_by_server(sock, within_s=TIMEOUT_S * 20)
 
 
-def test_an_idle_keep_alive_connection_is_closed(limited: ServerProcess) -> None:
-    with socket.create_connection(("127.0.0.1", limited.port)) as sock:
+def test_an_idle_keep_alive_connection_is_closed(guarded: ServerProcess) -> None:
+    with socket.create_connection(("127.0.0.1", guarded.port)) as sock:
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         sock.settimeout(10)
         assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")

@@ -175,15 +175,26 @@ async def wait_for_change(stream: Stream, seq: int, timeout_s: float) -> bool:
     """Wait until data beyond ``seq`` is visible, the stream closes or goes away.
 
     Returns ``False`` on timeout. Waiters are woken by ``Engine.on_durable``; nothing polls.
+    The wake resolves the very future this task awaits (no ``wait_for`` in between, which
+    would cost two more turns of the loop before the reader runs); a timer ends the wait.
     """
     if stream.visible_tail > seq or stream.visible_closed:
         return True
-    waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[None] = loop.create_future()
+    expired = False
+
+    def expire() -> None:
+        nonlocal expired
+        if not waiter.done():
+            expired = True
+            waiter.set_result(None)
+
     stream.waiters.add(waiter)
+    timer = loop.call_later(timeout_s, expire)
     try:
-        await asyncio.wait_for(waiter, timeout_s)
-        return True
-    except TimeoutError:
-        return False
+        await waiter
     finally:
+        timer.cancel()
         stream.waiters.discard(waiter)
+    return not expired

@@ -1,11 +1,12 @@
 """The ASGI application: routes, error mapping, and the storage lifecycle.
 
 ``DurableStreamsApp`` gets an opener that builds storage + engine and recovers their state
-(``server.py`` assembles it from a ``ServerConfig``); its ``asgi`` Starlette app can be
-mounted inside the user's own ASGI application. Starting calls the opener, stopping
-flushes. Mounted apps do not get their own lifespan events from Starlette, so the app also
-starts itself on its first request; without the shutdown event nothing is lost (the WAL
-is the durable copy), the final flush simply happens at the next start.
+(``server.py`` assembles it from a ``ServerConfig``); its ``asgi`` app (the gate in front of
+a Starlette router, see ``gate.py``) can be mounted inside the user's own ASGI application.
+Starting calls the opener, stopping flushes. Mounted apps do not get their own lifespan
+events from Starlette, so the app also starts itself on its first request; without the
+shutdown event nothing is lost (the WAL is the durable copy), the final flush simply
+happens at the next start.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.types import Receive, Scope
 
 from ..engine.engine import Engine
 from ..engine.subscriptions import SubscriptionManager
@@ -31,21 +32,25 @@ from ..protocol.ids import (
     validate_raw_path,
     validate_stream_id,
 )
+from ..protocol.subscriptions import RESERVED_SEGMENT
 from ..protocol.tokens import AuthConfig
 from ..storage.committer import Storage
 from ..storage.observer import StorageObserver
-from .auth import AuthMiddleware
 from .extensions import ExtensionHandlers
-from .limits import HttpLimits, LimitsMiddleware, LiveReaders
-from .metrics import ROUTE_KEY, MetricsMiddleware, ServerMetrics
+from .gate import Gate
+from .limits import HttpLimits, LiveReaders, RequestLimits
+from .metrics import ROUTE_KEY, ServerMetrics
 from .read_plans import ReadPlanHandlers, wants_plan
-from .responses import SecurityHeadersMiddleware, error_response, http_error_response, preflight_response
-from .routes import starlette_routes
+from .responses import error_response, http_error_response, preflight_response
+from .routes import route_path, starlette_routes
 from .streams import StreamHandlers
 from .subscriptions import SubscriptionHandlers
 from .targets import base_target
 
 log = logging.getLogger("durable_streams_server.http")
+
+_BASE_ROOT = "/" + BASE_SURFACE_PREFIX
+_RESERVED_ROOT = RESERVED_SEGMENT + "/"
 
 Opener = Callable[[StorageObserver], tuple[Storage, Engine, SubscriptionManager]]
 """Builds storage (reporting to the observer), its engine and the subscription manager,
@@ -67,7 +72,7 @@ class DurableStreamsApp:
         self._start_lock = asyncio.Lock()
         self.live_readers = LiveReaders(limits.max_live_readers)
         self.metrics = ServerMetrics(self)
-        self.asgi = Starlette(
+        self.router = Starlette(
             routes=starlette_routes(
                 {
                     "healthz": self._healthz,
@@ -81,21 +86,22 @@ class DurableStreamsApp:
                     "bucketed": self._bucketed_endpoint,
                 }
             ),
-            middleware=[
-                Middleware(SecurityHeadersMiddleware),
-                Middleware(MetricsMiddleware, metrics=self.metrics),
-                *([Middleware(AuthMiddleware, config=auth)] if auth is not None else []),
-                Middleware(
-                    LimitsMiddleware,
-                    max_header_bytes=limits.max_header_bytes,
-                    rate_limit_rps=limits.rate_limit_rps,
-                    rate_limit_burst=limits.rate_limit_burst,
-                    live_readers=self.live_readers,
-                ),
-            ],
             exception_handlers={HTTPException: http_error_response},
             lifespan=self._lifespan,
         )
+        self.asgi = Gate(
+            self.router,
+            self.hot_route,
+            metrics=self.metrics,
+            auth=auth,
+            limits=RequestLimits(
+                max_header_bytes=limits.max_header_bytes,
+                rate_limit_rps=limits.rate_limit_rps,
+                rate_limit_burst=limits.rate_limit_burst,
+            ),
+            live_readers=self.live_readers,
+        )
+        """The ASGI app: the gate in front of the router (see ``gate.py``)."""
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, _: Starlette) -> AsyncIterator[None]:
@@ -128,9 +134,23 @@ class DurableStreamsApp:
 
     # -- routing ----------------------------------------------------------------------
 
+    async def hot_route(self, scope: Scope, receive: Receive) -> Response | None:
+        """The router's ``base`` route without the router: the request's response, or
+        ``None`` for a path another route serves (the gate then routes it)."""
+        path = route_path(scope)
+        if not path.startswith(_BASE_ROOT):
+            return None
+        rest = path[len(_BASE_ROOT) :]
+        if rest == RESERVED_SEGMENT or rest.startswith(_RESERVED_ROOT) or "\n" in rest:
+            return None  # the control route; a newline the route's pattern would not match
+        return await self._base(Request(scope, receive), rest)
+
     async def _base_endpoint(self, request: Request) -> Response:
+        return await self._base(request, request.path_params["path"])
+
+    async def _base(self, request: Request, path: str) -> Response:
         """``/v1/stream/{path}``: a stream, or a sub-resource of one (see ``base_target``)."""
-        name = BASE_SURFACE_PREFIX + request.path_params["path"]
+        name = BASE_SURFACE_PREFIX + path
         stream, resource, token = base_target(name)
         request.scope[ROUTE_KEY] = resource or "base_stream"
 

@@ -1,8 +1,8 @@
-"""Bearer-token authentication and authorization, as ASGI middleware before routing.
+"""Bearer-token authentication and authorization, checked before routing.
 
 Off unless tokens are configured (``--auth-tokens-file`` or ``DURABLE_STREAMS_AUTH_TOKENS``,
 parsed by ``protocol/tokens.py``); then every request except CORS preflights and the health
-probes needs ``Authorization: Bearer <token>``. Per request the middleware asks the
+probes needs ``Authorization: Bearer <token>``. Per request ``authorize`` asks the
 permission policy (``policy.py``) what the request needs, reads the token from the one
 Authorization header (401 if it is missing, malformed or unknown), and lets the request
 through only if the token's grant meets every need (else 403 naming the token and what
@@ -62,22 +62,35 @@ def check(config: AuthConfig, method: str, headers: Sequence[tuple[bytes, bytes]
     return grant
 
 
+def authorize(config: AuthConfig, scope: Scope) -> ProtocolError | None:
+    """``None`` if the request may go on (its token's name left under ``PRINCIPAL_KEY``),
+    else the 401/403 to answer. CORS preflights carry no token and always go on."""
+    method = scope["method"]
+    if method == "OPTIONS":
+        return None
+    headers = scope["headers"]
+    fork_from = next((v.decode("latin-1") for k, v in headers if k == b"stream-forked-from"), None)
+    try:
+        needs = request_needs(method, route_path(scope), fork_from)
+        if needs:
+            scope[PRINCIPAL_KEY] = check(config, method, headers, needs).name
+    except ProtocolError as error:
+        return error
+    return None
+
+
 class AuthMiddleware:
-    """Answers 401/403 before the request reaches a route; installed only when auth is on."""
+    """``authorize`` as ASGI middleware, for an embedder who composes the pieces itself
+    (the server's own gate calls ``authorize`` directly)."""
 
     def __init__(self, app: ASGIApp, config: AuthConfig) -> None:
         self.app = app
         self.config = config
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] != "OPTIONS":  # CORS preflights carry no token
-            method, headers = scope["method"], scope["headers"]
-            fork_from = next((v.decode("latin-1") for k, v in headers if k == b"stream-forked-from"), None)
-            try:
-                needs = request_needs(method, route_path(scope), fork_from)
-                if needs:
-                    scope[PRINCIPAL_KEY] = check(self.config, method, headers, needs).name
-            except ProtocolError as error:
-                await error_response(error)(scope, receive, send)
+        if scope["type"] == "http":
+            refusal = authorize(self.config, scope)
+            if refusal is not None:
+                await error_response(refusal)(scope, receive, send)
                 return
         await self.app(scope, receive, send)

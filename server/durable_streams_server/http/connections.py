@@ -1,78 +1,166 @@
-"""uvicorn's h11 connection handling, plus a deadline for every request head.
+"""uvicorn's HTTP/1.1 connection handling, plus the guards every request head gets.
 
-uvicorn times out a connection only while it idles *after* a response (keep-alive). A
-client that connects and sends nothing, or dribbles a request head a byte at a time,
-would hold its connection -- and a ``--max-connections`` slot -- forever. Here a request
-head must be complete within ``head_timeout_s`` of the connection opening or of the
-previous response; otherwise the connection is closed (there is no request to answer).
-Bodies have their own deadline in the app (``limits.BodyDeadline``: 408).
+Two guards, the same for both parsers:
 
-The server always runs this h11 protocol (not httptools): h11 also enforces
-``--max-header-bytes`` on incomplete heads, which httptools cannot be told to.
+- **Head deadline.** uvicorn times out a connection only while it idles *after* a
+  response (keep-alive). A client that connects and sends nothing, or dribbles a request
+  head a byte at a time, would hold its connection -- and a ``--max-connections`` slot --
+  forever. Here a request head must be complete within ``head_timeout_s`` of the
+  connection opening or of the previous response; otherwise the connection is closed
+  (there is no request to answer). Bodies have their own deadline in the app
+  (``limits.BodyDeadline``: 408).
+- **Incomplete heads over ``max_header_bytes``.** A head that is complete reaches the app,
+  whose limits answer 431 with the JSON error body. A head still incomplete beyond the
+  limit must not be buffered further: h11 refuses it itself
+  (``h11_max_incomplete_event_size``: uvicorn's plain 400, then close); httptools cannot be
+  told to, so ``GuardedHttpToolsProtocol`` counts the bytes fed to its parser while a head
+  is pending and answers 431 + close once they pass the limit.
+
+``httptools`` (C, llhttp) is the default parser: h11's pure-Python parsing and sending was
+about a third of an append's event-loop time. ``--http-parser h11`` keeps the old one.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, ClassVar
+import json
+from typing import ClassVar, Literal
 
-from uvicorn.config import Config
 from uvicorn.protocols.http.h11_impl import H11Protocol
-from uvicorn.server import ServerState
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+HttpParser = Literal["httptools", "h11"]
+
+_TOO_LARGE_BODY = json.dumps(
+    {"error": {"code": "HEADERS_TOO_LARGE", "message": "the request line and headers are too large"}}
+).encode()
+_TOO_LARGE = (
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
+    b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(_TOO_LARGE_BODY), _TOO_LARGE_BODY)
+)
+
+
+class HeadTimer:
+    """The head deadline of one connection: ``arm`` when a head is awaited, ``stop`` once
+    it has been parsed; closes the transport when the deadline passes first."""
+
+    __slots__ = ("_handle", "_loop", "_seconds", "_transport")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, seconds: float) -> None:
+        self._loop = loop
+        self._seconds = seconds
+        self._handle: asyncio.TimerHandle | None = None
+        self._transport: asyncio.BaseTransport | None = None
+
+    def arm(self, transport: asyncio.BaseTransport) -> None:
+        self.stop()
+        self._transport = transport
+        self._handle = self._loop.call_later(self._seconds, self._late)
+
+    @property
+    def armed(self) -> bool:
+        return self._handle is not None
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _late(self) -> None:
+        self._handle = None
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.close()
 
 
 class GuardedH11Protocol(H11Protocol):
     head_timeout_s: ClassVar[float] = 30.0
-
-    def __init__(
-        self,
-        config: Config,
-        server_state: ServerState,
-        app_state: dict[str, Any],
-        _loop: asyncio.AbstractEventLoop | None = None,
-    ) -> None:
-        super().__init__(config, server_state, app_state, _loop)
-        self._head_timer: asyncio.TimerHandle | None = None
-        self._scope_before: object = None
+    _head_timer: HeadTimer
+    _scope_before: object = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        self._head_timer = HeadTimer(self.loop, self.head_timeout_s)
         super().connection_made(transport)
         self._await_head()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._stop_head_timer()
+        self._head_timer.stop()
         super().connection_lost(exc)
 
     def handle_events(self) -> None:
         super().handle_events()
-        if self._head_timer is not None and self.scope is not self._scope_before:
-            self._stop_head_timer()  # a new request head was parsed
+        if self._head_timer.armed and self.scope is not self._scope_before:
+            self._head_timer.stop()  # a new request head was parsed
 
     def on_response_complete(self) -> None:
         self._await_head()  # before super(): it may parse a pipelined head at once
         super().on_response_complete()
 
     def _await_head(self) -> None:
-        self._stop_head_timer()
         self._scope_before = self.scope
-        self._head_timer = self.loop.call_later(self.head_timeout_s, self._head_late)
+        self._head_timer.arm(self.transport)
 
-    def _stop_head_timer(self) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
 
-    def _head_late(self) -> None:
-        self._head_timer = None
-        if not self.transport.is_closing():
+class GuardedHttpToolsProtocol(HttpToolsProtocol):
+    head_timeout_s: ClassVar[float] = 30.0
+    max_head_bytes: ClassVar[int] = 0
+    """0: no limit."""
+
+    _head_timer: HeadTimer
+    _head_pending = True
+    """Between the end of a request (or the connection's start) and the next parsed head."""
+    _head_seen = 0
+    """Bytes fed to the parser while a head was pending (at most one read too few)."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        self._head_timer = HeadTimer(self.loop, self.head_timeout_s)
+        super().connection_made(transport)
+        self._head_timer.arm(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._head_timer.stop()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        limit = self.max_head_bytes
+        if limit and self._head_pending:
+            self._head_seen += len(data)
+        super().data_received(data)
+        if limit and self._head_pending and self._head_seen > limit and not self.transport.is_closing():
+            self.transport.write(_TOO_LARGE)
             self.transport.close()
 
+    def on_headers_complete(self) -> None:
+        self._head_pending = False
+        self._head_timer.stop()
+        super().on_headers_complete()
 
-def guarded_h11(head_timeout_s: float) -> type[GuardedH11Protocol]:
-    """The protocol class to hand to uvicorn (which instantiates it per connection)."""
+    def on_message_complete(self) -> None:
+        self._head_pending = True
+        self._head_seen = 0
+        super().on_message_complete()
 
-    class Configured(GuardedH11Protocol):
+    def on_response_complete(self) -> None:
+        if self._head_pending and not self.pipeline:
+            self._head_timer.arm(self.transport)  # no next head parsed yet: its deadline starts
+        super().on_response_complete()
+
+
+def guarded_protocol(
+    parser: HttpParser, head_timeout_s: float, max_head_bytes: int
+) -> type[GuardedH11Protocol] | type[GuardedHttpToolsProtocol]:
+    """The protocol class to hand to uvicorn (which instantiates it per connection); for
+    h11, pass ``max_head_bytes`` as uvicorn's ``h11_max_incomplete_event_size`` too."""
+    if parser == "h11":
+
+        class ConfiguredH11(GuardedH11Protocol):
+            pass
+
+        ConfiguredH11.head_timeout_s = head_timeout_s
+        return ConfiguredH11
+
+    class Configured(GuardedHttpToolsProtocol):
         pass
 
     Configured.head_timeout_s = head_timeout_s
+    Configured.max_head_bytes = max_head_bytes
     return Configured

@@ -3,8 +3,8 @@ pieces that enforce the ones uvicorn does not.
 
 Each limit answers with the project's JSON error body and before anything is stored:
 
-- request line + headers over ``max_header_bytes``: 431 (``LimitsMiddleware``; uvicorn's
-  own h11 cap only applies while a head is still incomplete);
+- request line + headers over ``max_header_bytes``: 431 (``RequestLimits``; the connection
+  protocols refuse heads still incomplete beyond it, see ``connections.py``);
 - a request body not complete within ``request_timeout_s``: 408 (``BodyDeadline``);
 - more concurrent long-poll waits + SSE streams than ``max_live_readers``: 503 with
   ``Retry-After`` (``LiveReaders``) -- they hold a connection each for a long time;
@@ -15,6 +15,7 @@ Each limit answers with the project's JSON error body and before anything is sto
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 import time
 from collections.abc import Callable
@@ -22,10 +23,9 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Scope
 
 from ..protocol.errors import HeadersTooLarge, ProtocolError, RequestTimeout, ServiceUnavailable, TooManyRequests
-from .responses import error_response
 
 LiveMode = Literal["long-poll", "sse"]
 
@@ -92,9 +92,9 @@ class BodyDeadline:
 class LiveReaders:
     """Counts long-poll waits and SSE streams, and refuses new ones over the cap (0: no cap).
 
-    A handler ``admit``s just before it starts to hold the connection; ``LimitsMiddleware``
-    releases once the whole response is done -- an SSE body outlives its handler, and a
-    middleware's ``finally`` runs however the response ends.
+    A handler ``admit``s just before it starts to hold the connection; the gate
+    releases once the whole response is done -- an SSE body outlives its handler, and the
+    gate's ``finally`` runs however the response ends.
     """
 
     def __init__(self, cap: int) -> None:
@@ -172,46 +172,22 @@ def client_key(scope: Scope) -> str:
 
 def head_bytes(scope: Scope) -> int:
     """About the size of the request line + headers as sent (not counting the method)."""
-    size = len(scope.get("raw_path") or scope["path"]) + len(scope["query_string"]) + 12
-    for name, value in scope["headers"]:
-        size += len(name) + len(value) + 4
-    return size
+    headers = scope["headers"]
+    size = len(scope.get("raw_path") or scope["path"]) + len(scope["query_string"]) + 12 + 4 * len(headers)
+    return size + sum(map(len, itertools.chain.from_iterable(headers)))  # (no Python loop per header)
 
 
-class LimitsMiddleware:
-    """Header size and rate limits before routing (after auth, so a token is known), and
-    the release of live-reader slots after the response."""
+class RequestLimits:
+    """Header size and rate limits, checked by the gate before routing (after auth, so a
+    token is known)."""
 
-    def __init__(
-        self,
-        app: ASGIApp,
-        *,
-        max_header_bytes: int,
-        rate_limit_rps: float,
-        rate_limit_burst: int,
-        live_readers: LiveReaders,
-    ) -> None:
-        self.app = app
+    def __init__(self, *, max_header_bytes: int, rate_limit_rps: float, rate_limit_burst: int) -> None:
         self.max_header_bytes = max_header_bytes
         self.rate_limiter = (
             RateLimiter(rate_limit_rps, rate_limit_burst or math.ceil(rate_limit_rps)) if rate_limit_rps > 0 else None
         )
-        self.live_readers = live_readers
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        refusal = self._refusal(scope)
-        if refusal is not None:
-            await error_response(refusal)(scope, receive, send)
-            return
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            self.live_readers.release(scope)
-
-    def _refusal(self, scope: Scope) -> ProtocolError | None:
+    def refusal(self, scope: Scope) -> ProtocolError | None:
         if self.max_header_bytes and head_bytes(scope) > self.max_header_bytes:
             return HeadersTooLarge(
                 f"the request line and headers are over {self.max_header_bytes} bytes",

@@ -1,9 +1,9 @@
 """Prometheus metrics of one server, scraped at ``/metrics``.
 
 Each app owns a ``CollectorRegistry`` (never the global one), so several apps can live in
-one process. Per request the middleware does one dict lookup and updates two cached
-label children; everything that describes state (WAL size, flush lag, streams, live
-readers) is read only when scraped, so serving pays nothing for it. Storage reports
+one process. Per request the gate calls ``observe_scope``: one dict lookup and two cached
+label children updated; everything that describes state (WAL size, flush lag, streams,
+live readers) is read only when scraped, so serving pays nothing for it. Storage reports
 its Delta commits and compaction passes through the ``StorageObserver`` methods.
 
 ``route`` labels name a route template, never a raw path: handlers store theirs under
@@ -13,7 +13,6 @@ paths) are ``unrouted``; long-poll waits and SSE streams are ``long_poll`` and `
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Protocol
 
@@ -22,7 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import generate_latest
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
 
 from .limits import LIVE_MODE_KEY, LiveReaders
 
@@ -88,6 +87,12 @@ class ServerMetrics:
         self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
         registry.register(_StateCollector(self, source))
         ProcessCollector(registry=registry)
+
+    def observe_scope(self, scope: Scope, status: int, seconds: float) -> None:
+        """One answered request; its route label from the scope (see the module docstring)."""
+        live = scope.get(LIVE_MODE_KEY)
+        route = _LIVE_ROUTES[live] if live is not None else scope.get(ROUTE_KEY, UNROUTED)
+        self.observe_request(route, scope["method"], status, seconds)
 
     def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
         if method not in _METHODS:
@@ -201,34 +206,3 @@ def _subscription_metrics(manager: SubscriptionManager) -> Iterator[Metric]:
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, documentation, value=value)
-
-
-class MetricsMiddleware:
-    """Counts and times every HTTP request, including those refused before routing."""
-
-    def __init__(self, app: ASGIApp, metrics: ServerMetrics) -> None:
-        self.app = app
-        self.metrics = metrics
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        status = 500  # unless a response starts: the app raised
-
-        async def send_observed(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        metrics = self.metrics
-        metrics.in_flight += 1
-        started = time.perf_counter()
-        try:
-            await self.app(scope, receive, send_observed)
-        finally:
-            metrics.in_flight -= 1
-            live = scope.get(LIVE_MODE_KEY)
-            route = _LIVE_ROUTES[live] if live is not None else scope.get(ROUTE_KEY, UNROUTED)
-            metrics.observe_request(route, scope["method"], status, time.perf_counter() - started)

@@ -7,7 +7,6 @@ import json
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..protocol.errors import ProtocolError
 
@@ -21,12 +20,6 @@ EXPOSED_HEADERS = (
     "Stream-SSE-Data-Encoding, Producer-Epoch, Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, "
     "Stream-Incarnation, Stream-Bulk-Append, ETag, Content-Type, Location"
 )
-_EVERY_RESPONSE = [
-    (b"access-control-allow-origin", b"*"),
-    (b"access-control-expose-headers", EXPOSED_HEADERS.encode()),
-    (b"x-content-type-options", b"nosniff"),
-    (b"cross-origin-resource-policy", b"cross-origin"),
-]
 
 
 def error_response(error: ProtocolError) -> Response:
@@ -60,22 +53,19 @@ def preflight_response() -> Response:
     )
 
 
-class SecurityHeadersMiddleware:
-    """Adds CORS and browser-hardening headers to every response, errors included."""
+SECURITY_HEADERS: list[tuple[bytes, bytes]] = [
+    (b"access-control-allow-origin", b"*"),
+    (b"access-control-expose-headers", EXPOSED_HEADERS.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"cross-origin-resource-policy", b"cross-origin"),
+]
+"""CORS and browser-hardening headers of every response, errors included (pre-rendered)."""
+_SECURITY_NAMES = frozenset(name for name, _ in SECURITY_HEADERS)
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                present = {name.lower() for name, _ in message.get("headers", [])}
-                extra = [(name, value) for name, value in _EVERY_RESPONSE if name not in present]
-                message["headers"] = list(message.get("headers", [])) + extra
-            await send(message)
-
-        await self.app(scope, receive, send_with_headers)
+def with_security_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """``headers`` plus those of ``SECURITY_HEADERS`` it does not set itself."""
+    if not any(name.lower() in _SECURITY_NAMES for name, _ in headers):
+        return headers + SECURITY_HEADERS
+    present = {name.lower() for name, _ in headers}
+    return headers + [(name, value) for name, value in SECURITY_HEADERS if name not in present]

@@ -30,6 +30,7 @@ from .limits import BodyDeadline, HttpLimits, LiveReaders
 
 _SUB_OFFSET_HEADER_RE = re.compile(r"^(0|[1-9][0-9]{0,15})$")
 _DECIMAL_RE = re.compile(r"[0-9]{1,19}")
+_PLAIN_HOST_RE = re.compile(rb"[A-Za-z0-9.-]+(?::(0|[1-9][0-9]{0,4}))?")
 CACHEABLE = "public, max-age=60, stale-while-revalidate=300"
 Framing = Literal["plain", "multipart", "arrow"]
 _ETAG_SUFFIX: dict[Framing, str] = {"plain": "", "multipart": ":m", "arrow": ":a"}
@@ -316,7 +317,17 @@ def _append_headers(outcome: AppendOutcome) -> dict[str, str]:
 
 def location(request: Request, suffix: str = "") -> str:
     """This request's URL (plus ``suffix``) for a Location header: percent-encoded, since
-    stream ids may be any UTF-8 and header values must be ASCII."""
+    stream ids may be any UTF-8 and header values must be ASCII.
+
+    A plain ``Host`` header (name or IPv4 address, optional port) gives the URL directly;
+    anything else goes through Starlette's ``URL``, whose answer the direct one equals."""
+    scope = request.scope
+    host = next((value for name, value in scope["headers"] if name == b"host"), None)
+    if host is not None and (plain := _PLAIN_HOST_RE.fullmatch(host)) is not None:
+        port = plain.group(1)
+        if port is None or int(port) <= 65535:
+            path = scope["path"].replace("?", "%3F").replace("#", "%23").replace("\\", "%5C")
+            return quote(f"{scope.get('scheme', 'http')}://{host.decode('ascii')}{path}{suffix}", safe=":/")
     return quote(str(request.url.replace(query="")) + suffix, safe=":/")
 
 

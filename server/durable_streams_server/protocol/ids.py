@@ -41,8 +41,10 @@ def validate_raw_path(raw_path: bytes) -> None:
 def validate_base_path(name: str) -> str:
     """A base-surface stream key ``v1/stream/<path>``: non-empty '/'-separated segments,
     none of them '.' or '..', no NUL, at most ``MAX_BASE_PATH_BYTES`` in UTF-8."""
-    segments = name.removeprefix(BASE_SURFACE_PREFIX).split("/")
-    if any(segment in ("", ".", "..") for segment in segments) or "\0" in name:
+    path = name.removeprefix(BASE_SURFACE_PREFIX)
+    empty_segment = not path or path[0] == "/" or path[-1] == "/" or "//" in path
+    dot_segment = "." in path and any(segment in (".", "..") for segment in path.split("/"))
+    if empty_segment or dot_segment or "\0" in name:
         raise BadRequest(
             f"invalid stream path {name!r}: empty, '.' or '..' segments and NUL are not allowed",
             code="INVALID_STREAM_PATH",

@@ -2,8 +2,10 @@
 
 ``queue`` takes each record's encoded frame synchronously (from ``Storage.submit``, in
 LSN order). One writer task drains everything queued so far, writes it with one
-``write`` and one ``fdatasync`` on a worker thread, then marks it durable (waking its
-waiters): while one batch syncs, the next one accumulates.
+``write`` and one ``fdatasync`` on a worker thread, and that thread, right after the sync,
+hands the loop the call that marks it durable (waking its waiters: the appenders, and
+through ``Engine.on_durable`` the long-poll and SSE readers) -- the writer task itself
+resumes a turn later. While one batch syncs, the next one accumulates.
 
 The flusher asks for a rotation at its cut (``rotate_at``): the frames below the cut go
 into the current segment, the rest into a new segment named by the cut, so the segments
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from functools import partial
 
 from .acks import Acknowledgements
 from .wal import WriteAheadLog
@@ -52,6 +55,7 @@ class WalWriter:
         self._wakeup.set()
 
     async def run(self) -> None:
+        self._loop = asyncio.get_running_loop()
         while True:
             await self._wakeup.wait()
             self._wakeup.clear()
@@ -67,21 +71,34 @@ class WalWriter:
                 after = [frame for lsn, frame in batch if rotate and lsn >= (rotate_at or 0)]
                 if rotate:
                     self._rotate_at = None
+                durable = None
+                if batch:
+                    durable = partial(self._loop.call_soon_threadsafe, self._acks.mark_durable, batch[-1][0])
                 try:
-                    await asyncio.to_thread(_write_and_rotate, self.wal, before, rotate_at if rotate else None, after)
+                    await asyncio.to_thread(
+                        _write_and_rotate, self.wal, before, rotate_at if rotate else None, after, durable
+                    )
                 except OSError as error:
                     self._on_failure(error)
                     return
                 if batch:
-                    self._acks.mark_durable(batch[-1][0])
+                    self._acks.mark_durable(batch[-1][0])  # (done already, unless the loop is closing)
             if self._closing and not self._buffer:
                 return
 
 
-def _write_and_rotate(wal: WriteAheadLog, before: list[bytes], rotate_at: int | None, after: list[bytes]) -> None:
+def _write_and_rotate(
+    wal: WriteAheadLog,
+    before: list[bytes],
+    rotate_at: int | None,
+    after: list[bytes],
+    durable: Callable[[], object] | None,
+) -> None:
     if before:
         wal.write(before)
     if rotate_at is not None:
         wal.start_segment(rotate_at)
     if after:
         wal.write(after)
+    if durable is not None:
+        durable()  # everything is synced: wake the waiters from here, one turn of the loop sooner
