@@ -179,6 +179,13 @@ def build_parser() -> argparse.ArgumentParser:
         "bytes of tail caches + history cache + in-flight reads together (least recently used let go first); "
         "0: no limit",
     )
+    _add_config(
+        parser,
+        "--memory-guard",
+        "on: the caches hold less while other work needs memory, keeping RSS within --memory-budget of its "
+        "size at start",
+        choices=["on", "off"],
+    )
     _add_config(parser, "--compaction-interval-s", "seconds between compaction passes; 0 turns it off")
     _add_config(
         parser, "--compaction-target-file-bytes", "compaction packs new small files into files of about this size"

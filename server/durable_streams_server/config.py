@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import get_args
+from typing import Literal, get_args
 
 from .protocol.tokens import AuthConfig
 from .protocol.webhook_rules import parse_networks
@@ -101,6 +101,9 @@ class ServerConfig:
     memory_budget: int = 512 * 1024 * 1024
     """Bytes of tail caches + history cache + in-flight reads together, least recently used
     let go first; an eighth of it bounds history reads parked between responses. 0: no limit."""
+    memory_guard: Literal["on", "off"] = "on"
+    """on: the caches hold less while other work needs memory, so RSS stays within
+    ``memory_budget`` of the size at start (``engine.memory_guard``)."""
     compaction_interval_s: float = 600.0
     """Seconds between background compaction passes; 0 turns compaction off."""
     compaction_target_file_bytes: int = 128 * 1024 * 1024
@@ -147,6 +150,8 @@ class ServerConfig:
                 f"must be at most vacuum_retention_hours ({self.vacuum_retention_hours} h), got {self.read_plan_ttl_s}",
             )
         modes = get_args(Durability)
+        if self.memory_guard not in ("on", "off"):
+            raise ConfigError("memory_guard", f"must be on or off, got {self.memory_guard!r}")
         if self.durability not in modes:
             raise ConfigError("durability", f"must be one of {', '.join(modes)}, got {self.durability!r}")
 

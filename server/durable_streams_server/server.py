@@ -55,6 +55,7 @@ def open_storage(config: ServerConfig, observer: StorageObserver) -> tuple[Stora
         tail_cache_bytes=config.tail_cache_bytes,
         history_cache_bytes=config.history_cache_bytes,
         memory_budget_bytes=config.memory_budget - config.memory_budget // 8,
+        rss_budget_bytes=config.memory_budget if config.memory_guard == "on" else 0,
         max_streams_per_bucket=config.max_streams_per_bucket,
     )
     engine = Engine(storage, engine_config)

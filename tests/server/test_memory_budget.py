@@ -84,6 +84,8 @@ def test_a_tiny_budget_evicts_tails_without_changing_any_answer(server_factory: 
         "50",
         "--compaction-interval-s",
         "0",
+        "--memory-guard",
+        "off",  # (this test counts the budget alone; the guard's test is below)
     )
     http = session()
     rng = random.Random(11)
@@ -107,3 +109,28 @@ def test_a_tiny_budget_evicts_tails_without_changing_any_answer(server_factory: 
     for url in urls:
         assert read_all(http, url) == expected[url]
     assert metric(server, "durable_streams_memory_held_bytes") <= 262144 - 262144 // 8
+
+
+def test_the_guard_shrinks_what_caches_hold_while_other_work_needs_memory(
+    server_factory: Callable[..., ServerProcess],
+) -> None:
+    """A 4 MiB budget: the server's own working memory (parsing, flushes, Delta commits) soon
+    takes more than that above its size at start, so the guard lowers what the caches may
+    hold below the configured 3.5 MiB, and every answer stays the same."""
+    budget = 4 * 1024 * 1024
+    server = server_factory("--memory-budget", str(budget), "--flush-interval-ms", "50", "--compaction-interval-s", "0")
+    assert metric(server, "durable_streams_memory_limit_bytes") == budget - budget // 8
+    http = session()
+    rng = random.Random(5)
+    urls = [server.stream_url(f"g{index}") for index in range(12)]
+    expected = {url: fill(http, url, rng) for url in urls}
+    wait_for(lambda: metric(server, "durable_streams_unflushed_bytes") == 0)
+    for url in urls:
+        assert read_all(http, url) == expected[url]
+    wait_for(lambda: metric(server, "durable_streams_memory_limit_bytes") < budget - budget // 8)
+    limit = metric(server, "durable_streams_memory_limit_bytes")
+    assert limit >= budget // 8
+    assert metric(server, "durable_streams_memory_outside_bytes") > 0
+    assert metric(server, "durable_streams_memory_held_bytes") <= limit
+    for url in urls:
+        assert read_all(http, url) == expected[url]

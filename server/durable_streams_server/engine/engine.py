@@ -53,6 +53,7 @@ from . import forks
 from .buckets import Bucket, Buckets, bucket_of
 from .history import HistoryCache
 from .memory import MemoryBudget
+from .memory_guard import MemoryGuard
 from .ports import StoragePort
 from .stream import Stream
 from .transitions import LiveState
@@ -69,6 +70,9 @@ class EngineConfig:
     """History read from Delta kept for a repeated read of the same place (``history``); 0: off."""
     memory_budget_bytes: int = 512 * 1024 * 1024
     """Tail caches + history cache + in-flight reads together (``memory``); 0: no limit."""
+    rss_budget_bytes: int = 0
+    """Resident bytes above the process's size at start that ``memory_guard`` keeps to by
+    shrinking the caches' limit; 0: no guard."""
     max_streams_per_bucket: int = 0
     """0: no limit."""
 
@@ -88,6 +92,7 @@ class Engine:
         self._becoming_visible: deque[tuple[int, Stream, int, bool]] = deque()
         self.memory = MemoryBudget(self.config.memory_budget_bytes)
         self.history = HistoryCache(self.config.history_cache_bytes, self.memory)
+        self.guard = MemoryGuard(self.memory, self.config.rss_budget_bytes)
         storage.attach(self)
 
     @property

@@ -55,6 +55,11 @@ class MemoryBudget:
         self.held += nbytes
         self._shrink()
 
+    def resize(self, limit: int) -> None:
+        """A new limit (``memory_guard`` moves it); held entries beyond it are let go."""
+        self.limit = limit
+        self._shrink()
+
     def touch(self, key: Hashable) -> None:
         if key in self._entries:
             self._entries.move_to_end(key)

@@ -109,6 +109,8 @@ class DurableStreamsApp:
         try:
             yield
         finally:
+            if self.engine is not None:
+                await self.engine.guard.close()
             if self.subscriptions is not None:
                 await self.subscriptions.manager.close()
             if self.storage is not None:
@@ -119,8 +121,9 @@ class DurableStreamsApp:
         async with self._start_lock:
             if self.handlers is None:
                 self._start_now()
-                assert self.storage is not None
+                assert self.storage is not None and self.engine is not None
                 await self.storage.start()
+                self.engine.guard.start()
 
     def _start_now(self) -> None:
         self.storage, engine, subscriptions = self.opener(self.metrics)

@@ -150,6 +150,16 @@ class _StateCollector:
                 "durable_streams_memory_held_bytes", "Tail caches + history cache held in the budget", memory.held
             )
             yield _gauge("durable_streams_memory_in_flight_bytes", "Bytes reserved by reads running", memory.in_flight)
+            yield _gauge(
+                "durable_streams_memory_limit_bytes",
+                "What the caches and reads may hold now (the memory guard lowers it while other work needs memory)",
+                memory.limit,
+            )
+            yield _gauge(
+                "durable_streams_memory_outside_bytes",
+                "Resident bytes above the start-up size not held in the budget (the guard's last sample)",
+                engine.guard.outside,
+            )
             yield CounterMetricFamily(
                 "durable_streams_memory_evictions", "Entries the memory budget let go", value=memory.evictions
             )
