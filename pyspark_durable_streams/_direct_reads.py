@@ -23,7 +23,7 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -40,8 +40,10 @@ from .client.arrow import ArrowSlice
 from .options import ReadOptions
 
 _ATTEMPTS = 3
-_COLUMNS = ["stream_uid", "kind", "seq", "ts", "data"]
+_ROW_COLUMNS = ["seq", "ts", "data"]
+_FILTER_COLUMNS = ["stream_uid", "kind", *_ROW_COLUMNS]
 _ROWS = pa.schema([("seq", pa.int64()), ("ts", pa.timestamp("us", tz="UTC")), ("data", pa.binary())])
+_Rows = Literal["all", "stream", "mixed"]
 
 
 class FileGone(RuntimeError):
@@ -142,12 +144,8 @@ def _read_files(
     tables = []
     for planned in files:
         parquet = pq.ParquetFile(_open(http, planned, options), pre_buffer=True)
-        read = parquet.read_row_groups(list(planned.row_groups), columns=_COLUMNS, use_threads=False)
-        mask = pc.and_(
-            pc.and_(pc.equal(read["stream_uid"], part.uid), pc.equal(read["kind"].cast(pa.string()), "message")),
-            pc.and_(pc.greater_equal(read["seq"], part.first), pc.less(read["seq"], part.end)),
-        )
-        tables.append(read.filter(mask).select(_ROWS.names).cast(_ROWS))
+        for rows, groups in _runs(parquet.metadata, planned.row_groups, part):
+            tables.append(_read_run(parquet, rows, groups, part))
     if not tables:
         return _ROWS.empty_table()
     table = pa.concat_tables(tables)
@@ -158,7 +156,56 @@ def _read_files(
             seqs = table["seq"].to_numpy()
         if (seqs[1:] == seqs[:-1]).any():  # one table version holds each message once
             raise DataLossError(f"stream {part.key}: a read plan listed a message twice")
-    return table.combine_chunks()
+    return table
+
+
+def _runs(meta: pq.FileMetaData, planned: tuple[int, ...], part: DirectRange) -> list[tuple[_Rows, list[int]]]:
+    """The planned row groups in order, in runs of those that need the same filtering."""
+    columns = {meta.schema.column(i).name: i for i in range(meta.num_columns)}
+    runs: list[tuple[_Rows, list[int]]] = []
+    for index in planned:
+        rows = _rows_in(meta.row_group(index), columns, part)
+        if runs and runs[-1][0] == rows:
+            runs[-1][1].append(index)
+        else:
+            runs.append((rows, [index]))
+    return runs
+
+
+def _rows_in(group: pq.RowGroupMetaData, columns: dict[str, int], part: DirectRange) -> _Rows:
+    """What the row group's statistics say of its rows: all messages of the partition
+    (``all``), all messages of its stream incarnation (``stream``), or anything (``mixed``)."""
+    uid, kind, seq = (_min_max(group, columns.get(name)) for name in ("stream_uid", "kind", "seq"))
+    if uid != (part.uid, part.uid) or kind != ("message", "message") or seq is None:
+        return "mixed"
+    return "all" if part.first <= seq[0] and seq[1] < part.end else "stream"
+
+
+def _min_max(group: pq.RowGroupMetaData, column: int | None) -> tuple[Any, Any] | None:
+    if column is None:
+        return None
+    stats = group.column(column).statistics
+    if stats is None or not stats.has_min_max or stats.null_count:
+        return None
+    return stats.min, stats.max
+
+
+def _read_run(parquet: pq.ParquetFile, rows: _Rows, groups: list[int], part: DirectRange) -> pa.Table:
+    """The run's rows of the partition as ``seq``, ``ts``, ``data``. Row groups of the
+    partition's stream only are read without the ``stream_uid`` and ``kind`` columns, and
+    those wholly inside its range without a filter (most of a backlog: no copy)."""
+    read = parquet.read_row_groups(
+        groups, columns=_FILTER_COLUMNS if rows == "mixed" else _ROW_COLUMNS, use_threads=False
+    )
+    if rows != "all":
+        mask = pc.and_(pc.greater_equal(read["seq"], part.first), pc.less(read["seq"], part.end))
+        if rows == "mixed":
+            stream = pc.and_(
+                pc.equal(read["stream_uid"], part.uid), pc.equal(read["kind"].cast(pa.string()), "message")
+            )
+            mask = pc.and_(stream, mask)
+        read = read.filter(mask)
+    return read.select(_ROWS.names).cast(_ROWS)
 
 
 def _open(http: requests.Session, planned: FileSlice, options: ReadOptions) -> pa.NativeFile:
