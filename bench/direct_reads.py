@@ -3,9 +3,9 @@
 ``server_cpu_s`` reads a process's CPU time (user + system, children excluded) from
 ``/proc/<pid>/stat``; ``wait_in_delta`` waits until a stream's whole history is in Delta
 (the read plan's ``delta_end`` is the tail), so the read measured is all history.
-``interleaved`` times several reads round after round (each once per round), so that the
-load of a shared machine falls on all of them alike: their ratios are measured in the same
-moments, not minutes apart.
+``interleaved`` times several reads round after round (each once per round, the order turned
+by one each round), so that the load of a shared machine falls on all of them alike: their
+ratios are measured in the same moments, not minutes apart.
 """
 
 from __future__ import annotations
@@ -58,10 +58,15 @@ class Timed:
 
 
 def interleaved(reads: dict[str, Callable[[], None]], rows: int, repeat: int, server_pid: int) -> dict[str, Timed]:
-    """``repeat`` rounds, each running every read once in the given order."""
+    """``repeat`` rounds, each running every read once; each round starts one read later (the
+    first read of a round measured slower, whichever it was), so that over ``len(reads)``
+    rounds every read takes every place once."""
     timed = {label: Timed() for label in reads}
+    labels = list(reads)
     for round_ in range(repeat):
-        for label, read in reads.items():
+        turn = round_ % len(labels)
+        for label in labels[turn:] + labels[:turn]:
+            read = reads[label]
             cpu, started = server_cpu_s(server_pid), time.perf_counter()
             read()
             elapsed, cost = time.perf_counter() - started, server_cpu_s(server_pid) - cpu
