@@ -59,8 +59,8 @@ class Timed:
 
 def interleaved(reads: dict[str, Callable[[], None]], rows: int, repeat: int, server_pid: int) -> dict[str, Timed]:
     """``repeat`` rounds, each running every read once; each round starts one read later (the
-    first read of a round measured slower, whichever it was), so that over ``len(reads)``
-    rounds every read takes every place once."""
+    place in a round seemed to matter on the shared machine, unproven), so that over
+    ``len(reads)`` rounds every read takes every place once."""
     timed = {label: Timed() for label in reads}
     labels = list(reads)
     for round_ in range(repeat):
