@@ -8,8 +8,11 @@ durability, local Delta storage). Three groups, runnable on their own (``--only`
   sink (all history in Delta first: with ``historyReads=auto`` the executors read the Parquet
   files, locally or with ``localFiles=false`` through the signed URLs, and again with
   ``historyReads=http``, the server's CPU time during each read taken from /proc), beside the
-  same rows from an in-memory Python data source (defined here, yielding
-  Arrow RecordBatches: the ceiling of any Python source), Spark's built-in ``rate-micro-batch``
+  same rows (the same ``stream`` key too) from an in-memory Python data source (defined here,
+  yielding Arrow RecordBatches: the ceiling of any Python source), and that source with the
+  short ``stream`` value ``memory`` it had before (narrower rows); these five reads run round
+  after round (``--repeat`` rounds, each read once per round, each round starting one read
+  later), so the machine's load falls on all alike. Then Spark's built-in ``rate-micro-batch``
   source (the bounded rate source: ``rate`` cannot be bounded, with ``Trigger.AvailableNow``
   it reads 0 rows; ``rate-micro-batch`` with ``rowsPerBatch=N`` and AvailableNow reads exactly
   one batch of N rows), and the same connector reading the reference Node server (where it
@@ -68,7 +71,7 @@ from benchkit import (  # noqa: E402
     value_at_least,
     value_at_most,
 )
-from direct_reads import server_cpu_s, wait_in_delta  # noqa: E402
+from direct_reads import interleaved, wait_in_delta  # noqa: E402
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition  # noqa: E402
 from pyspark.sql.streaming.query import StreamingQuery  # noqa: E402
@@ -150,7 +153,7 @@ class InMemorySource(DataSource):
         return READ_SCHEMA
 
     def reader(self, schema: Any) -> DataSourceReader:
-        return InMemoryReader(int(self.options["rows"]), "memory")
+        return InMemoryReader(int(self.options["rows"]), self.options.get("stream", "memory"))
 
 
 # -- servers and streams ---------------------------------------------------------------------
@@ -250,23 +253,10 @@ class Bench:
             "noop"
         ).mode("overwrite").save()
 
-    def read_costed(self, label: str, url: str, history_reads: str, **extra: str) -> tuple[float, float]:
-        """Rows/s of the best run and the server's CPU seconds in it (``historyReads``)."""
-        rows, rates, costs = self.args.rows, [], []
-        for attempt in range(self.args.repeat):
-            cpu, started = server_cpu_s(self.pid), time.perf_counter()
-            self.read_connector(url, history_reads, **extra)
-            elapsed, cost = time.perf_counter() - started, server_cpu_s(self.pid) - cpu
-            rates.append(rows / elapsed)
-            costs.append(cost)
-            progress(f"  {label}: {rows:,} rows in {elapsed:.2f}s, server CPU {cost:.2f}s (run {attempt + 1})")
-        best = max(range(len(rates)), key=rates.__getitem__)
-        return rates[best], costs[best]
-
-    def read_memory(self, rows: int) -> None:
-        self.spark.read.format("bench_in_memory").option("rows", rows).load().write.format("noop").mode(
-            "overwrite"
-        ).save()
+    def read_memory(self, rows: int, stream: str = "memory") -> None:
+        self.spark.read.format("bench_in_memory").option("rows", rows).option("stream", stream).load().write.format(
+            "noop"
+        ).mode("overwrite").save()
 
     def read_rate(self, rows: int) -> None:
         source = (
@@ -294,19 +284,34 @@ class Bench:
         wait_in_delta(url)
         wait_in_delta(warm)
         self.read_connector(warm, "http")
-        progress("read: our server → noop (historyReads=auto, localFiles=false: files through signed URLs)")
-        via_urls, urls_cpu = self.read_costed("ours, direct via URLs", url, "auto", localFiles="false")
-        progress("read: our server → noop (historyReads=http)")
-        over_http, http_cpu = self.read_costed("ours, http", url, "http")
-        progress("read: our server → noop (historyReads=auto: history from the Delta files)")
-        ours, direct_cpu = self.read_costed("ours, direct", url, "auto")
-        progress("read: in-memory Python data source → noop")
-        memory = best_rate("in-memory", rows, repeat, lambda: self.read_memory(rows))
+        progress("read: our server (direct, direct via URLs, http) and the in-memory sources, round after round")
+        timed = interleaved(
+            {
+                "ours, direct": lambda: self.read_connector(url, "auto"),
+                "in-memory, same rows": lambda: self.read_memory(rows, url),
+                "ours, direct via URLs": lambda: self.read_connector(url, "auto", localFiles="false"),
+                "ours, http": lambda: self.read_connector(url, "http"),
+                "in-memory, stream 'memory'": lambda: self.read_memory(rows),
+            },
+            rows,
+            repeat,
+            self.pid,
+        )
+        ours, memory = timed["ours, direct"].best_rate(rows), timed["in-memory, same rows"].best_rate(rows)
+        over_http, via_urls = timed["ours, http"].best_rate(rows), timed["ours, direct via URLs"].best_rate(rows)
+        narrow = timed["in-memory, stream 'memory'"].best_rate(rows)
+        direct_cpu, http_cpu = timed["ours, direct"].cpu_of_best(), timed["ours, http"].cpu_of_best()
+        urls_cpu = timed["ours, direct via URLs"].cpu_of_best()
         progress("read: rate-micro-batch → noop")
         rate = best_rate("rate-micro-batch", rows, repeat, lambda: self.read_rate(rows))
         metric = f"batch read, {rows:,} JSON msgs → noop, rows/s"
         results = [
             Result(f"{metric}; baseline: in-memory Python source", ours, memory, at_least(1.0)),
+            Result(
+                f"{metric}, medians of the runs; baseline: in-memory Python source",
+                rows / timed["ours, direct"].median_s(),
+                rows / timed["in-memory, same rows"].median_s(),
+            ),
             Result(f"{metric}, historyReads=http; baseline: in-memory Python source", over_http, memory),
             Result(
                 "server CPU s during that read: direct; baseline: historyReads=http", direct_cpu, http_cpu, at_most(0.1)
@@ -315,6 +320,7 @@ class Bench:
             Result(
                 "server CPU s during that read: direct via signed URLs; baseline: historyReads=http", urls_cpu, http_cpu
             ),
+            Result(f"{metric}; baseline: in-memory Python source, stream column 'memory'", ours, narrow),
             Result(f"{metric}; baseline: built-in rate-micro-batch", ours, rate),
         ]
         if reference is not None:

@@ -1,135 +1,119 @@
 """Direct history reads, executing: one task reads its ``DirectRange`` from the Parquet files.
 
-Runs on executors. The partition lists absolute file URLs (signed by the server, or
-presigned object-store URLs) and the row groups that may hold its messages. Each file is
-read through HTTP ``Range`` requests (``_RangeFile``: the footer, then the row groups'
-column chunks, nothing else), or straight from the server's local path where the executor
-sees the same file (same machine, shared filesystem), the rows filtered to the partition's stream incarnation
-(``stream_uid``), ``kind = 'message'`` and sequence range, and ordered by ``seq``: exactly
-the ``seq``, ``ts`` and ``data`` an Arrow read over HTTP returns for the range. The rows are
-then built like those of an Arrow response (``RowBuilder.arrow_batches``).
+Runs on executors. The partition lists its files (``_direct_files`` opens them: the server's
+local path where the executor sees it, else the signed URL) and the row groups that may hold
+its messages. The rows are filtered to the partition's stream incarnation (``stream_uid``),
+``kind = 'message'`` and sequence range: exactly the ``seq``, ``ts`` and ``data`` an Arrow read
+over HTTP returns for the range, built into rows like those of an Arrow response
+(``RowBuilder.arrow_batches``).
 
-Never silent loss: the rows must be exactly ``first, first + 1, …, end - 1``. A file that is
-gone (404: compacted and vacuumed) or whose URL expired (403) or rows short of the range
-make the task ask the server for a new plan of its range and read that (up to
-``_ATTEMPTS`` times); what is still missing then is an error. A re-plan answered ``410``
-(retention moved past the range meanwhile) is data loss: ``DataLossError`` with
-``failOnDataLoss=true``, else the range is read over HTTP, which re-initializes from the
-bootstrap as any HTTP read does.
+The Parquet statistics of each row group say what it holds. Row groups of the stream's
+messages only (most of a backlog) are read without the ``stream_uid`` and ``kind`` columns,
+and those wholly inside the partition without a filter; only the others are filtered. The
+rows are streamed: decoded ``BATCH_ROWS`` at a time, in the plan's order, each batch turned
+into rows and handed to Spark before the next is read (no copy of the partition, and Spark
+starts on the first rows at once).
+
+Never silent loss: every batch must continue the partition's messages exactly (``first,
+first + 1, …``). Where one does not (a gap, rows out of order), or a file is gone (404:
+compacted and vacuumed) or its URL expired (403), or the files end short of the range, the
+rest of the range is read again the careful way: all of it first, sorted by ``seq`` and
+checked to be complete, asking the server for a new plan of it when not (up to ``_ATTEMPTS``
+times); what is still missing then is an error. A re-plan answered ``410`` (retention moved
+past the range meanwhile) is data loss: ``DataLossError`` with ``failOnDataLoss=true``, else the
+rest is read over HTTP, which re-initializes from the bootstrap as any HTTP read does.
 """
 
 from __future__ import annotations
 
-import io
-import os
+import dataclasses
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import requests
 from pyspark.sql.types import StructType
 
+from ._direct_files import FileGone, open_parquet
 from ._direct_plans import DirectRange, FileSlice, fetch_plan, file_slice
 from ._offsets import seq_offset
-from ._rows import RowBuilder
+from ._rows import BATCH_ROWS, RowBuilder
 from ._task_reader import DataLossError, StreamRange, gone_message, make_client, read_range
 from .client import Gone
 from .client.arrow import ArrowSlice
 from .options import ReadOptions
 
+__all__ = ["DataLossError", "FileGone", "read_direct"]
+
 _ATTEMPTS = 3
-_COLUMNS = ["stream_uid", "kind", "seq", "ts", "data"]
+_ROW_COLUMNS = ["seq", "ts", "data"]
+_FILTER_COLUMNS = ["stream_uid", "kind", *_ROW_COLUMNS]
 _ROWS = pa.schema([("seq", pa.int64()), ("ts", pa.timestamp("us", tz="UTC")), ("data", pa.binary())])
-
-
-class FileGone(RuntimeError):
-    """A planned file is no longer there, or its URL no longer valid: re-plan."""
-
-
-class _RangeFile(io.RawIOBase):
-    """A read-only, seekable file over HTTP ``Range`` GETs of one URL of known size."""
-
-    def __init__(self, http: requests.Session, url: str, size: int, timeout_s: float) -> None:
-        self._http, self._url, self._size, self._timeout = http, url, size, timeout_s
-        self._pos = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
-    def read(self, size: int = -1) -> bytes:
-        end = self._size if size is None or size < 0 else min(self._size, self._pos + size)
-        if end <= self._pos:
-            return b""
-        try:
-            response = self._http.get(
-                self._url, headers={"Range": f"bytes={self._pos}-{end - 1}"}, timeout=self._timeout
-            )
-            data = response.content
-        except requests.RequestException as exc:  # e.g. the file vacuumed while it was being sent
-            raise FileGone(f"reading a planned file failed: {exc}") from exc
-        if response.status_code in (403, 404, 410):
-            raise FileGone(f"{response.status_code} for a planned file: {response.text[:300]}")
-        if response.status_code not in (200, 206):
-            response.raise_for_status()
-            raise OSError(f"unexpected status {response.status_code} reading a planned file")
-        if response.status_code == 200:
-            data = data[self._pos : end]
-        self._pos += len(data)
-        return data
-
-    def readinto(self, buffer: Any) -> int:
-        data = self.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
+_Rows = Literal["all", "stream", "mixed"]
 
 
 def read_direct(options: ReadOptions, schema: StructType, part: DirectRange) -> Iterator[pa.RecordBatch]:
-    table = _rows_of(options, part)
+    builder, end = RowBuilder(schema, part.key), seq_offset(part.end)
+    done = part.first  # the messages before it are handed out, exactly and in order
+    with _session(options) as http:
+        try:
+            for rows in _planned_rows(http, part.files, part, options):
+                if not _continues(rows, done):
+                    break
+                yield from builder.arrow_batches(ArrowSlice(seq_offset(done), end, part.content_type, rows), end)
+                done += rows.num_rows
+                if done == part.end:
+                    break
+        except FileGone:
+            pass
+        if done == part.end:
+            return
+        rest = dataclasses.replace(part, first=done)
+        table = _rows_of(http, options, rest)
     if table is None:  # 410 with failOnDataLoss=false: the HTTP read re-initializes from /bootstrap
-        http_part = StreamRange(part.key, part.url, seq_offset(part.first), seq_offset(part.end), "arrow")
-        yield from read_range(options, schema, http_part)
+        yield from read_range(options, schema, StreamRange(part.key, part.url, seq_offset(done), end, "arrow"))
         return
-    found = ArrowSlice(seq_offset(part.first), seq_offset(part.end), part.content_type, table)
-    yield from RowBuilder(schema, part.key).arrow_batches(found, seq_offset(part.end))
+    yield from builder.arrow_batches(ArrowSlice(seq_offset(done), end, part.content_type, table), end)
 
 
-def _rows_of(options: ReadOptions, part: DirectRange) -> pa.Table | None:
-    """The partition's messages as ``seq``, ``ts``, ``data``, in order; ``None``: gone, read over HTTP."""
+def _session(options: ReadOptions) -> requests.Session:
+    http = requests.Session()
+    http.trust_env = False
+    http.verify = options.connection.ca_cert_file or True
+    return http
+
+
+def _continues(rows: pa.Table, done: int) -> bool:
+    """Whether ``rows`` are exactly the messages ``done, done + 1, …``."""
+    seqs = rows["seq"].to_numpy()
+    return bool(seqs[0] == done and (np.diff(seqs) == 1).all())
+
+
+def _rows_of(http: requests.Session, options: ReadOptions, part: DirectRange) -> pa.Table | None:
+    """The partition's messages as ``seq``, ``ts``, ``data``, all of them, in order (re-planned
+    where the files fall short); ``None``: gone, read over HTTP."""
     files = part.files
     problem = ""
-    with requests.Session() as http:
-        http.trust_env = False
-        http.verify = options.connection.ca_cert_file or True
-        for attempt in range(_ATTEMPTS):
-            if attempt:
-                replanned = _replan(options, part)
-                if replanned is None:
-                    return None
-                files = replanned
-            try:
-                table = _read_files(http, files, part, options)
-            except FileGone as exc:
-                problem = str(exc)
-                continue
-            seqs = table["seq"]
-            if table.num_rows == part.end - part.first and (
-                not table.num_rows or (seqs[0].as_py() == part.first and seqs[-1].as_py() == part.end - 1)
-            ):
-                return table
-            problem = f"{table.num_rows} of {part.end - part.first} messages found in the planned files"
+    for attempt in range(_ATTEMPTS):
+        if attempt:
+            replanned = _replan(options, part)
+            if replanned is None:
+                return None
+            files = replanned
+        try:
+            table = _read_files(http, files, part, options)
+        except FileGone as exc:
+            problem = str(exc)
+            continue
+        seqs = table["seq"]
+        if table.num_rows == part.end - part.first and (
+            not table.num_rows or (seqs[0].as_py() == part.first and seqs[-1].as_py() == part.end - 1)
+        ):
+            return table
+        problem = f"{table.num_rows} of {part.end - part.first} messages found in the planned files"
     raise DataLossError(
         f"stream {part.key}: messages [{seq_offset(part.first)}, {seq_offset(part.end)}) could not be read from "
         f"the Delta files of its read plans ({problem}); set option historyReads=http to read them over HTTP"
@@ -139,15 +123,7 @@ def _rows_of(options: ReadOptions, part: DirectRange) -> pa.Table | None:
 def _read_files(
     http: requests.Session, files: tuple[FileSlice, ...], part: DirectRange, options: ReadOptions
 ) -> pa.Table:
-    tables = []
-    for planned in files:
-        parquet = pq.ParquetFile(_open(http, planned, options), pre_buffer=True)
-        read = parquet.read_row_groups(list(planned.row_groups), columns=_COLUMNS, use_threads=False)
-        mask = pc.and_(
-            pc.and_(pc.equal(read["stream_uid"], part.uid), pc.equal(read["kind"].cast(pa.string()), "message")),
-            pc.and_(pc.greater_equal(read["seq"], part.first), pc.less(read["seq"], part.end)),
-        )
-        tables.append(read.filter(mask).select(_ROWS.names).cast(_ROWS))
+    tables = list(_planned_rows(http, files, part, options))
     if not tables:
         return _ROWS.empty_table()
     table = pa.concat_tables(tables)
@@ -158,19 +134,64 @@ def _read_files(
             seqs = table["seq"].to_numpy()
         if (seqs[1:] == seqs[:-1]).any():  # one table version holds each message once
             raise DataLossError(f"stream {part.key}: a read plan listed a message twice")
-    return table.combine_chunks()
+    return table
 
 
-def _open(http: requests.Session, planned: FileSlice, options: ReadOptions) -> pa.NativeFile:
-    """The file at the server's local path where this executor sees it (same size) and option
-    ``localFiles`` allows it, else over its URL."""
-    if planned.local is not None and options.local_files:
-        try:
-            if os.path.getsize(planned.local) == planned.size:
-                return pa.memory_map(planned.local)
-        except OSError:
-            pass  # not on this machine, or vacuumed: the URL says which (404: re-plan)
-    return pa.PythonFile(_RangeFile(http, planned.url, planned.size, options.connection.timeout_s), mode="r")
+def _planned_rows(
+    http: requests.Session, files: tuple[FileSlice, ...], part: DirectRange, options: ReadOptions
+) -> Iterator[pa.Table]:
+    """The partition's rows in the files' row groups, in the plan's order, ``BATCH_ROWS`` at a
+    time (never empty)."""
+    for planned in files:
+        with open_parquet(http, planned, options) as parquet:
+            for rows, groups in _runs(parquet.metadata, planned.row_groups, part):
+                yield from _read_run(parquet, rows, groups, part)
+
+
+def _runs(meta: pq.FileMetaData, planned: tuple[int, ...], part: DirectRange) -> list[tuple[_Rows, list[int]]]:
+    """The planned row groups in order, in runs of those that need the same filtering."""
+    columns = {meta.schema.column(i).name: i for i in range(meta.num_columns)}
+    runs: list[tuple[_Rows, list[int]]] = []
+    for index in planned:
+        rows = _rows_in(meta.row_group(index), columns, part)
+        if runs and runs[-1][0] == rows:
+            runs[-1][1].append(index)
+        else:
+            runs.append((rows, [index]))
+    return runs
+
+
+def _rows_in(group: pq.RowGroupMetaData, columns: dict[str, int], part: DirectRange) -> _Rows:
+    """What the row group's statistics say of its rows: all messages of the partition
+    (``all``), all messages of its stream incarnation (``stream``), or anything (``mixed``)."""
+    uid, kind, seq = (_min_max(group, columns.get(name)) for name in ("stream_uid", "kind", "seq"))
+    if uid != (part.uid, part.uid) or kind != ("message", "message") or seq is None:
+        return "mixed"
+    return "all" if part.first <= seq[0] and seq[1] < part.end else "stream"
+
+
+def _min_max(group: pq.RowGroupMetaData, column: int | None) -> tuple[Any, Any] | None:
+    if column is None:
+        return None
+    stats = group.column(column).statistics
+    if stats is None or not stats.has_min_max or stats.null_count:
+        return None
+    return stats.min, stats.max
+
+
+def _read_run(parquet: pq.ParquetFile, rows: _Rows, groups: list[int], part: DirectRange) -> Iterator[pa.Table]:
+    """The run's rows of the partition as ``seq``, ``ts``, ``data``, ``BATCH_ROWS`` at a time."""
+    columns = _FILTER_COLUMNS if rows == "mixed" else _ROW_COLUMNS
+    for batch in parquet.iter_batches(batch_size=BATCH_ROWS, row_groups=groups, columns=columns, use_threads=False):
+        read = pa.Table.from_batches([batch])
+        if rows != "all":
+            mask = pc.and_(pc.greater_equal(read["seq"], part.first), pc.less(read["seq"], part.end))
+            if rows == "mixed":
+                kind = read["kind"].cast(pa.string())
+                mask = pc.and_(pc.and_(pc.equal(read["stream_uid"], part.uid), pc.equal(kind, "message")), mask)
+            read = read.filter(mask)
+        if read.num_rows:
+            yield read.select(_ROWS.names).cast(_ROWS)
 
 
 def _replan(options: ReadOptions, part: DirectRange) -> tuple[FileSlice, ...] | None:

@@ -92,7 +92,7 @@ class DriverStreams:
         parts = urlsplit(url)
         origin = f"{parts.scheme}://{parts.netloc}"
         if origin not in self._framings:
-            tail = self.stream(key).metadata().next_offset
+            tail = self._tails.get(key) or self.stream(key).metadata().next_offset  # the tails' HEAD, if any
             framing: Framing = "plain"
             if SEQ_OFFSET.match(tail) is not None:
                 response = self.client.transport.request(

@@ -84,7 +84,7 @@ class RowBuilder:
                 offsets = seq_offsets(table["seq"])
                 if starts_inside(found.start):
                     # The first message was read from inside: its row starts where the read did.
-                    offsets = pa.concat_arrays([pa.array([found.start]), offsets.chunk(0)[1:]])
+                    offsets = pa.concat_arrays([pa.array([found.start]), offsets[1:]])
                 arrays.append(offsets)
             elif name == "value":
                 arrays.append(data if self.value_binary else _utf8(data))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 
 from pyspark_durable_streams._offsets import (
@@ -11,6 +12,7 @@ from pyspark_durable_streams._offsets import (
     pending_messages,
     seq_of,
     seq_offset,
+    seq_offsets,
     split_range,
     starts_inside,
 )
@@ -24,6 +26,20 @@ def test_the_sentinel_and_sequence_offsets() -> None:
     assert not is_seq_offset("abc") and not is_seq_offset("now")
     with pytest.raises(ValueError, match="not a sequence offset"):
         seq_of("0000000000000007")
+
+
+def test_offsets_of_a_column_of_sequence_numbers() -> None:
+    seqs = [0, 7, 9_999, 10_000, 99_999_999, 100_000_000, 123_456_789_012, 10**16 - 1]
+    expected = [seq_offset(seq) for seq in seqs]
+    assert seq_offsets(pa.array(seqs, pa.int64())).to_pylist() == expected
+    chunked = pa.chunked_array([pa.array(seqs[:3], pa.int64()), pa.array(seqs[3:], pa.int64())])
+    built = seq_offsets(chunked)
+    assert built.type == pa.string() and built.to_pylist() == expected
+    assert seq_offsets(pa.array(seqs, pa.int64()).slice(2, 3)).to_pylist() == expected[2:5]
+    assert seq_offsets(pa.array([], pa.int64())).to_pylist() == []
+    for bad in ([-1], [10**16]):
+        with pytest.raises(ValueError, match="16 decimal digits"):
+            seq_offsets(pa.array(bad, pa.int64()))
 
 
 def test_starts_inside_a_message() -> None:

@@ -8,10 +8,10 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 import requests
+from direct_support import FAST, PLAN, fill, flushed, offset_at, read_rows, same_both_ways, same_both_ways_between
 from pyspark.sql import SparkSession
 from servers import MotoServer, ServerProcess, session, wait_for
 
@@ -20,21 +20,6 @@ from pyspark_durable_streams._direct_reads import read_direct
 from pyspark_durable_streams._task_reader import make_client
 from pyspark_durable_streams.options import OptionError, parse_read_options
 from pyspark_durable_streams.source import infer_schema
-
-FAST = ("--flush-interval-ms", "50", "--tail-cache-bytes", "0")
-PLAN = {"Accept": "application/vnd.durable-streams.read-plan+json"}
-
-
-def _offset(seq: int) -> str:
-    return f"{seq:016d}_{0:016d}"
-
-
-def _rows(spark: SparkSession, **options: str) -> list[tuple[Any, ...]]:
-    reader = spark.read.format("durable_streams")
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    rows = [tuple(row) for row in reader.load().collect()]
-    return sorted(rows, key=lambda row: row[1])  # by offset: the stream's order
 
 
 def _files_served(server: ServerProcess) -> float:
@@ -54,33 +39,6 @@ def _gone(http: requests.Session, file_urls: set[str]) -> bool:
     return False
 
 
-def _flushed(url: str, count: int) -> bool:
-    plan = session().get(url, params={"offset": "-1"}, headers=PLAN).json()
-    return bool(plan["delta_end"] == _offset(count))
-
-
-def _fill(http: requests.Session, url: str, content_type: str, messages: list[bytes], per_request: int = 7) -> None:
-    assert http.put(url, headers={"Content-Type": content_type}).status_code == 201
-    for at in range(0, len(messages), per_request):
-        chunk = messages[at : at + per_request]
-        if content_type == "application/json":
-            body = b"[" + b",".join(chunk) + b"]"
-            assert http.post(url, headers={"Content-Type": content_type}, data=body).status_code == 204
-        else:
-            for message in chunk:
-                assert http.post(url, headers={"Content-Type": content_type}, data=message).status_code == 204
-
-
-def _same_both_ways(spark: SparkSession, url: str, **options: str) -> list[tuple[Any, ...]]:
-    """Direct reads (local files where visible, and through the signed URLs) equal HTTP reads."""
-    direct = _rows(spark, url=url, historyReads="delta", messagesPerPartition="9", **options)
-    through_urls = _rows(spark, url=url, historyReads="delta", localFiles="false", **options)
-    over_http = _rows(spark, url=url, historyReads="http", **options)
-    assert direct == over_http
-    assert through_urls == over_http
-    return direct
-
-
 PAYLOADS = {
     "application/json": [json.dumps({"i": i, "pad": "x" * (i % 5)}, separators=(",", ":")).encode() for i in range(40)],
     "text/plain": [f"line {i} é\n".encode() for i in range(40)],
@@ -95,23 +53,18 @@ def test_direct_rows_equal_http_rows(
     server = server_factory(*FAST)
     http = session()
     url = server.stream_url("identity")
-    _fill(http, url, content_type, PAYLOADS[content_type])
-    wait_for(lambda: _flushed(url, 40))
+    fill(http, url, content_type, PAYLOADS[content_type])
+    wait_for(lambda: flushed(url, 40))
     before = _files_served(server)
-    rows = _same_both_ways(spark, url=url)
+    rows = same_both_ways(spark, url=url)
     assert len(rows) == 40 and _files_served(server) > before  # localFiles=false read through the file URLs
     values = [row[2] for row in rows]
     if content_type == "application/octet-stream":
         assert values == PAYLOADS[content_type]
-    assert [row[1] for row in rows] == [_offset(i) for i in range(40)]
+    assert [row[1] for row in rows] == [offset_at(i) for i in range(40)]
     assert all(row[4] is not None for row in rows)
     # a range inside: start and end offsets are honoured exactly
-    ranged = _same_both_ways(
-        spark,
-        url=url,
-        startingOffsets=json.dumps({url: _offset(5)}),
-        endingOffsets=json.dumps({url: _offset(33)}),
-    )
+    ranged = same_both_ways_between(spark, url, 5, 33)
     assert ranged == rows[5:33]
 
 
@@ -119,8 +72,8 @@ def test_unflushed_tail_comes_over_http(spark: SparkSession, server_factory: Cal
     server = server_factory("--flush-interval-ms", "3600000")
     http = session()
     url = server.stream_url("tail")
-    _fill(http, url, "application/json", PAYLOADS["application/json"])
-    assert len(_same_both_ways(spark, url=url)) == 40
+    fill(http, url, "application/json", PAYLOADS["application/json"])
+    assert len(same_both_ways(spark, url=url)) == 40
 
 
 def test_fork_reads_its_inherited_part_from_the_source(
@@ -129,14 +82,14 @@ def test_fork_reads_its_inherited_part_from_the_source(
     server = server_factory(*FAST)
     http = session()
     source, fork = server.stream_url("source"), server.stream_url("fork")
-    _fill(http, source, "application/json", PAYLOADS["application/json"])
+    fill(http, source, "application/json", PAYLOADS["application/json"])
     headers = {"Content-Type": "application/json", "Stream-Forked-From": "/v1/stream/source"}
-    assert http.put(fork, headers={**headers, "Stream-Fork-Offset": _offset(25)}).status_code == 201
+    assert http.put(fork, headers={**headers, "Stream-Fork-Offset": offset_at(25)}).status_code == 201
     assert (
         http.post(fork, headers={"Content-Type": "application/json"}, data=b'[{"own":1},{"own":2}]').status_code == 204
     )
-    wait_for(lambda: _flushed(fork, 27))
-    rows = _same_both_ways(spark, url=fork)
+    wait_for(lambda: flushed(fork, 27))
+    rows = same_both_ways(spark, url=fork)
     assert [row[2] for row in rows] == [m.decode() for m in PAYLOADS["application/json"][:25]] + [
         '{"own":1}',
         '{"own":2}',
@@ -150,20 +103,20 @@ def test_retention_behaves_as_over_http(
     server = server_factory(*FAST)
     http = session()
     url = server.stream_url("retained")
-    _fill(http, url, "application/json", PAYLOADS["application/json"])
-    snapshot = http.put(f"{url}/snapshot/{_offset(20)}", headers={"Content-Type": "application/json"}, data=b"{}")
+    fill(http, url, "application/json", PAYLOADS["application/json"])
+    snapshot = http.put(f"{url}/snapshot/{offset_at(20)}", headers={"Content-Type": "application/json"}, data=b"{}")
     assert snapshot.status_code == 204
     wait_for(
-        lambda: session().get(url, params={"offset": _offset(20)}, headers=PLAN).json()["delta_end"] == _offset(40)
+        lambda: session().get(url, params={"offset": offset_at(20)}, headers=PLAN).json()["delta_end"] == offset_at(40)
     )
-    options = {"startingOffsets": json.dumps({url: _offset(5)}), "failOnDataLoss": fail_on_data_loss}
+    options = {"startingOffsets": json.dumps({url: offset_at(5)}), "failOnDataLoss": fail_on_data_loss}
     if fail_on_data_loss == "true":
         for mode in ("delta", "http"):
             with pytest.raises(Exception, match="failOnDataLoss=false"):
-                _rows(spark, url=url, historyReads=mode, **options)
+                read_rows(spark, url=url, historyReads=mode, **options)
     else:
-        rows = _same_both_ways(spark, url=url, **options)
-        assert [row[1] for row in rows] == [_offset(i) for i in range(20, 40)]
+        rows = same_both_ways(spark, url=url, **options)
+        assert [row[1] for row in rows] == [offset_at(i) for i in range(20, 40)]
 
 
 def test_a_planned_file_compacted_away_is_replanned(server_factory: Callable[..., ServerProcess]) -> None:
@@ -172,13 +125,13 @@ def test_a_planned_file_compacted_away_is_replanned(server_factory: Callable[...
     server = server_factory(*FAST, "--compaction-interval-s", "1", "--vacuum-retention-hours", "0")
     http = session()
     url = server.stream_url("compacted")
-    _fill(http, url, "application/json", PAYLOADS["application/json"], per_request=3)
-    wait_for(lambda: _flushed(url, 40))
+    fill(http, url, "application/json", PAYLOADS["application/json"], per_request=3)
+    wait_for(lambda: flushed(url, 40))
     options = parse_read_options({"url": url, "historyReads": "delta"})
     schema = infer_schema(options)
     with make_client(options.connection) as client:
-        partitions, boundary = plan_stream(client.transport, url, url, _offset(0), _offset(40), 1000)
-    assert boundary == _offset(40) and all(isinstance(p, DirectRange) for p in partitions)
+        partitions, boundary = plan_stream(client.transport, url, url, offset_at(0), offset_at(40), 1000)
+    assert boundary == offset_at(40) and all(isinstance(p, DirectRange) for p in partitions)
     planned = {file.url for part in partitions for file in part.files}
 
     def some_file_gone() -> bool:
@@ -192,7 +145,7 @@ def test_a_planned_file_compacted_away_is_replanned(server_factory: Callable[...
 
     over_http = [
         row
-        for batch in read_range(http_options, schema, StreamRange(url, url, _offset(0), _offset(40), "arrow"))
+        for batch in read_range(http_options, schema, StreamRange(url, url, offset_at(0), offset_at(40), "arrow"))
         for row in batch.to_pylist()
     ]
     assert direct == over_http and len(direct) == 40
@@ -204,9 +157,9 @@ def test_direct_reads_on_s3(spark: SparkSession, moto: MotoServer, tmp_path: Pat
     try:
         http = session()
         url = server.stream_url("on-s3")
-        _fill(http, url, "application/json", PAYLOADS["application/json"])
-        wait_for(lambda: _flushed(url, 40), timeout_s=30)
-        assert len(_same_both_ways(spark, url=url)) == 40
+        fill(http, url, "application/json", PAYLOADS["application/json"])
+        wait_for(lambda: flushed(url, 40), timeout_s=30)
+        assert len(same_both_ways(spark, url=url)) == 40
         assert _files_served(server) == 0  # executors went to S3, not through the server
     finally:
         server.kill()
@@ -224,9 +177,9 @@ def test_delta_mode_fails_naming_the_option_where_no_plans_exist(spark: SparkSes
     with start_reference_server(tmp_path / "ref", 0) as ref:
         url = f"{ref.url}/v1/stream/ref"
         http = session()
-        _fill(http, url, "application/json", PAYLOADS["application/json"][:5])
+        fill(http, url, "application/json", PAYLOADS["application/json"][:5])
         with pytest.raises(Exception, match="historyReads"):
-            _rows(spark, url=url, historyReads="delta")
+            read_rows(spark, url=url, historyReads="delta")
         assert spark.read.format("durable_streams").option("url", url).load().count() == 5  # auto: over HTTP
 
 
@@ -242,14 +195,14 @@ def test_retention_moving_past_a_plan_is_data_loss_as_over_http(
     server = server_factory(*FAST, "--compaction-interval-s", "1", "--vacuum-retention-hours", "0")
     http = session()
     url = server.stream_url("purged")
-    _fill(http, url, "application/json", PAYLOADS["application/json"], per_request=3)
-    wait_for(lambda: _flushed(url, 40))
+    fill(http, url, "application/json", PAYLOADS["application/json"], per_request=3)
+    wait_for(lambda: flushed(url, 40))
     options = parse_read_options({"url": url, "failOnDataLoss": fail_on_data_loss})
     schema = infer_schema(options)
     with make_client(options.connection) as client:
-        partitions, _ = plan_stream(client.transport, url, url, _offset(0), _offset(30), 1000)
+        partitions, _ = plan_stream(client.transport, url, url, offset_at(0), offset_at(30), 1000)
     (part,) = partitions
-    snapshot = http.put(f"{url}/snapshot/{_offset(20)}", headers={"Content-Type": "application/json"}, data=b"{}")
+    snapshot = http.put(f"{url}/snapshot/{offset_at(20)}", headers={"Content-Type": "application/json"}, data=b"{}")
     assert snapshot.status_code == 204
     planned = {file.url for file in part.files}
     wait_for(lambda: _gone(http, planned), timeout_s=60)
@@ -260,11 +213,11 @@ def test_retention_moving_past_a_plan_is_data_loss_as_over_http(
     direct = [row for batch in read_direct(options, schema, part) for row in batch.to_pylist()]
     over_http = [
         row
-        for batch in read_range(options, schema, StreamRange(url, url, _offset(0), _offset(30), "arrow"))
+        for batch in read_range(options, schema, StreamRange(url, url, offset_at(0), offset_at(30), "arrow"))
         for row in batch.to_pylist()
     ]
     assert direct == over_http
-    assert [row["offset"] for row in direct] == [_offset(i) for i in range(20, 30)]
+    assert [row["offset"] for row in direct] == [offset_at(i) for i in range(20, 30)]
 
 
 def test_spark_reads_while_compaction_rewrites_and_vacuums(
@@ -277,8 +230,8 @@ def test_spark_reads_while_compaction_rewrites_and_vacuums(
     server = server_factory(*FAST, "--compaction-interval-s", "1", "--vacuum-retention-hours", "0")
     http = session()
     url = server.stream_url("busy")
-    _fill(http, url, "application/json", PAYLOADS["application/json"], per_request=2)
-    wait_for(lambda: _flushed(url, 40))
+    fill(http, url, "application/json", PAYLOADS["application/json"], per_request=2)
+    wait_for(lambda: flushed(url, 40))
     stop = threading.Event()
 
     def append() -> None:
@@ -290,11 +243,11 @@ def test_spark_reads_while_compaction_rewrites_and_vacuums(
     thread = threading.Thread(target=append, daemon=True)
     thread.start()
     try:
-        ending = json.dumps({url: _offset(40)})
-        expected = _rows(spark, url=url, historyReads="http", endingOffsets=ending)
+        ending = json.dumps({url: offset_at(40)})
+        expected = read_rows(spark, url=url, historyReads="http", endingOffsets=ending)
         for local in ("true", "false"):
             options = {"historyReads": "delta", "localFiles": local, "messagesPerPartition": "5"}
-            assert _rows(spark, url=url, endingOffsets=ending, **options) == expected
+            assert read_rows(spark, url=url, endingOffsets=ending, **options) == expected
     finally:
         stop.set()
         thread.join()

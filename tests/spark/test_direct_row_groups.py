@@ -1,0 +1,87 @@
+"""Direct history reads of large flushes: row groups holding only the stream's messages are read
+without the ``stream_uid``/``kind`` columns and, wholly inside a partition, without a filter; a
+partition edge inside such a row group filters by sequence number. The rows stay exactly those
+of an HTTP read."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import Counter
+from collections.abc import Callable
+
+import pyarrow.parquet as pq
+from direct_support import FAST, fill, flushed, offset_at, same_both_ways, same_both_ways_between
+from pyspark.sql import SparkSession
+from servers import ServerProcess, session, wait_for
+
+from pyspark_durable_streams._direct_plans import plan_stream
+from pyspark_durable_streams._direct_reads import _runs, read_direct
+from pyspark_durable_streams._task_reader import StreamRange, make_client, read_range
+from pyspark_durable_streams.options import parse_read_options
+from pyspark_durable_streams.source import infer_schema
+
+COUNT = 20_000
+PER_POST = 5_000  # ~600 KB a request, more than one ~512 KiB row group per flush
+MESSAGES = [json.dumps({"i": i, "pad": "y" * (60 + i % 50)}, separators=(",", ":")).encode() for i in range(COUNT)]
+
+
+def _classes(url: str, first: int, end: int) -> Counter[str]:
+    """How the direct read of ``[first, end)`` reads its row groups (per run of row groups)."""
+    options = parse_read_options({"url": url})
+    with make_client(options.connection) as client:
+        partitions, boundary = plan_stream(client.transport, url, url, offset_at(first), offset_at(end), 100_000)
+    assert boundary == offset_at(end)
+    found: Counter[str] = Counter()
+    for part in partitions:
+        for planned in part.files:
+            assert planned.local is not None
+            found.update(rows for rows, _ in _runs(pq.ParquetFile(planned.local).metadata, planned.row_groups, part))
+    return found
+
+
+def test_large_flushes_read_whole_row_groups_and_cut_at_partition_edges(
+    spark: SparkSession, server_factory: Callable[..., ServerProcess]
+) -> None:
+    server = server_factory(*FAST)
+    url = server.stream_url("large")
+    fill(session(), url, "application/json", MESSAGES, per_request=PER_POST)
+    wait_for(lambda: flushed(url, COUNT), timeout_s=60)
+
+    whole = _classes(url, 0, COUNT)
+    assert whole["all"] > 0  # row groups of this stream's messages only, read without a filter
+    inside = _classes(url, 1_234, 17_000)
+    assert inside["stream"] > 0 and inside["all"] > 0  # edges inside row groups: filtered by seq
+
+    rows = same_both_ways(spark, url=url)
+    assert [row[1] for row in rows] == [offset_at(i) for i in range(COUNT)]
+    assert [row[2].encode() for row in rows] == MESSAGES
+    ranged = same_both_ways_between(spark, url, 1_234, 17_000)
+    assert ranged == rows[1_234:17_000]
+
+
+def test_partition_edges_inside_row_groups_read_exactly_their_messages(
+    server_factory: Callable[..., ServerProcess],
+) -> None:
+    """Partitions of a few hundred messages each start and end inside row groups."""
+    server = server_factory(*FAST)
+    url = server.stream_url("edges")
+    fill(session(), url, "application/json", MESSAGES[:12_000], per_request=PER_POST)
+    wait_for(lambda: flushed(url, 12_000), timeout_s=60)
+    options = parse_read_options({"url": url})
+    schema = infer_schema(options)
+    with make_client(options.connection) as client:
+        partitions, _ = plan_stream(client.transport, url, url, offset_at(777), offset_at(11_111), 100_000)
+    over_http = [
+        row
+        for batch in read_range(options, schema, StreamRange(url, url, offset_at(777), offset_at(11_111), "arrow"))
+        for row in batch.to_pylist()
+    ]
+    for cut in (333, 2_500, 5_001):  # partitions cut anywhere, as a range of other streams' row groups is
+        direct = []
+        for part in partitions:
+            for lo in range(part.first, part.end, cut):
+                piece = dataclasses.replace(part, first=lo, end=min(part.end, lo + cut))
+                direct += [row for batch in read_direct(options, schema, piece) for row in batch.to_pylist()]
+        assert direct == over_http
+    assert len(over_http) == 11_111 - 777
