@@ -63,5 +63,15 @@ def test_the_caches_keep_their_floor_whatever_the_work() -> None:
     assert memory.held <= 64 * MIB and len([r for r in released if r.startswith("tail")]) == 7
 
 
+def test_the_baseline_is_the_lowest_size_outside_the_budget() -> None:
+    memory, process, guard, _ = _guarded()
+    process.start -= 30 * MIB  # start-up's transient memory handed back
+    guard.sample()
+    assert guard.outside == 0 and guard.baseline == 170 * MIB
+    process.work = 100 * MIB
+    guard.sample()
+    assert guard.outside == 100 * MIB and memory.limit == 412 * MIB
+
+
 def test_the_rss_of_this_process_is_read() -> None:
     assert process_rss() > 10 * MIB

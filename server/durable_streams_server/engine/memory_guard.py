@@ -11,10 +11,11 @@ streams, that came to 200-300 MiB on top of a 512 MiB budget, at 1 GiB stored as
 
 The guard closes that loop. Every ``interval_s`` it reads the process's RSS and computes
 what is outside the budget's accounting: ``RSS - baseline - held - in flight``, where the
-baseline is the RSS when the guard starts (after recovery: the code, the libraries, the
-streams' bookkeeping). The caches may then hold ``budget - outside``, using the largest
-``outside`` of the last ``window`` samples (working memory comes in bursts), never less
-than ``floor`` and never more than the limit the budget was configured with. When that
+baseline is the lowest ``RSS - held - in flight`` seen since the guard started (after
+recovery: the code, the libraries, the streams' bookkeeping). The caches may then hold
+``budget - outside``, using the largest ``outside`` of the last ``window`` samples
+(working memory comes in bursts), never less than ``floor`` and never more than the limit
+the budget was configured with. When that
 shrinks the budget, its entries are let go least recently used first, as for any eviction
 (results never change: what is let go is read from Delta), and the freed pages are handed
 back to the system (glibc's ``malloc_trim`` and Arrow's pool), since a free alone may leave
@@ -92,10 +93,11 @@ class MemoryGuard:
         rss = self._rss()
         if not rss:
             return False
-        if self.baseline is None:
-            self.baseline = rss
-            return False
-        self.outside = max(0, rss - self.baseline - self.memory.used)
+        if self.baseline is None or rss - self.memory.used < self.baseline:
+            # The lowest size seen outside the budget: start-up's transient allocations
+            # may be handed back after the first sample.
+            self.baseline = rss - self.memory.used
+        self.outside = rss - self.baseline - self.memory.used
         self._recent.append(self.outside)
         allowance = max(self.floor, min(self.configured, self.budget - max(self._recent)))
         evictions = self.memory.evictions
