@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import logging
 import os
 from collections import deque
@@ -54,12 +55,19 @@ def process_rss() -> int:
         return 0
 
 
+@functools.cache
+def _glibc() -> ctypes.CDLL | None:
+    """glibc, once (``find_library`` runs ``ldconfig``); ``None`` elsewhere (e.g. musl)."""
+    name = ctypes.util.find_library("c")
+    return ctypes.CDLL(name) if name and "libc.so" in name else None
+
+
 def release_freed() -> None:
     """Hand freed pages back to the system: Arrow's pool, then glibc's heap."""
     pa.default_memory_pool().release_unused()
-    name = ctypes.util.find_library("c")
-    if name and "libc.so" in name:
-        ctypes.CDLL(name).malloc_trim(0)
+    libc = _glibc()
+    if libc is not None:
+        libc.malloc_trim(0)
 
 
 class MemoryGuard:
