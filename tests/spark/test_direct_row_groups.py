@@ -85,3 +85,37 @@ def test_partition_edges_inside_row_groups_read_exactly_their_messages(
                 direct += [row for batch in read_direct(options, schema, piece) for row in batch.to_pylist()]
         assert direct == over_http
     assert len(over_http) == 11_111 - 777
+
+
+def test_a_plan_out_of_order_or_short_of_a_file_is_read_again_the_careful_way(
+    server_factory: Callable[..., ServerProcess],
+) -> None:
+    """The fallback of ``read_direct``: a partition whose files come in the wrong order (its first
+    batch does not continue the range) is read again whole and sorted; one missing a file (a gap)
+    is re-planned. Either way the rows are exactly the HTTP read's."""
+    server = server_factory(*FAST)
+    url = server.stream_url("fallbacks")
+    fill(session(), url, "application/json", MESSAGES[:12_000], per_request=PER_POST)
+    wait_for(lambda: flushed(url, 12_000), timeout_s=60)
+    options = parse_read_options({"url": url})
+    schema = infer_schema(options)
+    with make_client(options.connection) as client:
+        partitions, _ = plan_stream(client.transport, url, url, offset_at(0), offset_at(12_000), 100_000)
+    over_http = [
+        row
+        for batch in read_range(options, schema, StreamRange(url, url, offset_at(0), offset_at(12_000), "arrow"))
+        for row in batch.to_pylist()
+    ]
+    several = [part for part in partitions if len(part.files) > 1]
+    assert several, "the test needs a partition over more than one file"
+    for part in partitions:
+        changed = [part]
+        if len(part.files) > 1:
+            changed = [
+                dataclasses.replace(part, files=tuple(reversed(part.files))),  # out of order
+                dataclasses.replace(part, files=part.files[:1] + part.files[2:]),  # a file missing: a gap or short
+            ]
+        expected = [row for row in over_http if part.first <= int(row["offset"].split("_")[0]) < part.end]
+        for piece in changed:
+            direct = [row for batch in read_direct(options, schema, piece) for row in batch.to_pylist()]
+            assert direct == expected
