@@ -9,16 +9,18 @@ import dataclasses
 import json
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 import pyarrow.parquet as pq
 from direct_support import FAST, fill, flushed, offset_at, same_both_ways, same_both_ways_between
 from pyspark.sql import SparkSession
+from pyspark.sql.types import StructType
 from servers import ServerProcess, session, wait_for
 
-from pyspark_durable_streams._direct_plans import plan_stream
+from pyspark_durable_streams._direct_plans import DirectRange, plan_stream
 from pyspark_durable_streams._direct_reads import _runs, read_direct
 from pyspark_durable_streams._task_reader import StreamRange, make_client, read_range
-from pyspark_durable_streams.options import parse_read_options
+from pyspark_durable_streams.options import ReadOptions, parse_read_options
 from pyspark_durable_streams.source import infer_schema
 
 COUNT = 20_000
@@ -38,6 +40,26 @@ def _classes(url: str, first: int, end: int) -> Counter[str]:
             assert planned.local is not None
             found.update(rows for rows, _ in _runs(pq.ParquetFile(planned.local).metadata, planned.row_groups, part))
     return found
+
+
+def _planned(
+    server: ServerProcess, name: str, first: int, end: int
+) -> tuple[ReadOptions, StructType, list[DirectRange], list[dict[str, Any]]]:
+    """A stream of 12,000 messages in Delta; its plan's partitions of ``[first, end)`` and the
+    rows an HTTP read of that range gives."""
+    url = server.stream_url(name)
+    fill(session(), url, "application/json", MESSAGES[:12_000], per_request=PER_POST)
+    wait_for(lambda: flushed(url, 12_000), timeout_s=60)
+    options = parse_read_options({"url": url})
+    schema = infer_schema(options)
+    with make_client(options.connection) as client:
+        partitions, _ = plan_stream(client.transport, url, url, offset_at(first), offset_at(end), 100_000)
+    over_http = [
+        row
+        for batch in read_range(options, schema, StreamRange(url, url, offset_at(first), offset_at(end), "arrow"))
+        for row in batch.to_pylist()
+    ]
+    return options, schema, list(partitions), over_http
 
 
 def test_large_flushes_read_whole_row_groups_and_cut_at_partition_edges(
@@ -64,19 +86,7 @@ def test_partition_edges_inside_row_groups_read_exactly_their_messages(
     server_factory: Callable[..., ServerProcess],
 ) -> None:
     """Partitions of a few hundred messages each start and end inside row groups."""
-    server = server_factory(*FAST)
-    url = server.stream_url("edges")
-    fill(session(), url, "application/json", MESSAGES[:12_000], per_request=PER_POST)
-    wait_for(lambda: flushed(url, 12_000), timeout_s=60)
-    options = parse_read_options({"url": url})
-    schema = infer_schema(options)
-    with make_client(options.connection) as client:
-        partitions, _ = plan_stream(client.transport, url, url, offset_at(777), offset_at(11_111), 100_000)
-    over_http = [
-        row
-        for batch in read_range(options, schema, StreamRange(url, url, offset_at(777), offset_at(11_111), "arrow"))
-        for row in batch.to_pylist()
-    ]
+    options, schema, partitions, over_http = _planned(server_factory(*FAST), "edges", 777, 11_111)
     for cut in (333, 2_500, 5_001):  # partitions cut anywhere, as a range of other streams' row groups is
         direct = []
         for part in partitions:
@@ -93,19 +103,7 @@ def test_a_plan_out_of_order_or_short_of_a_file_is_read_again_the_careful_way(
     """The fallback of ``read_direct``: a partition whose files come in the wrong order (its first
     batch does not continue the range) is read again whole and sorted; one missing a file (a gap)
     is re-planned. Either way the rows are exactly the HTTP read's."""
-    server = server_factory(*FAST)
-    url = server.stream_url("fallbacks")
-    fill(session(), url, "application/json", MESSAGES[:12_000], per_request=PER_POST)
-    wait_for(lambda: flushed(url, 12_000), timeout_s=60)
-    options = parse_read_options({"url": url})
-    schema = infer_schema(options)
-    with make_client(options.connection) as client:
-        partitions, _ = plan_stream(client.transport, url, url, offset_at(0), offset_at(12_000), 100_000)
-    over_http = [
-        row
-        for batch in read_range(options, schema, StreamRange(url, url, offset_at(0), offset_at(12_000), "arrow"))
-        for row in batch.to_pylist()
-    ]
+    options, schema, partitions, over_http = _planned(server_factory(*FAST), "fallbacks", 0, 12_000)
     several = [part for part in partitions if len(part.files) > 1]
     assert several, "the test needs a partition over more than one file"
     for part in partitions:
