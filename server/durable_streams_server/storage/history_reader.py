@@ -53,7 +53,7 @@ from deltalake import DeltaTable
 from deltalake.fs import DeltaStorageHandler
 
 from .data_files import local_root, open_local
-from .footers import FooterCache
+from .footers import FooterCache, message_files, message_row_groups
 from .table_schema import KIND_MESSAGE, SCHEMA
 
 HISTORY_COLUMNS = ["seq", "ts", "data", "meta"]
@@ -213,13 +213,7 @@ class HistoryReader:
                 self._refresh()
             files, version = self._files, self._version
         assert files is not None
-        in_files = pc.and_(
-            pc.and_(pc.less_equal(files["min.stream_uid"], uid), pc.greater_equal(files["max.stream_uid"], uid)),
-            pc.and_(pc.less_equal(files["min.kind"], KIND_MESSAGE), pc.greater_equal(files["max.kind"], KIND_MESSAGE)),
-        )
-        mask = pc.and_(in_files, pc.greater_equal(files["max.seq"], start))
-        chosen = files.filter(pc.fill_null(mask, True)).sort_by([("min.seq", "ascending"), ("path", "ascending")])
-        plan: deque[str | _Group] = deque(chosen["path"].to_pylist())
+        plan: deque[str | _Group] = deque(message_files(files, uid, start)["path"].to_pylist())
         return _Cursor(uid, start, max_bytes, version, plan)
 
     def _refresh(self) -> None:
@@ -235,25 +229,11 @@ class HistoryReader:
 
     def _groups(self, path: str, uid: int, start: int, max_bytes: int) -> list[_Group]:
         """The row groups of a file that may hold messages of ``uid`` from ``start``, by first seq."""
-        metadata = self._footer(path)
-        names = metadata.schema.names
-        uid_column, seq_column, data_column = names.index("stream_uid"), names.index("seq"), names.index("data")
-        kind_column = names.index("kind")
         groups = []
-        for index in range(metadata.num_row_groups):
-            group = metadata.row_group(index)
-            uids, seqs = group.column(uid_column).statistics, group.column(seq_column).statistics
-            if uids is not None and uids.has_min_max and not uids.min <= uid <= uids.max:
-                continue
-            kinds = group.column(kind_column).statistics
-            if kinds is not None and kinds.has_min_max and not kinds.min <= KIND_MESSAGE <= kinds.max:
-                continue
-            if seqs is not None and seqs.has_min_max and seqs.max < start:
-                continue
-            row_bytes = max(1, group.column(data_column).total_uncompressed_size // max(1, group.num_rows))
+        for group in message_row_groups(self._footer(path), uid, start):
+            row_bytes = max(1, group.data_bytes // max(1, group.rows))
             rows = min(_MAX_BATCH_ROWS, max(1, max_bytes // row_bytes))
-            first = seqs.min if seqs is not None and seqs.has_min_max else 0
-            groups.append(_Group(path, index, first, rows))
+            groups.append(_Group(path, group.index, group.first_seq, rows))
         return sorted(groups, key=lambda group: (group.first_seq, group.index))
 
     def _footer(self, path: str) -> pq.FileMetaData:

@@ -31,15 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.fs import DeltaStorageHandler
 
 from .data_files import local_root
-from .footers import FooterCache
+from .footers import FooterCache, message_files, message_row_groups
 from .presign import S3Presigner
-from .table_schema import KIND_MESSAGE
 
 _COLUMNS = ["path", "size_bytes", "min.stream_uid", "max.stream_uid", "min.seq", "max.seq", "min.kind", "max.kind"]
 
@@ -100,10 +98,6 @@ class FileAccess:
         return candidate
 
 
-def _as_text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 class ReadPlanner:
     def __init__(self, uri: str, storage_options: Mapping[str, str], ttl_s: int) -> None:
         self.uri = uri
@@ -134,12 +128,7 @@ class ReadPlanner:
     def _segment(self, files: pa.Table, uid: int, first: int, end: int) -> list[PlannedFile]:
         if end <= first or files.num_rows == 0:
             return []
-        mask = pc.and_(
-            pc.and_(pc.less_equal(files["min.stream_uid"], uid), pc.greater_equal(files["max.stream_uid"], uid)),
-            pc.and_(pc.less_equal(files["min.kind"], KIND_MESSAGE), pc.greater_equal(files["max.kind"], KIND_MESSAGE)),
-        )
-        mask = pc.and_(mask, pc.and_(pc.greater_equal(files["max.seq"], first), pc.less(files["min.seq"], end)))
-        chosen = files.filter(pc.fill_null(mask, True)).sort_by([("min.seq", "ascending"), ("path", "ascending")])
+        chosen = message_files(files, uid, first, end)
         planned = []
         for path, size in zip(chosen["path"].to_pylist(), chosen["size_bytes"].to_pylist(), strict=True):
             groups = self._row_groups(path, uid, first, end)
@@ -150,29 +139,10 @@ class ReadPlanner:
         return planned
 
     def _row_groups(self, path: str, uid: int, first: int, end: int) -> tuple[RowGroupSpan, ...]:
-        metadata = self._footer(path)
-        names = metadata.schema.names
-        uid_column, seq_column, kind_column = names.index("stream_uid"), names.index("seq"), names.index("kind")
-        spans = []
-        for index in range(metadata.num_row_groups):
-            group = metadata.row_group(index)
-            uids, seqs = group.column(uid_column).statistics, group.column(seq_column).statistics
-            kinds = group.column(kind_column).statistics
-            known_uids = uids is not None and uids.has_min_max
-            if known_uids and not uids.min <= uid <= uids.max:
-                continue
-            if (
-                kinds is not None
-                and kinds.has_min_max
-                and not _as_text(kinds.min) <= KIND_MESSAGE <= _as_text(kinds.max)
-            ):
-                continue  # (state rows only, e.g. the end of a compacted file)
-            lo, hi = (seqs.min, seqs.max) if seqs is not None and seqs.has_min_max else (0, 1 << 62)
-            if hi < first or lo >= end:
-                continue
-            exact = known_uids and uids.min == uids.max == uid
-            spans.append(RowGroupSpan(index, int(lo), int(hi), group.num_rows, exact))
-        return tuple(spans)
+        return tuple(
+            RowGroupSpan(group.index, group.first_seq, group.last_seq, group.rows, group.only_stream)
+            for group in message_row_groups(self._footer(path), uid, first, end)
+        )
 
     def _footer(self, path: str) -> pq.FileMetaData:
         return self._footers.get(path)
