@@ -17,11 +17,11 @@ pool (mimalloc), ~960 MiB with jemalloc, 900-965 MiB with jemalloc and two glibc
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import os
 
 import pyarrow as pa
+
+from .engine.memory_guard import glibc
 
 _M_ARENA_MAX = -8
 """``mallopt`` parameter number (glibc's malloc.h)."""
@@ -34,10 +34,7 @@ def tune_allocators() -> dict[str, str]:
     if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ and "jemalloc" in pa.supported_memory_backends():
         pa.set_memory_pool(pa.jemalloc_memory_pool())
         applied["arrow_pool"] = "jemalloc"
-    if "MALLOC_ARENA_MAX" not in os.environ:
-        name = ctypes.util.find_library("c")
-        if name and "libc.so" in name:  # glibc (musl has no arenas and no M_ARENA_MAX)
-            libc = ctypes.CDLL(name)
-            if libc.mallopt(_M_ARENA_MAX, GLIBC_ARENAS) == 1:
-                applied["glibc_arenas"] = str(GLIBC_ARENAS)
+    libc = glibc()  # (None elsewhere: musl has no arenas and no M_ARENA_MAX)
+    if "MALLOC_ARENA_MAX" not in os.environ and libc is not None and libc.mallopt(_M_ARENA_MAX, GLIBC_ARENAS) == 1:
+        applied["glibc_arenas"] = str(GLIBC_ARENAS)
     return applied

@@ -56,7 +56,7 @@ def process_rss() -> int:
 
 
 @functools.cache
-def _glibc() -> ctypes.CDLL | None:
+def glibc() -> ctypes.CDLL | None:
     """glibc, once (``find_library`` runs ``ldconfig``); ``None`` elsewhere (e.g. musl)."""
     name = ctypes.util.find_library("c")
     return ctypes.CDLL(name) if name and "libc.so" in name else None
@@ -65,7 +65,7 @@ def _glibc() -> ctypes.CDLL | None:
 def release_freed() -> None:
     """Hand freed pages back to the system: Arrow's pool, then glibc's heap."""
     pa.default_memory_pool().release_unused()
-    libc = _glibc()
+    libc = glibc()
     if libc is not None:
         libc.malloc_trim(0)
 
