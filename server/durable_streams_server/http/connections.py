@@ -23,20 +23,29 @@ about a third of an append's event-loop time. ``--http-parser h11`` keeps the ol
 from __future__ import annotations
 
 import asyncio
-import json
+from http import HTTPStatus
 from typing import ClassVar, Literal
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from ..protocol.errors import HeadersTooLarge, ProtocolError
+from .responses import error_response
+
 HttpParser = Literal["httptools", "h11"]
 
-_TOO_LARGE_BODY = json.dumps(
-    {"error": {"code": "HEADERS_TOO_LARGE", "message": "the request line and headers are too large"}}
-).encode()
-_TOO_LARGE = (
-    b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
-    b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(_TOO_LARGE_BODY), _TOO_LARGE_BODY)
+
+def _raw_response(error: ProtocolError) -> bytes:
+    """``error_response(error)`` as the bytes of an HTTP/1.1 response, for the protocol to
+    write itself (there is no request for the app to answer)."""
+    response = error_response(error)
+    head = b"".join(b"%s: %s\r\n" % pair for pair in response.raw_headers)
+    status = HTTPStatus(response.status_code)
+    return b"HTTP/1.1 %d %s\r\n%s\r\n%s" % (status.value, status.phrase.encode(), head, response.body)
+
+
+_TOO_LARGE = _raw_response(
+    HeadersTooLarge("the request line and headers are too large", headers={"Connection": "close"})
 )
 
 
