@@ -20,6 +20,7 @@ same rows. ``historyReads``: ``auto`` plans directly where the server offers pla
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 from collections.abc import Mapping
@@ -77,7 +78,7 @@ def fetch_plan(transport: HTTP, url: str, start: str, end: str) -> dict[str, Any
     (``Gone`` propagates: the range is below the retained history)."""
     try:
         response = transport.request(
-            "GET", url, ok=(200,), params={"offset": start, "end": end}, headers={"Accept": READ_PLAN}
+            "GET", url, ok=(200,), params={"offset": start, "end": end}, headers={"Accept": READ_PLAN}, stream=True
         )
     except Gone:
         raise
@@ -85,7 +86,7 @@ def fetch_plan(transport: HTTP, url: str, start: str, end: str) -> dict[str, Any
         if exc.status in (501, 406, 400, 405):
             raise PlansUnavailable(f"{url}: no read plan ({exc})") from exc
         raise
-    with response:
+    with response:  # (streamed: another server answers the messages, left unread)
         if media_type(response.headers.get("Content-Type")) != READ_PLAN:
             raise PlansUnavailable(f"{url}: the server does not offer read plans")
         plan: dict[str, Any] = response.json()
@@ -144,11 +145,13 @@ def _balanced(edges: list[int], first: int, end: int, per_partition: int) -> lis
     """``ceil(messages / per_partition)`` partitions of about equal size, cut only at ``edges``
     (the ends of spans never split): each ideal cut moves to the nearest edge (the lower on a tie)."""
     count = math.ceil((end - first) / per_partition)
+    edges = sorted(edges)
     cuts = set()
-    for i in range(1, count):
+    for i in range(1, count if edges else 1):
         ideal = first + (end - first) * i / count
-        if edges:
-            cuts.add(min(edges, key=lambda edge: (abs(edge - ideal), edge)))
+        above = bisect.bisect_left(edges, ideal)  # the nearest edges: edges[above - 1] < ideal <= edges[above]
+        near = edges[max(0, above - 1) : above + 1]
+        cuts.add(min(near, key=lambda edge: (abs(edge - ideal), edge)))
     return [first, *sorted(cuts), end]
 
 
@@ -163,8 +166,8 @@ def _clipped_last_seqs(groups: list[Mapping[str, Any]]) -> list[int]:
     for group in groups:
         last = int(group["last_seq"])
         if group["exact"]:
-            later = [start for start in starts if start > int(group["first_seq"])]
-            if later:
-                last = min(last, later[0] - 1)
+            later = bisect.bisect_right(starts, int(group["first_seq"]))  # the first start after it
+            if later < len(starts):
+                last = min(last, starts[later] - 1)
         clipped.append(last)
     return clipped

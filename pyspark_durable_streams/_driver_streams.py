@@ -89,8 +89,7 @@ class DriverStreams:
     def framing(self, key: str) -> Framing:
         """Our server: sequence offsets, and reads that answer Arrow (or multipart) when asked."""
         url = self.url(key)
-        parts = urlsplit(url)
-        origin = f"{parts.scheme}://{parts.netloc}"
+        origin = _origin(url)
         if origin not in self._framings:
             tail = self._tails.get(key) or self.stream(key).metadata().next_offset  # the tails' HEAD, if any
             framing: Framing = "plain"
@@ -146,11 +145,11 @@ class DriverStreams:
         if mode == "http":
             return [], first
         try:
-            if self.framing(key) != "arrow":
-                raise PlansUnavailable("the server does not offer Arrow reads (not ours)")
-            return plan_stream(
+            planned = plan_stream(
                 self.client.transport, key, self.url(key), first, last, self.options.messages_per_partition
             )
+            self._framings.setdefault(_origin(self.url(key)), "arrow")  # (a server that plans reads is ours)
+            return planned
         except (Gone, NotFound):
             return [], first  # below retention, or deleted: the HTTP read applies failOnDataLoss as always
         except (PlansUnavailable, TransportError) as exc:
@@ -204,3 +203,8 @@ class DriverStreams:
         except Gone:
             return tail, 0, 0  # the task meets the 410 and applies failOnDataLoss
         return (best if best > start else tail), best_rows, best_size
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
