@@ -16,6 +16,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -33,30 +34,57 @@ class FooterCache:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
-        self._footers: OrderedDict[str, pq.FileMetaData] = OrderedDict()
+        self._footers: OrderedDict[str, _Footer] = OrderedDict()
         self._bytes = 0
 
     def get(self, path: str) -> pq.FileMetaData:
+        return self._entry(path).metadata
+
+    def row_groups(self, path: str) -> RowGroupStats:
+        """The file's row-group statistics, decoded once (``message_row_groups`` reads them)."""
+        entry = self._entry(path)
+        if entry.stats is None:
+            stats = RowGroupStats.of(entry.metadata)
+            with self._lock:
+                if entry.stats is None and self._footers.get(path) is entry:
+                    self._bytes += stats.nbytes
+                entry.stats = stats
+        return entry.stats
+
+    def _entry(self, path: str) -> _Footer:
         with self._lock:
-            metadata = self._footers.get(path)
-            if metadata is not None:
+            entry = self._footers.get(path)
+            if entry is not None:
                 self._footers.move_to_end(path)
-                return metadata
+                return entry
         metadata = pq.read_metadata(self._open(path))
         with self._lock:
-            if path not in self._footers:
-                self._footers[path] = metadata
+            entry = self._footers.get(path)
+            if entry is None:
+                entry = self._footers[path] = _Footer(metadata)
                 self._bytes += metadata.serialized_size
             while len(self._footers) > 1 and (len(self._footers) > self.max_entries or self._bytes > self.max_bytes):
                 _, dropped = self._footers.popitem(last=False)
-                self._bytes -= dropped.serialized_size
-        return metadata
+                self._bytes -= dropped.nbytes
+        return entry
 
     @property
     def nbytes(self) -> int:
-        """Serialized bytes of the footers held."""
+        """Serialized bytes of the footers held (and of their decoded row-group statistics)."""
         with self._lock:
             return self._bytes
+
+
+class _Footer:
+    __slots__ = ("metadata", "stats")
+
+    def __init__(self, metadata: pq.FileMetaData) -> None:
+        self.metadata = metadata
+        self.stats: RowGroupStats | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.metadata.serialized_size) + (self.stats.nbytes if self.stats is not None else 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,29 +103,78 @@ class GroupStats:
     """Every row is the stream's (``stream_uid`` min = max = the uid asked for)."""
 
 
-def message_row_groups(metadata: pq.FileMetaData, uid: int, first: int, end: int = 1 << 62) -> list[GroupStats]:
+_UNKNOWN_SEQ = 1 << 62
+
+
+@dataclass(frozen=True, slots=True)
+class RowGroupStats:
+    """What a file's footer says of its row groups, one numpy array a column (decoded once:
+    reading pyarrow's statistics objects costs microseconds a row group, every time)."""
+
+    uid_min: np.ndarray
+    """``stream_uid`` minimum (``-1`` where unknown, with ``uid_max`` ``1 << 62``: any stream)."""
+    uid_max: np.ndarray
+    uid_known: np.ndarray
+    messages: np.ndarray
+    """Whether the ``kind`` statistics allow messages (true where unknown)."""
+    seq_min: np.ndarray
+    """``seq`` minimum (0 where unknown); ``seq_max`` ``1 << 62`` where unknown."""
+    seq_max: np.ndarray
+    rows: np.ndarray
+    data_bytes: np.ndarray
+
+    @classmethod
+    def of(cls, metadata: pq.FileMetaData) -> RowGroupStats:
+        names = metadata.schema.names
+        uid_column, seq_column, kind_column = names.index("stream_uid"), names.index("seq"), names.index("kind")
+        data_column = names.index("data")
+        columns: list[list[int]] = [[] for _ in range(8)]
+        for index in range(metadata.num_row_groups):
+            group = metadata.row_group(index)
+            uids, seqs = group.column(uid_column).statistics, group.column(seq_column).statistics
+            kinds = group.column(kind_column).statistics
+            known_uids = uids is not None and uids.has_min_max
+            known_seqs = seqs is not None and seqs.has_min_max
+            messages = not (kinds is not None and kinds.has_min_max) or (
+                _text(kinds.min) <= KIND_MESSAGE <= _text(kinds.max)
+            )
+            row = (
+                int(uids.min) if known_uids else -1,
+                int(uids.max) if known_uids else _UNKNOWN_SEQ,
+                known_uids,
+                messages,
+                int(seqs.min) if known_seqs else 0,
+                int(seqs.max) if known_seqs else _UNKNOWN_SEQ,
+                group.num_rows,
+                group.column(data_column).total_uncompressed_size,
+            )
+            for column, value in zip(columns, row, strict=True):
+                column.append(int(value))
+        as_bool = (2, 3)
+        return cls(*(np.array(c, dtype=bool if i in as_bool else np.int64) for i, c in enumerate(columns)))
+
+    @property
+    def nbytes(self) -> int:
+        return sum(int(getattr(self, name).nbytes) for name in self.__slots__)
+
+
+def message_row_groups(stats: RowGroupStats, uid: int, first: int, end: int = _UNKNOWN_SEQ) -> list[GroupStats]:
     """The row groups whose statistics allow messages of ``uid`` with ``first <= seq < end``,
     in file order (a row group without statistics is kept: it may hold anything)."""
-    names = metadata.schema.names
-    uid_column, seq_column, kind_column = names.index("stream_uid"), names.index("seq"), names.index("kind")
-    data_column = names.index("data")
-    found = []
-    for index in range(metadata.num_row_groups):
-        group = metadata.row_group(index)
-        uids, seqs = group.column(uid_column).statistics, group.column(seq_column).statistics
-        kinds = group.column(kind_column).statistics
-        known_uids = uids is not None and uids.has_min_max
-        if known_uids and not uids.min <= uid <= uids.max:
-            continue
-        if kinds is not None and kinds.has_min_max and not _text(kinds.min) <= KIND_MESSAGE <= _text(kinds.max):
-            continue  # (other kinds only: a flush's state rows, the end of a compacted file)
-        lo, hi = (seqs.min, seqs.max) if seqs is not None and seqs.has_min_max else (0, 1 << 62)
-        if hi < first or lo >= end:
-            continue
-        data_bytes = group.column(data_column).total_uncompressed_size
-        exact = known_uids and uids.min == uids.max == uid
-        found.append(GroupStats(index, int(lo), int(hi), group.num_rows, data_bytes, exact))
-    return found
+    keep = (stats.uid_min <= uid) & (uid <= stats.uid_max) & stats.messages
+    keep &= (stats.seq_max >= first) & (stats.seq_min < end)
+    exact = stats.uid_known & (stats.uid_min == uid) & (stats.uid_max == uid)
+    return [
+        GroupStats(
+            int(i),
+            int(stats.seq_min[i]),
+            int(stats.seq_max[i]),
+            int(stats.rows[i]),
+            int(stats.data_bytes[i]),
+            bool(exact[i]),
+        )
+        for i in np.flatnonzero(keep)
+    ]
 
 
 def message_files(files: pa.Table, uid: int, first: int, end: int = 1 << 62) -> pa.Table:

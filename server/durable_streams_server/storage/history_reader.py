@@ -230,7 +230,7 @@ class HistoryReader:
     def _groups(self, path: str, uid: int, start: int, max_bytes: int) -> list[_Group]:
         """The row groups of a file that may hold messages of ``uid`` from ``start``, by first seq."""
         groups = []
-        for group in message_row_groups(self._footer(path), uid, start):
+        for group in message_row_groups(self._footers.row_groups(path), uid, start):
             row_bytes = max(1, group.data_bytes // max(1, group.rows))
             rows = min(_MAX_BATCH_ROWS, max(1, max_bytes // row_bytes))
             groups.append(_Group(path, group.index, group.first_seq, rows))

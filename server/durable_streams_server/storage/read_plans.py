@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.fs import DeltaStorageHandler
 
@@ -141,8 +140,5 @@ class ReadPlanner:
     def _row_groups(self, path: str, uid: int, first: int, end: int) -> tuple[RowGroupSpan, ...]:
         return tuple(
             RowGroupSpan(group.index, group.first_seq, group.last_seq, group.rows, group.only_stream)
-            for group in message_row_groups(self._footer(path), uid, first, end)
+            for group in message_row_groups(self._footers.row_groups(path), uid, first, end)
         )
-
-    def _footer(self, path: str) -> pq.FileMetaData:
-        return self._footers.get(path)
