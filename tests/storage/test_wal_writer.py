@@ -1,0 +1,108 @@
+"""The WAL writer's group commit on a real directory: where each batch is synced.
+
+A lone record on a fast disk is written and synced on the loop's thread (no thread hand-offs
+for a client appending alone); several records, a slow disk (the recent average sync above
+``INLINE_SYNC_S``) or a rotation go to a worker thread, so requests keep being served while
+it waits. Either way a record is durable (replayable) before its waiter is woken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+from durable_streams_server.storage.acks import Acknowledgements
+from durable_streams_server.storage.records import AppendHeader, Header, Record, encode
+from durable_streams_server.storage.wal import WriteAheadLog
+from durable_streams_server.storage.wal_writer import INLINE_SYNC_S, WalWriter
+
+
+class _ThreadNotingLog(WriteAheadLog):
+    """The real log, noting which thread wrote each batch and how many frames it held."""
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__(directory)
+        self.writes: list[tuple[int, int]] = []
+
+    def write(self, frames: list[bytes]) -> None:
+        self.writes.append((threading.get_ident(), len(frames)))
+        super().write(frames)
+
+
+def _record(lsn: int) -> Record[Header]:
+    return Record(lsn, 1, AppendHeader(lsn - 1, 0, None, None, False), (f"m{lsn}".encode(),))
+
+
+async def _append(writer: WalWriter, acks: Acknowledgements, count: int) -> None:
+    """``count`` records queued at once (one batch), each awaited until durable."""
+    lsns = [acks.stamp() for _ in range(count)]
+    for lsn in lsns:
+        writer.queue(lsn, encode(_record(lsn)))
+    await asyncio.gather(*(acks.wait(lsn) for lsn in lsns))
+
+
+def _run(tmp_path: Path, batches: list[int], sync_s: float = 0.0) -> tuple[_ThreadNotingLog, int]:
+    """Write the batches through a writer, its average sync set to ``sync_s`` before each
+    (whatever this disk's syncs took meanwhile); return the log and the loop's thread."""
+    wal = _ThreadNotingLog(tmp_path / "wal")
+    failures: list[OSError] = []
+
+    async def main() -> int:
+        acks = Acknowledgements()
+        writer = WalWriter(wal, acks, failures.append)
+        writer.recovered(0)
+        task = asyncio.create_task(writer.run())
+        for count in batches:
+            writer.sync_s = sync_s
+            await _append(writer, acks, count)
+            assert acks.durable_lsn == acks.next_lsn - 1
+        writer.close()
+        await task
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(main())
+    assert not failures
+    return wal, loop_thread
+
+
+def test_a_lone_record_on_a_fast_disk_is_synced_on_the_loop_thread(tmp_path: Path) -> None:
+    wal, loop_thread = _run(tmp_path, [1, 1, 1])
+    assert wal.writes == [(loop_thread, 1)] * 3
+    replayed = [record.lsn for record in WriteAheadLog(tmp_path / "wal").replay()]
+    assert replayed == [1, 2, 3]
+
+
+def test_several_records_are_synced_on_a_worker_thread(tmp_path: Path) -> None:
+    wal, loop_thread = _run(tmp_path, [5, 3])
+    assert [count for _, count in wal.writes] == [5, 3]
+    assert all(thread != loop_thread for thread, _ in wal.writes)
+    assert [record.lsn for record in WriteAheadLog(tmp_path / "wal").replay()] == list(range(1, 9))
+
+
+def test_on_a_slow_disk_even_a_lone_record_is_synced_on_a_worker_thread(tmp_path: Path) -> None:
+    wal, loop_thread = _run(tmp_path, [1, 1], sync_s=INLINE_SYNC_S * 4)
+    assert len(wal.writes) == 2
+    assert all(thread != loop_thread for thread, _ in wal.writes)
+    assert [record.lsn for record in WriteAheadLog(tmp_path / "wal").replay()] == [1, 2]
+
+
+def test_the_average_follows_the_syncs(tmp_path: Path) -> None:
+    """A writer that measured slow syncs moves lone records to the thread on its own, and
+    back once syncs are quick again: the average is of real syncs (a fresh writer on this
+    disk measures well under a second)."""
+    wal = WriteAheadLog(tmp_path / "wal")
+
+    async def main() -> float:
+        acks = Acknowledgements()
+        writer = WalWriter(wal, acks, lambda error: None)
+        writer.recovered(0)
+        task = asyncio.create_task(writer.run())
+        writer.sync_s = 1.0
+        for _ in range(60):
+            await _append(writer, acks, 1)
+        writer.close()
+        await task
+        return writer.sync_s
+
+    assert 0 < asyncio.run(main()) < 0.5
