@@ -4,7 +4,7 @@
 ``/proc/<pid>/stat``; ``wait_in_delta`` waits until a stream's whole history is in Delta
 (the read plan's ``delta_end`` is the tail), so the read measured is all history.
 ``interleaved`` times several reads round after round (each once per round, the order turned
-by one each round), so that the load of a shared machine falls on all of them alike: their
+by one each round, after an untimed round), so that the load of a shared machine falls on all of them alike: their
 ratios are measured in the same moments, not minutes apart.
 """
 
@@ -60,9 +60,18 @@ class Timed:
 def interleaved(reads: dict[str, Callable[[], None]], rows: int, repeat: int, server_pid: int) -> dict[str, Timed]:
     """``repeat`` rounds, each running every read once; each round starts one read later (the
     place in a round seemed to matter on the shared machine, unproven), so that over
-    ``len(reads)`` rounds every read takes every place once."""
+    ``len(reads)`` rounds every read takes every place once.
+
+    One untimed round first, every read at full size, so that the JVM and the Python workers
+    are warmed for every read alike (before, the warm-up read 20,000 rows of some of them).
+    The ratio of the direct read to the in-memory source still moves from 0.86x to 1.19x
+    between runs and harnesses on a quiet machine (bench/README.md, 2026-11-24)."""
     timed = {label: Timed() for label in reads}
     labels = list(reads)
+    for label in labels:
+        started = time.perf_counter()
+        reads[label]()
+        progress(f"  {label}: warm-up, {rows:,} rows in {time.perf_counter() - started:.2f}s (not timed)")
     for round_ in range(repeat):
         turn = round_ % len(labels)
         for label in labels[turn:] + labels[:turn]:
