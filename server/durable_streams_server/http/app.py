@@ -38,8 +38,9 @@ from ..storage.committer import Storage
 from ..storage.observer import StorageObserver
 from .extensions import ExtensionHandlers
 from .gate import Gate
+from .lean import LeanAppends
 from .limits import HttpLimits, LiveReaders, RequestLimits
-from .metrics import ROUTE_KEY, ServerMetrics
+from .metrics import ROUTE_KEY, STREAM_ROUTE, ServerMetrics
 from .read_plans import ReadPlanHandlers, wants_plan
 from .responses import error_response, http_error_response, preflight_response
 from .routes import route_path, starlette_routes
@@ -51,6 +52,18 @@ log = logging.getLogger("durable_streams_server.http")
 
 _BASE_ROOT = "/" + BASE_SURFACE_PREFIX
 _RESERVED_ROOT = RESERVED_SEGMENT + "/"
+
+
+def _base_rest(scope: Scope) -> str | None:
+    """The path after ``/v1/stream/`` when the ``base`` route serves it."""
+    path = route_path(scope)
+    if not path.startswith(_BASE_ROOT):
+        return None
+    rest = path[len(_BASE_ROOT) :]
+    if rest == RESERVED_SEGMENT or rest.startswith(_RESERVED_ROOT) or "\n" in rest:
+        return None  # the control route; a newline the route's pattern would not match
+    return rest
+
 
 Opener = Callable[[StorageObserver], tuple[Storage, Engine, SubscriptionManager]]
 """Builds storage (reporting to the observer), its engine and the subscription manager,
@@ -89,17 +102,20 @@ class DurableStreamsApp:
             exception_handlers={HTTPException: http_error_response},
             lifespan=self._lifespan,
         )
+        request_limits = RequestLimits(
+            max_header_bytes=limits.max_header_bytes,
+            rate_limit_rps=limits.rate_limit_rps,
+            rate_limit_burst=limits.rate_limit_burst,
+        )
+        self.lean = LeanAppends(self, auth, request_limits, self.metrics)
         self.asgi = Gate(
             self.router,
             self.hot_route,
             metrics=self.metrics,
             auth=auth,
-            limits=RequestLimits(
-                max_header_bytes=limits.max_header_bytes,
-                rate_limit_rps=limits.rate_limit_rps,
-                rate_limit_burst=limits.rate_limit_burst,
-            ),
+            limits=request_limits,
             live_readers=self.live_readers,
+            lean=self.lean,
         )
         """The ASGI app: the gate in front of the router (see ``gate.py``)."""
 
@@ -140,13 +156,24 @@ class DurableStreamsApp:
     async def hot_route(self, scope: Scope, receive: Receive) -> Response | None:
         """The router's ``base`` route without the router: the request's response, or
         ``None`` for a path another route serves (the gate then routes it)."""
-        path = route_path(scope)
-        if not path.startswith(_BASE_ROOT):
+        rest = _base_rest(scope)
+        return await self._base(Request(scope, receive), rest) if rest is not None else None
+
+    def lean_target(self, scope: Scope) -> str | None:
+        """The stream a request's lean path (``lean.py``) appends to: a started app and a
+        valid path of a stream itself; ``None``: the app serves the request."""
+        rest = _base_rest(scope)
+        if rest is None or self.handlers is None:
             return None
-        rest = path[len(_BASE_ROOT) :]
-        if rest == RESERVED_SEGMENT or rest.startswith(_RESERVED_ROOT) or "\n" in rest:
-            return None  # the control route; a newline the route's pattern would not match
-        return await self._base(Request(scope, receive), rest)
+        name = BASE_SURFACE_PREFIX + rest
+        if base_target(name)[1] is not None:
+            return None  # a sub-resource
+        try:
+            validate_raw_path(scope.get("raw_path", b""))
+            validate_base_path(name)
+        except ProtocolError:
+            return None  # the app answers it, as always
+        return name
 
     async def _base_endpoint(self, request: Request) -> Response:
         return await self._base(request, request.path_params["path"])
@@ -155,7 +182,7 @@ class DurableStreamsApp:
         """``/v1/stream/{path}``: a stream, or a sub-resource of one (see ``base_target``)."""
         name = BASE_SURFACE_PREFIX + path
         stream, resource, token = base_target(name)
-        request.scope[ROUTE_KEY] = resource or "base_stream"
+        request.scope[ROUTE_KEY] = resource or STREAM_ROUTE
 
         async def route() -> Response:
             validate_raw_path(request.scope.get("raw_path", b""))

@@ -18,18 +18,26 @@ Two guards, the same for both parsers:
 
 ``httptools`` (C, llhttp) is the default parser: h11's pure-Python parsing and sending was
 about a third of an append's event-loop time. ``--http-parser h11`` keeps the old one.
+
+With httptools, a small plain append runs on its request cycle without the ASGI layers
+between (``lean.py``): ``GuardedHttpToolsProtocol._start_asgi_task`` asks the app's
+``LeanAppends`` (found behind uvicorn's middlewares) for the request's callable.
 """
 
 from __future__ import annotations
 
 import asyncio
 from http import HTTPStatus
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, cast
 
+from starlette.types import Scope
+from uvicorn._types import ASGI3Application
 from uvicorn.protocols.http.h11_impl import H11Protocol
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from ..protocol.errors import HeadersTooLarge, ProtocolError
+from .gate import Gate
+from .lean import LeanAppends
 from .responses import error_response
 
 HttpParser = Literal["httptools", "h11"]
@@ -115,6 +123,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     """0: no limit."""
 
     _head_timer: HeadTimer
+    _lean: LeanAppends | None = None
     _head_pending = True
     """Between the end of a request (or the connection's start) and the next parsed head."""
     _head_seen = 0
@@ -124,6 +133,14 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._head_timer = HeadTimer(self.loop, self.head_timeout_s)
         super().connection_made(transport)
         self._head_timer.arm(transport)
+        self._lean = _lean_appends(self.app)
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
+        if app is self.app and self._lean is not None:  # (not uvicorn's 503 over --max-connections)
+            lean = self._lean.app_for(cast(Scope, cycle.scope), cycle.access_log)
+            if lean is not None:
+                app = cast(ASGI3Application, lean)  # (uvicorn's ASGI types for Starlette's)
+        super()._start_asgi_task(cycle, app)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._head_timer.stop()
@@ -152,6 +169,15 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self._head_pending and not self.pipeline:
             self._head_timer.arm(self.transport)  # no next head parsed yet: its deadline starts
         super().on_response_complete()
+
+
+def _lean_appends(app: object) -> LeanAppends | None:
+    """The app's lean path, behind uvicorn's wrapping middlewares (``.app`` each)."""
+    for _ in range(4):
+        if isinstance(app, Gate):
+            return app.lean
+        app = getattr(app, "app", None)
+    return None
 
 
 def guarded_protocol(

@@ -20,20 +20,31 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..protocol.errors import ProtocolError
 from ..protocol.tokens import AuthConfig
 from .auth import authorize
 from .limits import LiveReaders, RequestLimits
 from .metrics import ServerMetrics
 from .responses import error_response, with_security_headers
 
+if TYPE_CHECKING:
+    from .lean import LeanAppends
+
 HotRoute = Callable[[Scope, Receive], Awaitable[Response | None]]
 """The response of a request the app serves without its router; ``None``: route it."""
 
 _PLAIN = (Response, JSONResponse)
+
+
+def admit(auth: AuthConfig | None, limits: RequestLimits, scope: Scope) -> ProtocolError | None:
+    """Auth, then limits: the refusal to answer instead of routing, if any."""
+    refusal = authorize(auth, scope) if auth is not None else None
+    return refusal if refusal is not None else limits.refusal(scope)
 
 
 class _Secured:
@@ -61,6 +72,8 @@ class Gate:
     auth: AuthConfig | None
     limits: RequestLimits
     live_readers: LiveReaders
+    lean: LeanAppends | None = None
+    """Small plain appends, served from the protocol class without ASGI (``lean.py``)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -72,9 +85,7 @@ class Gate:
         secured: _Secured | None = None
         status = 500  # unless a response starts: the app raised
         try:
-            refusal = authorize(self.auth, scope) if self.auth is not None else None
-            if refusal is None:
-                refusal = self.limits.refusal(scope)
+            refusal = admit(self.auth, self.limits, scope)
             response = error_response(refusal) if refusal is not None else await self.hot(scope, receive)
             if response is None:
                 secured = _Secured(send)

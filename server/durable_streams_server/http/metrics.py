@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 ROUTE_KEY = "durable_streams.route"
 """ASGI scope key: the route template label of a request, set by its handler."""
 UNROUTED = "unrouted"
+STREAM_ROUTE = "base_stream"
+"""A stream of the base surface itself (not a sub-resource)."""
 _LIVE_ROUTES = {"long-poll": "long_poll", "sse": "sse"}
 _METHODS = frozenset({"GET", "HEAD", "PUT", "POST", "DELETE", "OPTIONS"})
 _STORAGE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)

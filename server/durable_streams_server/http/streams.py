@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import re
 import time
+from collections.abc import AsyncIterator, Mapping
 from typing import Literal
 from urllib.parse import quote, urlsplit
 
@@ -45,14 +46,18 @@ class StreamHandlers:
     # -- shared -----------------------------------------------------------------------
 
     async def body(self, request: Request) -> bytes:
-        declared = request.headers.get("content-length")
+        return await self.read_body(request.headers.get("content-length"), request.stream())
+
+    async def read_body(self, declared: str | None, chunks: AsyncIterator[bytes]) -> bytes:
+        """The whole body (``declared``: its Content-Length): 413 over the limit, 408 when
+        it does not arrive in time."""
         limit = self.limits.max_body_bytes
         if declared is not None and _DECIMAL_RE.fullmatch(declared) and int(declared) > limit:
             raise PayloadTooLarge(f"request body exceeds {limit} bytes")
         parts: list[bytes] = []
         size = 0
         with BodyDeadline(self.limits.request_timeout_s):
-            async for chunk in request.stream():
+            async for chunk in chunks:
                 size += len(chunk)
                 if size > limit:
                     raise PayloadTooLarge(f"request body exceeds {limit} bytes")
@@ -100,14 +105,19 @@ class StreamHandlers:
 
     async def append(self, request: Request, name: str) -> Response:
         headers = request.headers
-        producer = h.parse_producer(
-            headers.get(h.PRODUCER_ID), headers.get(h.PRODUCER_EPOCH), headers.get(h.PRODUCER_SEQ)
-        )
-        close = h.is_closed_flag(headers.get(h.STREAM_CLOSED))
+        producer, close = append_flags(headers)
         body = await self.body(request)
         bulk_type = headers.get(bulk.BULK_CONTENT_TYPE)
         if bulk_type is not None:
             return await self._bulk_append(name, request, body, bulk_type, producer, close)
+        status, response_headers = await self.plain_append(name, headers, body, producer, close)
+        return Response(status_code=status, headers=response_headers)
+
+    async def plain_append(
+        self, name: str, headers: Mapping[str, str], body: bytes, producer: h.ProducerHeaders | None, close: bool
+    ) -> tuple[int, dict[str, str]]:
+        """An append of one body (not the bulk extension): the status and headers to answer.
+        Also the lean path's (``lean.py``), with the request's headers in a plain dict."""
         content_type = None
         if body:
             content_type = h.parse_content_type(headers.get("content-type"))
@@ -119,7 +129,7 @@ class StreamHandlers:
             name, AppendRequest(body, content_type, producer, headers.get(h.STREAM_SEQ), close)
         )
         status = 200 if outcome.result is AppendResult.STORED_FOR_PRODUCER else 204
-        return Response(status_code=status, headers=_append_headers(outcome))
+        return status, _append_headers(outcome)
 
     async def _bulk_append(
         self, name: str, request: Request, body: bytes, bulk_type: str, producer: h.ProducerHeaders | None, close: bool
@@ -300,6 +310,12 @@ def _etag(stream: Stream, start: str, end: str, closed: bool, framing: Framing =
 
 def _empty(result: ReadResult | reads.Slice) -> bool:
     return result.count == 0 if isinstance(result, reads.Slice) else not result.chunks
+
+
+def append_flags(headers: Mapping[str, str]) -> tuple[h.ProducerHeaders | None, bool]:
+    """An append's idempotent-producer headers (all three or none) and whether it closes."""
+    producer = h.parse_producer(headers.get(h.PRODUCER_ID), headers.get(h.PRODUCER_EPOCH), headers.get(h.PRODUCER_SEQ))
+    return producer, h.is_closed_flag(headers.get(h.STREAM_CLOSED))
 
 
 def _append_headers(outcome: AppendOutcome) -> dict[str, str]:

@@ -1,0 +1,148 @@
+"""The lean path of small plain appends: from uvicorn's request cycle to the engine, nothing between.
+
+A POST of a small body to a stream is most of what a busy server does. Through the ASGI app
+it passes uvicorn's proxy-headers middleware, the gate, the hot-route dispatch and
+Starlette's ``Request``, ``Headers`` and ``Response``: ~115 of the ~300 µs of CPU a
+sequential append costs (bench/README.md, "The lean append path"). For such a request the
+protocol class (``connections.GuardedHttpToolsProtocol``) runs ``LeanAppends.app_for``'s
+ASGI callable on the request's cycle instead of the app: uvicorn still parses, pipelines,
+keeps alive, reads the body (``receive``: ``Expect: 100-continue``, flow control,
+disconnects), renders and completes the response (``send``) and handles errors; what is
+left out are the layers between. The request gets what the app would give it:
+
+- the gate's checks first (``gate.admit``: 401/403, 431, 429), then the same handler
+  (``StreamHandlers.read_body`` and ``plain_append``), protocol errors as the same JSON
+  (``error_response``), the same security headers, the same metrics (``observe_scope``:
+  route ``base_stream``, or ``unrouted`` for the gate's refusals; in flight);
+- which requests: ``POST`` to a stream of the base surface (``DurableStreamsApp.lean_target``:
+  not a sub-resource, not ``__ds``, a valid path, the app started) with one decimal
+  ``Content-Length`` of at most ``LEAN_MAX_BODY``, no ``Transfer-Encoding``, no bulk append
+  header (``protocol.bulk``: large bodies, their own handler), no forwarding headers (the
+  proxy-headers middleware would rewrite the client the rate limit charges), and uvicorn's
+  access log off (it logs from the app's path). Everything else goes through the app.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from functools import partial
+from typing import Any, Protocol
+
+from starlette.requests import ClientDisconnect
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..protocol import bulk
+from ..protocol.errors import ProtocolError
+from ..protocol.tokens import AuthConfig
+from .gate import admit
+from .limits import RequestLimits
+from .metrics import ROUTE_KEY, STREAM_ROUTE, ServerMetrics
+from .responses import error_response, with_security_headers
+from .streams import StreamHandlers, append_flags
+
+LEAN_MAX_BODY = 64 * 1024
+"""Declared bodies up to this size (uvicorn's read buffer never pauses below it)."""
+_NOT_LEAN = frozenset(
+    {
+        b"transfer-encoding",
+        bulk.BULK_CONTENT_TYPE.lower().encode(),
+        b"forwarded",
+        b"x-forwarded-for",
+        b"x-forwarded-proto",
+        b"x-forwarded-host",
+        b"x-forwarded-port",
+    }
+)
+
+
+class LeanApp(Protocol):
+    """What the lean path needs of the app (``DurableStreamsApp``)."""
+
+    handlers: StreamHandlers | None
+
+    def lean_target(self, scope: Scope) -> str | None: ...
+
+
+class _Headers(dict[str, str]):
+    """A request's headers by lower-case name, the first of a repeated one (as Starlette's
+    ``Headers.get``), looked up by any case."""
+
+    def __getitem__(self, key: str) -> str:
+        return super().__getitem__(key.lower())
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return super().get(key.lower(), default)
+
+
+class LeanAppends:
+    def __init__(self, app: LeanApp, auth: AuthConfig | None, limits: RequestLimits, metrics: ServerMetrics) -> None:
+        self.app = app
+        self.auth = auth
+        self.limits = limits
+        self.metrics = metrics
+        self.served = 0
+        """Requests served this way (tests check that the path is taken)."""
+
+    def app_for(self, scope: Scope, access_log: bool) -> ASGIApp | None:
+        """The ASGI callable serving this request, or ``None``: the app serves it."""
+        if scope["method"] != "POST" or access_log:
+            return None
+        declared = None
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                if declared is not None:
+                    return None
+                declared = value
+            elif name in _NOT_LEAN:
+                return None
+        if declared is None or not declared.isdigit() or len(declared) > 7 or int(declared) > LEAN_MAX_BODY:
+            return None
+        name = self.app.lean_target(scope)
+        return partial(self._serve, name) if name is not None else None
+
+    async def _serve(self, name: str, scope: Scope, receive: Receive, send: Send) -> None:
+        metrics = self.metrics
+        metrics.in_flight += 1
+        self.served += 1
+        started = time.perf_counter()
+        status = 500  # unless a response starts: the handler raised
+        try:
+            response = await self._respond(name, scope, receive)
+            status = response.status_code
+            headers = with_security_headers(response.raw_headers)
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": response.body})
+        finally:
+            metrics.in_flight -= 1
+            metrics.observe_scope(scope, status, time.perf_counter() - started)
+
+    async def _respond(self, name: str, scope: Scope, receive: Receive) -> Response:
+        handlers = self.app.handlers
+        assert handlers is not None  # (lean_target: the app has started)
+        try:
+            refusal = admit(self.auth, self.limits, scope)
+            if refusal is not None:
+                return error_response(refusal)  # (route label: unrouted, as the gate's refusals)
+            scope[ROUTE_KEY] = STREAM_ROUTE
+            headers = _Headers()
+            for key, value in scope["headers"]:
+                headers.setdefault(key.decode("latin-1"), value.decode("latin-1"))
+            producer, close = append_flags(headers)
+            body = await handlers.read_body(headers.get("content-length"), _chunks(receive))
+            status, answer = await handlers.plain_append(name, headers, body, producer, close)
+        except ProtocolError as error:
+            return error_response(error)
+        return Response(status_code=status, headers=answer)
+
+
+async def _chunks(receive: Receive) -> AsyncIterator[bytes]:
+    """The request body's chunks, as Starlette's ``Request.stream`` yields them."""
+    while True:
+        message: Message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        yield message.get("body", b"")
+        if not message.get("more_body", False):
+            return
