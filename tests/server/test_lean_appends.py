@@ -20,7 +20,7 @@ from pathlib import Path
 
 import requests
 import uvicorn
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from durable_streams_server import ServerConfig, create_app
 from durable_streams_server.http.connections import guarded_protocol
@@ -37,8 +37,22 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+class _Counting:
+    """A user's middleware (it has an ``app``, as Starlette's do): sees every request."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.posts = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.posts += scope.get("method") == "POST"
+        await self.app(scope, receive, send)
+
+
 @contextlib.contextmanager
-def _serving(config: ServerConfig, *, lean: bool = True) -> Iterator[tuple[str, Gate]]:
+def _serving(
+    config: ServerConfig, *, lean: bool = True, wrap: Callable[[ASGIApp], ASGIApp] | None = None
+) -> Iterator[tuple[str, Gate]]:
     gate = create_app(config)
     assert isinstance(gate, Gate)
 
@@ -48,7 +62,7 @@ def _serving(config: ServerConfig, *, lean: bool = True) -> Iterator[tuple[str, 
     port = _free_port()
     server = uvicorn.Server(
         uvicorn.Config(
-            gate if lean else app_only,
+            wrap(gate) if wrap is not None else gate if lean else app_only,
             host="127.0.0.1",
             port=port,
             log_config=None,
@@ -214,3 +228,22 @@ def test_pipelined_requests_are_answered_in_order(tmp_path: Path) -> None:
         assert offsets == [b"%016d_0000000000000000" % n for n in (1, 2, 3)]
         assert requests.get(f"{url}/v1/stream/p", params={"offset": "-1"}).content == b"abbccc"
         assert gate.lean is not None and gate.lean.served == 2
+
+
+def test_a_users_middleware_sees_every_append(tmp_path: Path) -> None:
+    """The lean path is found behind uvicorn's proxy-headers middleware only: a gate in a
+    user's middleware gets no lean path, so the middleware sees every request."""
+    counting: list[_Counting] = []
+
+    def wrap(app: ASGIApp) -> ASGIApp:
+        counting.append(_Counting(app))
+        return counting[0]
+
+    with _serving(ServerConfig(data_dir=tmp_path), wrap=wrap) as (url, gate), requests.Session() as http:
+        http.trust_env = False
+        stream = f"{url}/v1/stream/w"
+        assert http.put(stream, headers=TEXT).status_code == 201
+        for body in (b"a", b"b", b"c"):
+            assert http.post(stream, headers=TEXT, data=body).status_code == 204
+        assert gate.lean is not None and gate.lean.served == 0
+        assert counting[0].posts == 3

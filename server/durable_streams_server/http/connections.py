@@ -20,8 +20,8 @@ Two guards, the same for both parsers:
 about a third of an append's event-loop time. ``--http-parser h11`` keeps the old one.
 
 With httptools, a small plain append runs on its request cycle without the ASGI layers
-between (``lean.py``): ``GuardedHttpToolsProtocol._start_asgi_task`` asks the app's
-``LeanAppends`` (found behind uvicorn's middlewares) for the request's callable.
+between (``lean.py``): ``GuardedHttpToolsProtocol._start_asgi_task`` asks the gate's
+``LeanAppends`` (when uvicorn runs the gate itself) for the request's callable.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from typing import ClassVar, Literal, cast
 
 from starlette.types import Scope
 from uvicorn._types import ASGI3Application
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
@@ -172,12 +173,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
 
 def _lean_appends(app: object) -> LeanAppends | None:
-    """The app's lean path, behind uvicorn's wrapping middlewares (``.app`` each)."""
-    for _ in range(4):
-        if isinstance(app, Gate):
-            return app.lean
-        app = getattr(app, "app", None)
-    return None
+    """The gate's lean path when uvicorn runs the gate itself, or behind its proxy-headers
+    middleware only (which leaves requests without forwarding headers as they are). Behind
+    any other wrapper (a user's middleware, uvicorn's trace-level message logger) there is
+    none: every request must pass through it."""
+    if isinstance(app, ProxyHeadersMiddleware):
+        app = app.app
+    return app.lean if isinstance(app, Gate) else None
 
 
 def guarded_protocol(
