@@ -2,8 +2,8 @@
 
 A POST of a small body to a stream is most of what a busy server does. Through the ASGI app
 it passes uvicorn's proxy-headers middleware, the gate, the hot-route dispatch and
-Starlette's ``Request``, ``Headers`` and ``Response``: ~115 of the ~300 µs of CPU a
-sequential append costs (bench/README.md, "The lean append path"). For such a request the
+Starlette's ``Request``, ``Headers`` and ``Response``: ~35 of the ~300 µs of CPU a
+sequential append cost (bench/README.md, issue 18's fourth session). For such a request the
 protocol class (``connections.GuardedHttpToolsProtocol``) runs ``LeanAppends.app_for``'s
 ASGI callable on the request's cycle instead of the app: uvicorn still parses, pipelines,
 keeps alive, reads the body (``receive``: ``Expect: 100-continue``, flow control,
