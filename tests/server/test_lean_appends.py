@@ -1,11 +1,12 @@
-"""The lean path of small plain appends (``http/lean.py``) answers exactly as the app does.
+"""The lean path of small appends and creates (``http/lean.py``) answers exactly as the app does.
 
 Two real servers in this process (uvicorn on 127.0.0.1, the protocol class the CLI uses,
 real Delta tables): one as the CLI runs it (lean path on), one whose gate is wrapped in a
 plain ASGI function, so the protocol does not find the lean path (as for an app mounted
 in another one) and every request takes the app's path. The same requests, in the same order, get the
-same statuses, headers (but ``date``) and bodies from both, and the lean path served the
-first server's eligible appends and nothing else.
+same statuses, headers (but ``date``; each server's own URL in ``Location`` read as ``URL``)
+and bodies from both, the same request counts in ``/metrics``, and the lean path served the
+first server's eligible requests and nothing else.
 """
 
 from __future__ import annotations
@@ -85,7 +86,10 @@ def _serving(
 
 
 def _answer(response: requests.Response) -> Answer:
-    headers = sorted((name.lower(), value) for name, value in response.headers.items() if name.lower() != "date")
+    base = response.url.split("/v1/", 1)[0]
+    headers = sorted(
+        (name.lower(), value.replace(base, "URL")) for name, value in response.headers.items() if name.lower() != "date"
+    )
     return response.status_code, headers, response.content
 
 
@@ -140,7 +144,39 @@ def test_appends_answer_as_the_app_does_and_take_the_lean_path(tmp_path: Path) -
     statuses = [status for status, _, _ in answers]
     assert statuses == [204, 200, 204, 409, 400, 204, 409, 400, 400, 409, 404, 413, 204, 409, 200]
     assert answers[-1][2] == b"hello" + b"one" + b"b"  # what the appends stored
-    assert served == 14  # every POST (small, plain) went the lean way
+    assert served == 16  # the two PUTs and every POST (small, plain) went the lean way
+
+
+def _creates(http: requests.Session, url: str) -> list[Answer]:
+    base = f"{url}/v1/stream"
+    source = f"{base}/source"
+    puts: list[tuple[str, dict[str, str], bytes]] = [
+        (source, TEXT, b"first"),  # 201, with a body
+        (source, TEXT, b""),  # 200: the same again
+        (source, {"Content-Type": "application/json"}, b""),  # 409: another content type
+        (f"{base}/ttl", {**TEXT, "Stream-TTL": "60", "Stream-Expires-At": "2030-01-01T00:00:00Z"}, b""),  # 400
+        (f"{base}/bad-ttl", {**TEXT, "Stream-TTL": "soon"}, b""),  # 400
+        (f"{base}/ttl", {**TEXT, "Stream-TTL": "3600"}, b""),  # 201
+        (f"{base}/closed", {**TEXT, "Stream-Closed": "true"}, b"last"),  # 201, closed
+        (f"{base}/fork", {**TEXT, "Stream-Forked-From": "/v1/stream/source"}, b""),  # 201
+        (f"{base}/orphan", {**TEXT, "Stream-Forked-From": "/v1/stream/missing"}, b""),  # 404
+        (f"{base}/odd", {**TEXT, "Stream-Fork-Offset": "0000000000000000_0000000000000000"}, b""),  # 400
+        (f"{base}/json", {"Content-Type": "application/json"}, b"[1,2]"),  # 201
+        (f"{base}/big", TEXT, b"x" * 3000),  # 413
+    ]
+    answers = [_answer(http.put(target, headers=headers, data=body)) for target, headers, body in puts]
+    forked = http.get(f"{base}/fork", params={"offset": "-1"})
+    return [*answers, (forked.status_code, [], forked.content)]
+
+
+def test_creates_answer_as_the_app_does_and_take_the_lean_path(tmp_path: Path) -> None:
+    config = ServerConfig(data_dir=tmp_path, max_body_bytes=2048, flush_interval_ms=50)
+    answers, served = _both(config, _creates)
+    statuses = [status for status, _, _ in answers]
+    assert statuses == [201, 200, 409, 400, 400, 201, 201, 201, 404, 400, 201, 413, 200]
+    assert ("location", "URL/v1/stream/source") in answers[0][1]
+    assert answers[-1][2] == b"first"  # the fork holds its source's message
+    assert served == 12
 
 
 def _refusals(http: requests.Session, url: str) -> list[Answer]:
@@ -165,7 +201,7 @@ def test_auth_and_rate_limits_answer_as_the_app_does(tmp_path: Path) -> None:
     config = ServerConfig(data_dir=tmp_path, auth=tokens, rate_limit_rps=0.01, rate_limit_burst=2)
     answers, served = _both(config, _refusals)
     assert [status for status, _, _ in answers] == [401, 403, 204, 429]
-    assert served == 4
+    assert served == 5  # (and the PUT)
 
 
 def test_other_requests_stay_on_the_apps_path(tmp_path: Path) -> None:
@@ -227,7 +263,7 @@ def test_pipelined_requests_are_answered_in_order(tmp_path: Path) -> None:
         assert [head.split(b"\r\n", 1)[0] for head in heads] == [b"HTTP/1.1 204 No Content"] * 3
         assert offsets == [b"%016d_0000000000000000" % n for n in (1, 2, 3)]
         assert requests.get(f"{url}/v1/stream/p", params={"offset": "-1"}).content == b"abbccc"
-        assert gate.lean is not None and gate.lean.served == 2
+        assert gate.lean is not None and gate.lean.served == 3  # (and the PUT)
 
 
 def test_a_users_middleware_sees_every_append(tmp_path: Path) -> None:

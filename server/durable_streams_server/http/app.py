@@ -38,7 +38,7 @@ from ..storage.committer import Storage
 from ..storage.observer import StorageObserver
 from .extensions import ExtensionHandlers
 from .gate import Gate
-from .lean import LeanAppends
+from .lean import LeanPath
 from .limits import HttpLimits, LiveReaders, RequestLimits
 from .metrics import ROUTE_KEY, STREAM_ROUTE, ServerMetrics
 from .read_plans import ReadPlanHandlers, wants_plan
@@ -107,7 +107,7 @@ class DurableStreamsApp:
             rate_limit_rps=limits.rate_limit_rps,
             rate_limit_burst=limits.rate_limit_burst,
         )
-        self.lean = LeanAppends(self, auth, request_limits, self.metrics)
+        self.lean = LeanPath(self, auth, request_limits, self.metrics)
         self.asgi = Gate(
             self.router,
             self.hot_route,
@@ -160,7 +160,7 @@ class DurableStreamsApp:
         return await self._base(Request(scope, receive), rest) if rest is not None else None
 
     def lean_target(self, scope: Scope) -> str | None:
-        """The stream a request's lean path (``lean.py``) appends to: a started app and a
+        """The stream a request's lean path (``lean.py``) appends to or creates: a started app and a
         valid path of a stream itself; ``None``: the app serves the request."""
         rest = _base_rest(scope)
         if rest is None or self.handlers is None:

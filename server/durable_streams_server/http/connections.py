@@ -21,7 +21,7 @@ about a third of an append's event-loop time. ``--http-parser h11`` keeps the ol
 
 With httptools, a small plain append runs on its request cycle without the ASGI layers
 between (``lean.py``): ``GuardedHttpToolsProtocol._start_asgi_task`` asks the gate's
-``LeanAppends`` (when uvicorn runs the gate itself) for the request's callable.
+``LeanPath`` (when uvicorn runs the gate itself) for the request's callable.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 
 from ..protocol.errors import HeadersTooLarge, ProtocolError
 from .gate import Gate
-from .lean import LeanAppends
+from .lean import LeanPath
 from .responses import error_response
 
 HttpParser = Literal["httptools", "h11"]
@@ -124,7 +124,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     """0: no limit."""
 
     _head_timer: HeadTimer
-    _lean: LeanAppends | None = None
+    _lean: LeanPath | None = None
     _head_pending = True
     """Between the end of a request (or the connection's start) and the next parsed head."""
     _head_seen = 0
@@ -134,7 +134,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._head_timer = HeadTimer(self.loop, self.head_timeout_s)
         super().connection_made(transport)
         self._head_timer.arm(transport)
-        self._lean = _lean_appends(self.app)
+        self._lean = _lean_path(self.app)
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
         if app is self.app and self._lean is not None:  # (not uvicorn's 503 over --max-connections)
@@ -172,7 +172,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().on_response_complete()
 
 
-def _lean_appends(app: object) -> LeanAppends | None:
+def _lean_path(app: object) -> LeanPath | None:
     """The gate's lean path when uvicorn runs the gate itself, or behind its proxy-headers
     middleware only (which leaves requests without forwarding headers as they are). Behind
     any other wrapper (a user's middleware, uvicorn's trace-level message logger) there is

@@ -89,7 +89,7 @@ class ExtensionHandlers:
         stream = self.engine.get_live(name)
         if stream.snapshot_seq is None:
             raise NotFound("the stream has no snapshot", code="SNAPSHOT_NOT_FOUND")
-        location = streams_location(request, f"/{encode_seq(stream.snapshot_seq)}")
+        location = streams_location(request.scope, f"/{encode_seq(stream.snapshot_seq)}")
         return Response(status_code=307, headers={"Location": location, "Cache-Control": "no-store"})
 
     async def read_snapshot(self, name: str, offset_token: str) -> Response:

@@ -33,7 +33,7 @@ from .metrics import ServerMetrics
 from .responses import error_response, with_security_headers
 
 if TYPE_CHECKING:
-    from .lean import LeanAppends
+    from .lean import LeanPath
 
 HotRoute = Callable[[Scope, Receive], Awaitable[Response | None]]
 """The response of a request the app serves without its router; ``None``: route it."""
@@ -72,8 +72,8 @@ class Gate:
     auth: AuthConfig | None
     limits: RequestLimits
     live_readers: LiveReaders
-    lean: LeanAppends | None = None
-    """Small plain appends, served from the protocol class without ASGI (``lean.py``)."""
+    lean: LeanPath | None = None
+    """Small appends and creates, served from the request cycle without the ASGI layers (``lean.py``)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

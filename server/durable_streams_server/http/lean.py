@@ -1,20 +1,21 @@
-"""The lean path of small plain appends: from uvicorn's request cycle to the engine, nothing between.
+"""The lean path of small appends and creates: from uvicorn's request cycle to the handler, nothing between.
 
-A POST of a small body to a stream is most of what a busy server does. Through the ASGI app
+A POST of a small body to a stream is most of what a busy server does, and a PUT creating
+a stream the next most (many streams, each created once). Through the ASGI app
 it passes uvicorn's proxy-headers middleware, the gate, the hot-route dispatch and
 Starlette's ``Request``, ``Headers`` and ``Response``: ~35 of the ~300 µs of CPU a
 sequential append cost (bench/README.md, issue 18's fourth session). For such a request the
-protocol class (``connections.GuardedHttpToolsProtocol``) runs ``LeanAppends.app_for``'s
+protocol class (``connections.GuardedHttpToolsProtocol``) runs ``LeanPath.app_for``'s
 ASGI callable on the request's cycle instead of the app: uvicorn still parses, pipelines,
 keeps alive, reads the body (``receive``: ``Expect: 100-continue``, flow control,
 disconnects), renders and completes the response (``send``) and handles errors; what is
 left out are the layers between. The request gets what the app would give it:
 
 - the gate's checks first (``gate.admit``: 401/403, 431, 429), then the same handler
-  (``StreamHandlers.read_body`` and ``plain_append``), protocol errors as the same JSON
+  (``StreamHandlers.read_body`` with ``plain_append`` or ``create_stream``), protocol errors as the same JSON
   (``error_response``), the same security headers, the same metrics (``observe_scope``:
   route ``base_stream``, or ``unrouted`` for the gate's refusals; in flight);
-- which requests: ``POST`` to a stream of the base surface (``DurableStreamsApp.lean_target``:
+- which requests: ``POST`` or ``PUT`` to a stream of the base surface (``DurableStreamsApp.lean_target``:
   not a sub-resource, not ``__ds``, a valid path, the app started) with one decimal
   ``Content-Length`` of at most ``LEAN_MAX_BODY``, no ``Transfer-Encoding``, no bulk append
   header (``protocol.bulk``: large bodies, their own handler), no forwarding headers (the
@@ -25,7 +26,7 @@ left out are the layers between. The request gets what the app would give it:
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from functools import partial
 from typing import Any, Protocol
 
@@ -42,6 +43,7 @@ from .metrics import ROUTE_KEY, STREAM_ROUTE, ServerMetrics
 from .responses import error_response, with_security_headers
 from .streams import StreamHandlers, append_flags
 
+_LEAN_METHODS = frozenset({"POST", "PUT"})
 LEAN_MAX_BODY = 64 * 1024
 """Declared bodies up to this size (uvicorn's read buffer never pauses below it)."""
 _NOT_LEAN = frozenset(
@@ -76,7 +78,7 @@ class _Headers(dict[str, str]):
         return super().get(key.lower(), default)
 
 
-class LeanAppends:
+class LeanPath:
     def __init__(self, app: LeanApp, auth: AuthConfig | None, limits: RequestLimits, metrics: ServerMetrics) -> None:
         self.app = app
         self.auth = auth
@@ -87,7 +89,7 @@ class LeanAppends:
 
     def app_for(self, scope: Scope, access_log: bool) -> ASGIApp | None:
         """The ASGI callable serving this request, or ``None``: the app serves it."""
-        if scope["method"] != "POST" or access_log:
+        if scope["method"] not in _LEAN_METHODS or access_log:
             return None
         declared = None
         for name, value in scope["headers"]:
@@ -129,9 +131,15 @@ class LeanAppends:
             headers = _Headers()
             for key, value in scope["headers"]:
                 headers.setdefault(key.decode("latin-1"), value.decode("latin-1"))
-            producer, close = append_flags(headers)
-            body = await handlers.read_body(headers.get("content-length"), _chunks(receive))
-            status, answer = await handlers.plain_append(name, headers, body, producer, close)
+
+            def body() -> Awaitable[bytes]:
+                return handlers.read_body(headers.get("content-length"), _chunks(receive))
+
+            if scope["method"] == "PUT":
+                status, answer = await handlers.create_stream(name, headers, scope, body)
+            else:
+                producer, close = append_flags(headers)  # (checked before the body is read, as the app does)
+                status, answer = await handlers.plain_append(name, headers, await body(), producer, close)
         except ProtocolError as error:
             return error_response(error)
         return Response(status_code=status, headers=answer)

@@ -9,12 +9,14 @@ from __future__ import annotations
 import contextlib
 import re
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Literal
 from urllib.parse import quote, urlsplit
 
+from starlette.datastructures import URL
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import Scope
 
 from ..engine import reads
 from ..engine.engine import Engine
@@ -67,7 +69,14 @@ class StreamHandlers:
     # -- PUT: create --------------------------------------------------------------------
 
     async def create(self, request: Request, name: str) -> Response:
-        headers = request.headers
+        status, headers = await self.create_stream(name, request.headers, request.scope, lambda: self.body(request))
+        return Response(status_code=status, headers=headers)
+
+    async def create_stream(
+        self, name: str, headers: Mapping[str, str], scope: Scope, body: Callable[[], Awaitable[bytes]]
+    ) -> tuple[int, dict[str, str]]:
+        """A create (PUT), its body read when the headers have been checked: the status and
+        headers to answer. Also the lean path's (``lean.py``), with the headers in a plain dict."""
         ttl_raw, expires_raw = headers.get(h.STREAM_TTL), headers.get(h.STREAM_EXPIRES_AT)
         if ttl_raw is not None and expires_raw is not None:
             raise BadRequest("Stream-TTL and Stream-Expires-At cannot both be set", code="INVALID_TTL")
@@ -87,7 +96,7 @@ class StreamHandlers:
             expires_at=expires_raw.strip() if expires_raw is not None else None,
             expires_at_ms=int(expires_at.timestamp() * 1000) if expires_at is not None else None,
             closed=h.is_closed_flag(headers.get(h.STREAM_CLOSED)),
-            body=await self.body(request),
+            body=await body(),
             fork_from=stream_name_from_reference(fork_from) if fork_from is not None else None,
             fork_offset=parse_offset(fork_offset_raw) if fork_offset_raw is not None else None,
             fork_sub_offset=int(sub_raw) if sub_raw is not None else None,
@@ -96,10 +105,10 @@ class StreamHandlers:
         stream = outcome.stream
         response_headers = {"Content-Type": stream.content_type, h.STREAM_NEXT_OFFSET: encode_seq(outcome.tail)}
         if outcome.created:
-            response_headers["Location"] = location(request)
+            response_headers["Location"] = location(scope)
         if stream.closed:
             response_headers[h.STREAM_CLOSED] = "true"
-        return Response(status_code=201 if outcome.created else 200, headers=response_headers)
+        return (201 if outcome.created else 200), response_headers
 
     # -- POST: append / close -----------------------------------------------------------
 
@@ -331,20 +340,19 @@ def _append_headers(outcome: AppendOutcome) -> dict[str, str]:
     return headers
 
 
-def location(request: Request, suffix: str = "") -> str:
-    """This request's URL (plus ``suffix``) for a Location header: percent-encoded, since
+def location(scope: Scope, suffix: str = "") -> str:
+    """The request's URL (plus ``suffix``) for a Location header: percent-encoded, since
     stream ids may be any UTF-8 and header values must be ASCII.
 
     A plain ``Host`` header (name or IPv4 address, optional port) gives the URL directly;
     anything else goes through Starlette's ``URL``, whose answer the direct one equals."""
-    scope = request.scope
     host = next((value for name, value in scope["headers"] if name == b"host"), None)
     if host is not None and (plain := _PLAIN_HOST_RE.fullmatch(host)) is not None:
         port = plain.group(1)
         if port is None or int(port) <= 65535:
             path = scope["path"].replace("?", "%3F").replace("#", "%23").replace("\\", "%5C")
             return quote(f"{scope.get('scheme', 'http')}://{host.decode('ascii')}{path}{suffix}", safe=":/")
-    return quote(str(request.url.replace(query="")) + suffix, safe=":/")
+    return quote(str(URL(scope=scope).replace(query="")) + suffix, safe=":/")
 
 
 def stream_name_from_reference(reference: str) -> str:
