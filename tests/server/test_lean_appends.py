@@ -67,7 +67,6 @@ def _serving(
             host="127.0.0.1",
             port=port,
             log_config=None,
-            access_log=False,  # (as the CLI's default; with it on, requests take the app's path)
             http=guarded_protocol("httptools", config.request_timeout_s, config.max_header_bytes),
             loop="uvloop",
         )

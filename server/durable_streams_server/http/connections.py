@@ -138,7 +138,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
         if app is self.app and self._lean is not None:  # (not uvicorn's 503 over --max-connections)
-            lean = self._lean.app_for(cast(Scope, cycle.scope), cycle.access_log)
+            lean = self._lean.app_for(cast(Scope, cycle.scope))
             if lean is not None:
                 app = cast(ASGI3Application, lean)  # (uvicorn's ASGI types for Starlette's)
         super()._start_asgi_task(cycle, app)

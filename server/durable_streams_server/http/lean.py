@@ -19,8 +19,8 @@ left out are the layers between. The request gets what the app would give it:
   not a sub-resource, not ``__ds``, a valid path, the app started) with one decimal
   ``Content-Length`` of at most ``LEAN_MAX_BODY``, no ``Transfer-Encoding``, no bulk append
   header (``protocol.bulk``: large bodies, their own handler), no forwarding headers (the
-  proxy-headers middleware would rewrite the client the rate limit charges), and uvicorn's
-  access log off (it logs from the app's path). Everything else goes through the app.
+  proxy-headers middleware would rewrite the client the rate limit charges). Everything else
+  goes through the app. (uvicorn's access log, written by ``send``, records both alike.)
 """
 
 from __future__ import annotations
@@ -87,9 +87,9 @@ class LeanPath:
         self.served = 0
         """Requests served this way (tests check that the path is taken)."""
 
-    def app_for(self, scope: Scope, access_log: bool) -> ASGIApp | None:
+    def app_for(self, scope: Scope) -> ASGIApp | None:
         """The ASGI callable serving this request, or ``None``: the app serves it."""
-        if scope["method"] not in _LEAN_METHODS or access_log:
+        if scope["method"] not in _LEAN_METHODS:
             return None
         declared = None
         for name, value in scope["headers"]:
