@@ -120,3 +120,23 @@ def test_footer_cache_is_bounded_by_footer_bytes(tmp_path: Path) -> None:
     assert cache.nbytes == 3 * size  # "a" was dropped for "d", least recently used first
     assert opened == ["a", "b", "c", "d", "a"]
     assert cache.get("d").num_rows == 80 and opened[-1] == "a"  # "d" still held
+
+
+def test_footer_cache_counts_decoded_row_group_statistics(tmp_path: Path) -> None:
+    """``row_groups`` decodes a footer's statistics once; their bytes count against the bound
+    at once (the least recently used footer goes when they pass it), and they agree with the
+    footer's own statistics."""
+    delta, _ = _flush(tmp_path, streams=40, messages=1, size=1024)
+    path = DeltaTable(delta.uri).file_uris()[0]
+    metadata = pq.ParquetFile(path).metadata
+    size = metadata.serialized_size
+    cache = FooterCache(lambda name: pa.OSFile(path), max_bytes=2 * size)
+    cache.get("a")
+    stats = cache.row_groups("b")
+    assert stats is cache.row_groups("b")  # decoded once
+    assert cache.nbytes == size + stats.nbytes  # "a" dropped: two footers and b's statistics are over the bound
+    names = metadata.schema.names
+    seq = names.index("seq")
+    assert [int(v) for v in stats.seq_max] == [
+        metadata.row_group(i).column(seq).statistics.max for i in range(metadata.num_row_groups)
+    ]

@@ -48,6 +48,7 @@ class FooterCache:
             with self._lock:
                 if entry.stats is None and self._footers.get(path) is entry:
                     self._bytes += stats.nbytes
+                    self._evict()
                 entry.stats = stats
         return entry.stats
 
@@ -63,10 +64,14 @@ class FooterCache:
             if entry is None:
                 entry = self._footers[path] = _Footer(metadata)
                 self._bytes += metadata.serialized_size
-            while len(self._footers) > 1 and (len(self._footers) > self.max_entries or self._bytes > self.max_bytes):
-                _, dropped = self._footers.popitem(last=False)
-                self._bytes -= dropped.nbytes
+            self._evict()
         return entry
+
+    def _evict(self) -> None:
+        """(Under the lock.) Drop the least recently used beyond the bounds (never the newest)."""
+        while len(self._footers) > 1 and (len(self._footers) > self.max_entries or self._bytes > self.max_bytes):
+            _, dropped = self._footers.popitem(last=False)
+            self._bytes -= dropped.nbytes
 
     @property
     def nbytes(self) -> int:
