@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..protocol.errors import Forbidden, ProtocolError, Unauthorized
 from ..protocol.tokens import AuthConfig, TokenGrant
-from .limits import PRINCIPAL_KEY
+from .limits import PRINCIPAL_KEY, RequestLimits
 from .policy import Need, request_needs, unmet
 from .responses import error_response
 from .routes import route_path
@@ -77,6 +77,13 @@ def authorize(config: AuthConfig, scope: Scope) -> ProtocolError | None:
     except ProtocolError as error:
         return error
     return None
+
+
+def admit(auth: AuthConfig | None, limits: RequestLimits, scope: Scope) -> ProtocolError | None:
+    """Auth, then limits: the refusal to answer instead of routing, if any (the gate's and the
+    lean path's first step)."""
+    refusal = authorize(auth, scope) if auth is not None else None
+    return refusal if refusal is not None else limits.refusal(scope)
 
 
 class AuthMiddleware:

@@ -25,12 +25,11 @@ from typing import TYPE_CHECKING
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..protocol.errors import ProtocolError
 from ..protocol.tokens import AuthConfig
-from .auth import authorize
+from .auth import admit
 from .limits import LiveReaders, RequestLimits
 from .metrics import ServerMetrics
-from .responses import error_response, with_security_headers
+from .responses import error_response, send_plain, with_security_headers
 
 if TYPE_CHECKING:
     from .lean import LeanPath
@@ -39,12 +38,6 @@ HotRoute = Callable[[Scope, Receive], Awaitable[Response | None]]
 """The response of a request the app serves without its router; ``None``: route it."""
 
 _PLAIN = (Response, JSONResponse)
-
-
-def admit(auth: AuthConfig | None, limits: RequestLimits, scope: Scope) -> ProtocolError | None:
-    """Auth, then limits: the refusal to answer instead of routing, if any."""
-    refusal = authorize(auth, scope) if auth is not None else None
-    return refusal if refusal is not None else limits.refusal(scope)
 
 
 class _Secured:
@@ -92,9 +85,7 @@ class Gate:
                 await self.router(scope, receive, secured)
             elif type(response) in _PLAIN and response.background is None:
                 status = response.status_code
-                headers = with_security_headers(response.raw_headers)
-                await send({"type": "http.response.start", "status": status, "headers": headers})
-                await send({"type": "http.response.body", "body": response.body})
+                await send_plain(response, send)
             else:  # a streaming body (SSE)
                 secured = _Secured(send)
                 await response(scope, receive, secured)

@@ -11,7 +11,7 @@ keeps alive, reads the body (``receive``: ``Expect: 100-continue``, flow control
 disconnects), renders and completes the response (``send``) and handles errors; what is
 left out are the layers between. The request gets what the app would give it:
 
-- the gate's checks first (``gate.admit``: 401/403, 431, 429), then the same handler
+- the gate's checks first (``auth.admit``: 401/403, 431, 429), then the same handler
   (``StreamHandlers.read_body`` with ``plain_append`` or ``create_stream``), protocol errors as the same JSON
   (``error_response``), the same security headers, the same metrics (``observe_scope``:
   route ``base_stream``, or ``unrouted`` for the gate's refusals; in flight);
@@ -37,10 +37,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..protocol import bulk
 from ..protocol.errors import ProtocolError
 from ..protocol.tokens import AuthConfig
-from .gate import admit
+from .auth import admit
 from .limits import RequestLimits
 from .metrics import ROUTE_KEY, STREAM_ROUTE, ServerMetrics
-from .responses import error_response, with_security_headers
+from .responses import error_response, send_plain
 from .streams import StreamHandlers, append_flags
 
 _LEAN_METHODS = frozenset({"POST", "PUT"})
@@ -113,9 +113,7 @@ class LeanPath:
         try:
             response = await self._respond(name, scope, receive)
             status = response.status_code
-            headers = with_security_headers(response.raw_headers)
-            await send({"type": "http.response.start", "status": status, "headers": headers})
-            await send({"type": "http.response.body", "body": response.body})
+            await send_plain(response, send)
         finally:
             metrics.in_flight -= 1
             metrics.observe_scope(scope, status, time.perf_counter() - started)

@@ -7,6 +7,7 @@ import json
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import Send
 
 from ..protocol.errors import ProtocolError
 
@@ -69,3 +70,11 @@ def with_security_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[byte
         return headers + SECURITY_HEADERS
     present = {name.lower() for name, _ in headers}
     return headers + [(name, value) for name, value in SECURITY_HEADERS if name not in present]
+
+
+async def send_plain(response: Response, send: Send) -> None:
+    """A response whose body is all there (no background task) as its two ASGI messages,
+    with the security headers."""
+    headers = with_security_headers(response.raw_headers)
+    await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+    await send({"type": "http.response.body", "body": response.body})
