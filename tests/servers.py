@@ -185,6 +185,29 @@ def wait_for(predicate: object, timeout_s: float = 10.0, interval_s: float = 0.0
     raise AssertionError(f"condition not met within {timeout_s}s")
 
 
+def wal_segments(data_dir: Path) -> list[Path]:
+    return sorted((data_dir / "wal").glob("*.wal"))
+
+
+def settled_wal_segments(data_dir: Path) -> list[Path]:
+    """The WAL's segments once one is left. A server's first start writes a record of its own
+    (the subscription signing keys); with a short flush interval its flush rotates the WAL
+    moments later, and two segments exist for a few milliseconds."""
+    wait_for(lambda: len(wal_segments(data_dir)) == 1, timeout_s=20)
+    return wal_segments(data_dir)
+
+
+def wait_until_wal_flushed(data_dir: Path, before: list[Path]) -> None:
+    """The flush into Delta rotates the WAL and deletes the segments it covered: one new,
+    empty segment left means everything written so far is in Delta."""
+
+    def flushed() -> bool:
+        segments = wal_segments(data_dir)
+        return len(segments) == 1 and segments != before and segments[0].stat().st_size == 0
+
+    wait_for(flushed, timeout_s=20)
+
+
 def session() -> requests.Session:
     http = requests.Session()
     http.trust_env = False

@@ -10,7 +10,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 import requests
@@ -23,7 +22,7 @@ from multipart_parsing import (
     read_all_bytes,
     read_all_parts,
 )
-from servers import ServerProcess, append_all, session, wait_for
+from servers import ServerProcess, append_all, session, settled_wal_segments, wait_until_wal_flushed
 
 TEXT = {"Content-Type": "text/plain"}
 BINARY = {"Content-Type": "application/octet-stream"}
@@ -252,25 +251,9 @@ def test_bootstrap_then_resume_without_gap_or_duplicate(new_url: Callable[[], st
     assert get_bootstrap(http, url).update_bodies == messages[3:]
 
 
-def _wal_segments(data_dir: Path) -> list[Path]:
-    return sorted((data_dir / "wal").glob("*.wal"))
-
-
-def wait_until_flushed(data_dir: Path, initial: list[Path]) -> None:
-    """The flush into Delta rotates the WAL and deletes the segments it covered: one new,
-    empty segment left means everything written so far is in Delta."""
-
-    def flushed() -> bool:
-        segments = _wal_segments(data_dir)
-        return len(segments) == 1 and segments != initial and segments[0].stat().st_size == 0
-
-    wait_for(flushed, timeout_s=20)
-
-
 def test_bootstrap_and_resume_from_delta(server_factory: Callable[..., ServerProcess], http: requests.Session) -> None:
     server = server_factory("--flush-interval-ms", "50", "--tail-cache-bytes", "0", "--compaction-interval-s", "0")
-    initial = _wal_segments(server.data_dir)
-    assert len(initial) == 1
+    initial = settled_wal_segments(server.data_dir)
     assert http.put(f"{server.url}/{BUCKET}").status_code == 201
     url = f"{server.url}/{BUCKET}/from-delta"
     create(http, url, BINARY)
@@ -278,7 +261,7 @@ def test_bootstrap_and_resume_from_delta(server_factory: Callable[..., ServerPro
     tails = append_all(http, url, BINARY, messages)
     snapshot_at = tails[9]  # covers messages 0..9
     assert http.put(f"{url}/snapshot/{snapshot_at}", data=b"\r\n--folded", headers=BINARY).status_code == 204
-    wait_until_flushed(server.data_dir, initial)
+    wait_until_wal_flushed(server.data_dir, initial)
 
     bootstrap = get_bootstrap(http, url)
     assert bootstrap.snapshot == Part({"content-type": "application/octet-stream"}, b"\r\n--folded")

@@ -11,33 +11,26 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 from multipart_parsing import Bootstrap, get_bootstrap
-from servers import ServerProcess, append_all, session, wait_for
+from servers import (
+    ServerProcess,
+    append_all,
+    session,
+    settled_wal_segments,
+    wait_for,
+    wait_until_wal_flushed,
+    wal_segments,
+)
 
 TEXT = {"Content-Type": "text/plain"}
 BINARY = {"Content-Type": "application/octet-stream"}
 JSON = {"Content-Type": "application/json"}
 BUCKETS = ("alpha", "beta-2", "empty_3")
 TRICKY = [b"\r\n--ds-", b"--", bytes(range(256)), b"\r\n"]
-
-
-def _wal_segments(data_dir: Path) -> list[Path]:
-    return sorted((data_dir / "wal").glob("*.wal"))
-
-
-def _wait_until_flushed(data_dir: Path, before: list[Path]) -> None:
-    """One new, empty WAL segment left: everything written so far is in Delta."""
-
-    def flushed() -> bool:
-        segments = _wal_segments(data_dir)
-        return len(segments) == 1 and segments != before and segments[0].stat().st_size == 0
-
-    wait_for(flushed, timeout_s=20)
 
 
 def _publish(http: requests.Session, url: str, offset: str, blob: bytes, content_type: str | None) -> None:
@@ -212,17 +205,15 @@ def _bootstrap_view(bootstrap: Bootstrap) -> dict[str, Any]:
 def test_extension_state_survives_sigkill(server_factory: Callable[..., ServerProcess], flushed: bool) -> None:
     server = server_factory("--flush-interval-ms", "50" if flushed else "600000", "--compaction-interval-s", "0")
     http = session()
-    # (a record the server writes at its first start may be flushing: one segment once it settled)
-    wait_for(lambda: len(_wal_segments(server.data_dir)) == 1, timeout_s=20)
-    initial = _wal_segments(server.data_dir)
+    initial = settled_wal_segments(server.data_dir)
     state = Fixture(server)
     state.build(http)
     before = state.observe(http)
     state.check(before)
     if flushed:
-        _wait_until_flushed(server.data_dir, initial)
+        wait_until_wal_flushed(server.data_dir, initial)
     else:
-        assert _wal_segments(server.data_dir) == initial  # nothing reached Delta
+        assert wal_segments(server.data_dir) == initial  # nothing reached Delta
         assert initial[0].stat().st_size > 0
 
     server.kill()
@@ -232,7 +223,7 @@ def test_extension_state_survives_sigkill(server_factory: Callable[..., ServerPr
 
     # A second life: change the state again, and kill once more.
     url = server.url
-    segments = _wal_segments(server.data_dir)
+    segments = wal_segments(server.data_dir)
     text_tail = state.offsets["text"][-1]
     _publish(http, state.text, text_tail, b"all of text", "text/x-all")
     assert http.delete(f"{url}/empty_3").status_code == 204
@@ -241,7 +232,7 @@ def test_extension_state_survives_sigkill(server_factory: Callable[..., ServerPr
     assert http.put(f"{url}/gamma").status_code == 201
     assert http.put(f"{url}/gamma/g", headers=TEXT, data="g").status_code == 201
     if flushed:
-        _wait_until_flushed(server.data_dir, segments)
+        wait_until_wal_flushed(server.data_dir, segments)
     server.kill()
     server.start()
 
@@ -263,7 +254,7 @@ def test_retention_and_deletes_survive_compaction_and_restart(server_factory: Ca
     args = ("--flush-interval-ms", "50", "--tail-cache-bytes", "0", "--compaction-interval-s", "0.3")
     server = server_factory(*args, "--vacuum-retention-hours", "0")
     http = session()
-    initial = _wal_segments(server.data_dir)
+    initial = settled_wal_segments(server.data_dir)
     url = server.url
     for bucket_id in ("kept", "purged"):
         assert http.put(f"{url}/{bucket_id}").status_code == 201
@@ -275,7 +266,7 @@ def test_retention_and_deletes_survive_compaction_and_restart(server_factory: Ca
     assert http.put(f"{url}/purged/p", headers=TEXT, data="p").status_code == 201
     assert http.delete(f"{url}/purged/p").status_code == 204
     assert http.delete(f"{url}/purged").status_code == 204
-    _wait_until_flushed(server.data_dir, initial)
+    wait_until_wal_flushed(server.data_dir, initial)
 
     def compacted_with_retention() -> bool:
         return bool(re.search(r"msg=compacted .*retention_purges=1\b", server.log_text()))

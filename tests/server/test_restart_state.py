@@ -8,21 +8,16 @@ it was flushed into Delta (when the WAL segments it came from have been deleted)
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 import requests
-from servers import ServerProcess, session, wait_for
+from servers import ServerProcess, session, settled_wal_segments, wait_until_wal_flushed, wal_segments
 
 TEXT = {"Content-Type": "text/plain"}
 
 
 def _producer(pid: str, epoch: int, seq: int) -> dict[str, str]:
     return {**TEXT, "Producer-Id": pid, "Producer-Epoch": str(epoch), "Producer-Seq": str(seq)}
-
-
-def _wal_segments(data_dir: Path) -> list[str]:
-    return sorted(path.name for path in (data_dir / "wal").glob("*.wal"))
 
 
 def _build_state(http: requests.Session, server: ServerProcess) -> None:
@@ -79,19 +74,13 @@ def test_state_survives_sigkill(server_factory: Callable[..., ServerProcess], du
     flush_ms = "50" if flushed else "600000"
     server = server_factory("--durability", durability, "--flush-interval-ms", flush_ms)
     http = session()
-    initial_segments = _wal_segments(server.data_dir)
+    initial_segments = settled_wal_segments(server.data_dir) if durability == "wal" else []
     _build_state(http, server)
     if durability == "wal":
-        assert len(initial_segments) == 1
         if flushed:
-            # The flush rotates the WAL and deletes the segments it covered.
-            def only_a_newer_segment_left() -> bool:
-                segments = _wal_segments(server.data_dir)
-                return len(segments) == 1 and segments != initial_segments
-
-            wait_for(only_a_newer_segment_left)
+            wait_until_wal_flushed(server.data_dir, initial_segments)
         else:
-            assert _wal_segments(server.data_dir) == initial_segments
+            assert wal_segments(server.data_dir) == initial_segments
     server.kill()
     server.start()
     _check_state(http, server)
