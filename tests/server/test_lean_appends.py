@@ -1,4 +1,4 @@
-"""The lean path of small appends and creates (``http/lean.py``) answers exactly as the app does.
+"""The lean path of small appends and creates (``http/lean.py``, ``http/direct.py``) answers exactly as the app does.
 
 Two real servers in this process (uvicorn on 127.0.0.1, the protocol class the CLI uses,
 real Delta tables): one as the CLI runs it (lean path on), one whose gate is wrapped in a
@@ -11,31 +11,20 @@ first server's eligible requests and nothing else.
 
 from __future__ import annotations
 
-import contextlib
 import socket
-import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 import requests
-import uvicorn
+from inprocess import serving
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from durable_streams_server import ServerConfig, create_app
-from durable_streams_server.http.connections import guarded_protocol
-from durable_streams_server.http.gate import Gate
+from durable_streams_server import ServerConfig
 from durable_streams_server.protocol.tokens import parse_tokens
 
 TEXT = {"Content-Type": "text/plain"}
 Answer = tuple[int, list[tuple[str, str]], bytes]
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class _Counting:
@@ -48,40 +37,6 @@ class _Counting:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.posts += scope.get("method") == "POST"
         await self.app(scope, receive, send)
-
-
-@contextlib.contextmanager
-def _serving(
-    config: ServerConfig, *, lean: bool = True, wrap: Callable[[ASGIApp], ASGIApp] | None = None
-) -> Iterator[tuple[str, Gate]]:
-    gate = create_app(config)
-    assert isinstance(gate, Gate)
-
-    async def app_only(scope: Scope, receive: Receive, send: Send) -> None:
-        await gate(scope, receive, send)
-
-    port = _free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(
-            wrap(gate) if wrap is not None else gate if lean else app_only,
-            host="127.0.0.1",
-            port=port,
-            log_config=None,
-            http=guarded_protocol("httptools", config.request_timeout_s, config.max_header_bytes),
-            loop="uvloop",
-        )
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}", gate
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
 
 
 def _answer(response: requests.Response) -> Answer:
@@ -99,7 +54,7 @@ def _both(config: ServerConfig, script: Callable[[requests.Session, str], list[A
     served = []
     for index, lean in enumerate((True, False)):
         data = replace(config, data_dir=config.data_dir / f"server{index}")
-        with _serving(data, lean=lean) as (url, gate), requests.Session() as http:
+        with serving(data, lean=lean) as (url, gate), requests.Session() as http:
             http.trust_env = False
             assert gate.lean is not None
             answers.append(script(http, url))
@@ -204,7 +159,7 @@ def test_auth_and_rate_limits_answer_as_the_app_does(tmp_path: Path) -> None:
 
 
 def test_other_requests_stay_on_the_apps_path(tmp_path: Path) -> None:
-    with _serving(ServerConfig(data_dir=tmp_path)) as (url, gate), requests.Session() as http:
+    with serving(ServerConfig(data_dir=tmp_path)) as (url, gate), requests.Session() as http:
         http.trust_env = False
         assert gate.lean is not None
         stream = f"{url}/v1/stream/s"
@@ -235,7 +190,7 @@ def _read_responses(sock: socket.socket, count: int) -> list[bytes]:
 def test_pipelined_requests_are_answered_in_order(tmp_path: Path) -> None:
     """Three POSTs in one write (the last one not lean: chunked): three answers, in order,
     each with its own offset."""
-    with _serving(ServerConfig(data_dir=tmp_path)) as (url, gate):
+    with serving(ServerConfig(data_dir=tmp_path)) as (url, gate):
         assert requests.put(f"{url}/v1/stream/p", headers=TEXT).status_code == 201
         port = int(url.rsplit(":", 1)[1])
 
@@ -274,7 +229,7 @@ def test_a_users_middleware_sees_every_append(tmp_path: Path) -> None:
         counting.append(_Counting(app))
         return counting[0]
 
-    with _serving(ServerConfig(data_dir=tmp_path), wrap=wrap) as (url, gate), requests.Session() as http:
+    with serving(ServerConfig(data_dir=tmp_path), wrap=wrap) as (url, gate), requests.Session() as http:
         http.trust_env = False
         stream = f"{url}/v1/stream/w"
         assert http.put(stream, headers=TEXT).status_code == 201

@@ -19,29 +19,32 @@ Two guards, the same for both parsers:
 ``httptools`` (C, llhttp) is the default parser: h11's pure-Python parsing and sending was
 about a third of an append's event-loop time. ``--http-parser h11`` keeps the old one.
 
-With httptools, a small plain append runs on its request cycle without the ASGI layers
-between (``lean.py``): ``GuardedHttpToolsProtocol._start_asgi_task`` asks the gate's
-``LeanPath`` (when uvicorn runs the gate itself) for the request's callable.
+With httptools, a small plain append or create is served from the parser's callbacks
+without uvicorn's request cycle and the ASGI layers (``direct.py``, ``lean.py``):
+``GuardedHttpToolsProtocol.on_headers_complete`` asks the gate's ``LeanPath`` (when
+uvicorn runs the gate itself) whether the request is one, and gives it a ``DirectCycle``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import urllib.parse
 from http import HTTPStatus
 from typing import ClassVar, Literal, cast
 
-from starlette.types import Scope
-from uvicorn._types import ASGI3Application
+import httptools
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from ..protocol.errors import HeadersTooLarge, ProtocolError
+from .direct import DirectCycle
 from .gate import Gate
 from .lean import LeanPath
 from .responses import error_response
 
 HttpParser = Literal["httptools", "h11"]
+_DIRECT_METHODS = frozenset({b"POST", b"PUT"})
 
 
 def _raw_response(error: ProtocolError) -> bytes:
@@ -136,13 +139,6 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._head_timer.arm(transport)
         self._lean = _lean_path(self.app)
 
-    def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
-        if app is self.app and self._lean is not None:  # (not uvicorn's 503 over --max-connections)
-            lean = self._lean.app_for(cast(Scope, cycle.scope))
-            if lean is not None:
-                app = cast(ASGI3Application, lean)  # (uvicorn's ASGI types for Starlette's)
-        super()._start_asgi_task(cycle, app)
-
     def connection_lost(self, exc: Exception | None) -> None:
         self._head_timer.stop()
         super().connection_lost(exc)
@@ -159,7 +155,53 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._head_pending = False
         self._head_timer.stop()
-        super().on_headers_complete()
+        if self._lean is None or not self._serve_directly(self._lean):
+            super().on_headers_complete()
+
+    def _serve_directly(self, lean: LeanPath) -> bool:
+        """Give the request just parsed a ``DirectCycle`` if the lean path takes it (what
+        ``super().on_headers_complete`` does, with that cycle); ``False``: it did not."""
+        parser = self.parser
+        method = parser.get_method()
+        if method not in _DIRECT_METHODS or self.expect_100_continue or parser.get_http_version() != "1.1":
+            return False
+        limit = self.limit_concurrency
+        if parser.should_upgrade() or (
+            limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit)
+        ):
+            return False  # (uvicorn answers: the upgrade, or its 503)
+        scope = self.scope
+        parsed_url = httptools.parse_url(self.url)
+        raw_path = parsed_url.path
+        try:
+            path = raw_path.decode("ascii")
+        except UnicodeDecodeError:
+            return False
+        scope["method"] = method.decode("ascii")
+        scope["path"] = self.root_path + (urllib.parse.unquote(path) if "%" in path else path)
+        scope["raw_path"] = self.root_path.encode("ascii") + raw_path
+        scope["query_string"] = parsed_url.query or b""
+        name = lean.target(cast(dict[str, object], scope))
+        if name is None:
+            return False
+        cycle = DirectCycle(
+            cast(dict[str, object], scope),
+            name,
+            lean,
+            self.transport,
+            self.flow,
+            self.server_state.default_headers,
+            keep_alive=parser.should_keep_alive(),
+            access_log=self.access_log,
+            on_response=self.on_response_complete,
+        )
+        existing, self.cycle = self.cycle, cast(RequestResponseCycle, cycle)  # (the protocol's type for it)
+        if existing is None or existing.response_complete:
+            self._start_asgi_task(self.cycle, self.app)
+        else:  # pipelined behind a request still being answered
+            self.flow.pause_reading()
+            self.pipeline.appendleft((self.cycle, self.app))
+        return True
 
     def on_message_complete(self) -> None:
         self._head_pending = True

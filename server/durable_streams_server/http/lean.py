@@ -1,38 +1,32 @@
-"""The lean path of small appends and creates: from uvicorn's request cycle to the handler, nothing between.
+"""The lean path of small appends and creates: which requests, and their answer without the ASGI layers.
 
 A POST of a small body to a stream is most of what a busy server does, and a PUT creating
 a stream the next most (many streams, each created once). Through the ASGI app
-it passes uvicorn's proxy-headers middleware, the gate, the hot-route dispatch and
-Starlette's ``Request``, ``Headers`` and ``Response``: ~35 of the ~300 µs of CPU a
-sequential append cost (bench/README.md, issue 18's fourth session). For such a request the
-protocol class (``connections.GuardedHttpToolsProtocol``) runs ``LeanPath.app_for``'s
-ASGI callable on the request's cycle instead of the app: uvicorn still parses, pipelines,
-keeps alive, reads the body (``receive``: ``Expect: 100-continue``, flow control,
-disconnects), renders and completes the response (``send``) and handles errors; what is
-left out are the layers between. The request gets what the app would give it:
+it passes uvicorn's request cycle and proxy-headers middleware, the gate, the hot-route
+dispatch and Starlette's ``Request``, ``Headers`` and ``Response`` (bench/README.md, issue
+18). ``LeanPath.target`` picks such a request when its head has been parsed, and the
+protocol class serves it in a ``DirectCycle`` (``direct.py``: the connection's side) with
+``LeanPath.respond`` (this module: the answer), which gives the request what the app would:
 
 - the gate's checks first (``auth.admit``: 401/403, 431, 429), then the same handler
   (``StreamHandlers.read_body`` with ``plain_append`` or ``create_stream``), protocol errors as the same JSON
-  (``error_response``), the same security headers, the same metrics (``observe_scope``:
-  route ``base_stream``, or ``unrouted`` for the gate's refusals; in flight);
+  (``error_response``), the same security headers; the same metrics are observed by the cycle
+  (route ``base_stream``, or ``unrouted`` for the gate's refusals; in flight);
 - which requests: ``POST`` or ``PUT`` to a stream of the base surface (``DurableStreamsApp.lean_target``:
   not a sub-resource, not ``__ds``, a valid path, the app started) with one decimal
   ``Content-Length`` of at most ``LEAN_MAX_BODY``, no ``Transfer-Encoding``, no bulk append
   header (``protocol.bulk``: large bodies, their own handler), no forwarding headers (the
   proxy-headers middleware would rewrite the client the rate limit charges). Everything else
-  goes through the app. (uvicorn's access log, written by ``send``, records both alike.)
+  goes through the app.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Awaitable
-from functools import partial
 from typing import Any, Protocol
 
-from starlette.requests import ClientDisconnect
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Scope
 
 from ..protocol import bulk
 from ..protocol.errors import ProtocolError
@@ -40,7 +34,7 @@ from ..protocol.tokens import AuthConfig
 from .auth import admit
 from .limits import RequestLimits
 from .metrics import ROUTE_KEY, STREAM_ROUTE, ServerMetrics
-from .responses import error_response, send_plain
+from .responses import error_response
 from .streams import StreamHandlers, append_flags
 
 _LEAN_METHODS = frozenset({"POST", "PUT"})
@@ -87,8 +81,8 @@ class LeanPath:
         self.served = 0
         """Requests served this way (tests check that the path is taken)."""
 
-    def app_for(self, scope: Scope) -> ASGIApp | None:
-        """The ASGI callable serving this request, or ``None``: the app serves it."""
+    def target(self, scope: Scope) -> str | None:
+        """The stream a request appends to or creates on the lean path, or ``None``: the app serves it."""
         if scope["method"] not in _LEAN_METHODS:
             return None
         declared = None
@@ -101,24 +95,12 @@ class LeanPath:
                 return None
         if declared is None or not declared.isdigit() or len(declared) > 7 or int(declared) > LEAN_MAX_BODY:
             return None
-        name = self.app.lean_target(scope)
-        return partial(self._serve, name) if name is not None else None
+        return self.app.lean_target(scope)
 
-    async def _serve(self, name: str, scope: Scope, receive: Receive, send: Send) -> None:
-        metrics = self.metrics
-        metrics.in_flight += 1
+    async def respond(self, name: str, scope: Scope, chunks: AsyncIterator[bytes]) -> Response:
+        """The response to a request ``target`` chose, its body read from ``chunks`` (which
+        raise ``ClientDisconnect`` when the client goes)."""
         self.served += 1
-        started = time.perf_counter()
-        status = 500  # unless a response starts: the handler raised
-        try:
-            response = await self._respond(name, scope, receive)
-            status = response.status_code
-            await send_plain(response, send)
-        finally:
-            metrics.in_flight -= 1
-            metrics.observe_scope(scope, status, time.perf_counter() - started)
-
-    async def _respond(self, name: str, scope: Scope, receive: Receive) -> Response:
         handlers = self.app.handlers
         assert handlers is not None  # (lean_target: the app has started)
         try:
@@ -131,7 +113,7 @@ class LeanPath:
                 headers.setdefault(key.decode("latin-1"), value.decode("latin-1"))
 
             def body() -> Awaitable[bytes]:
-                return handlers.read_body(headers.get("content-length"), _chunks(receive))
+                return handlers.read_body(headers.get("content-length"), chunks)
 
             if scope["method"] == "PUT":
                 status, answer = await handlers.create_stream(name, headers, scope, body)
@@ -141,14 +123,3 @@ class LeanPath:
         except ProtocolError as error:
             return error_response(error)
         return Response(status_code=status, headers=answer)
-
-
-async def _chunks(receive: Receive) -> AsyncIterator[bytes]:
-    """The request body's chunks, as Starlette's ``Request.stream`` yields them."""
-    while True:
-        message: Message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientDisconnect()
-        yield message.get("body", b"")
-        if not message.get("more_body", False):
-            return

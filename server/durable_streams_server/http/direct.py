@@ -1,0 +1,196 @@
+"""A lean request served from the connection's parser callbacks: no ASGI between.
+
+uvicorn gives every request a ``RequestResponseCycle``: an ``asyncio.Event``, a task
+running the app with ``receive``/``send``, an ASGI message per body chunk and per response
+part, header validation and rendering in ``send`` (two socket writes: head, then body).
+For the requests ``LeanPath`` takes (small appends and creates, ``lean.py``) that was
+most of what the server did per request beyond the append itself. ``DirectCycle`` stands
+in the cycle's place on the connection: ``GuardedHttpToolsProtocol.on_headers_complete``
+(``connections.py``) makes one instead of uvicorn's cycle, so uvicorn's own connection
+handling still applies to it unchanged:
+
+- **ordering**: it is queued in the connection's ``pipeline`` behind a request still being
+  answered and started by uvicorn's ``_start_asgi_task`` (a task running ``run_asgi``);
+- **the body**: uvicorn's ``on_body`` / ``on_message_complete`` append to ``body``, clear
+  ``more_body`` and ``set`` ``message_event``; over its high-water mark reading pauses until
+  ``chunks`` asks for more (as ``receive`` does); ``connection_lost`` sets ``disconnected``;
+- **the response**: one ``transport.write`` of status line, uvicorn's default headers
+  (``date``, ``server``), the handler's headers, the security headers and the body, after
+  waiting for a paused transport to drain; ``connection: close`` and the close when the
+  request or a response header says so (or the server is shutting down: ``keep_alive``);
+  then ``on_response`` lets the protocol start the next pipelined request or arm its
+  timers; uvicorn's access log line when it is on;
+- **failures**: an exception from the handler is logged as uvicorn logs one and answered
+  with its 500 (and close); a client gone mid-request gets nothing.
+
+What a request gets is the gate's answer, to the byte (tests/server/test_lean_appends.py):
+``LeanPath.respond`` runs the gate's checks and the same handlers; metrics are observed
+here as the gate observes them (in flight; route, status, duration).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import AsyncIterator, Callable
+
+from starlette.requests import ClientDisconnect
+from starlette.responses import Response
+from starlette.types import Scope
+from uvicorn.protocols.http.flow_control import FlowControl
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE
+from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
+
+from .lean import LeanPath
+from .responses import with_security_headers
+
+_UNSAFE_VALUE = re.compile(b"[\x00-\x08\x0a-\x1f\x7f]")
+"""Header values uvicorn refuses to render (a control character could split the head)."""
+_ERROR_LOG = logging.getLogger("uvicorn.error")
+_ACCESS_LOG = logging.getLogger("uvicorn.access")
+_SERVER_ERROR = (
+    STATUS_LINE[500] + b"content-type: text/plain; charset=utf-8\r\ncontent-length: 21\r\nconnection: close\r\n\r\n"
+    b"Internal Server Error"
+)
+
+
+class _Wakeup:
+    """The cycle's ``message_event``: ``set`` by the protocol when body arrives or the
+    connection is lost; waited on only while a body is incomplete (a future, made then)."""
+
+    __slots__ = ("_waiter",)
+
+    def __init__(self) -> None:
+        self._waiter: asyncio.Future[None] | None = None
+
+    def set(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait(self) -> None:
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+
+class DirectCycle:
+    """One lean request and its response, in the place of uvicorn's ``RequestResponseCycle``
+    (the attributes the protocol reads and writes have its names)."""
+
+    __slots__ = (
+        "access_log",
+        "body",
+        "default_headers",
+        "disconnected",
+        "flow",
+        "keep_alive",
+        "lean",
+        "message_event",
+        "more_body",
+        "name",
+        "on_response",
+        "response_complete",
+        "scope",
+        "transport",
+    )
+
+    def __init__(
+        self,
+        scope: Scope,
+        name: str,
+        lean: LeanPath,
+        transport: asyncio.Transport,
+        flow: FlowControl,
+        default_headers: list[tuple[bytes, bytes]],
+        keep_alive: bool,
+        access_log: bool,
+        on_response: Callable[[], None],
+    ) -> None:
+        self.scope = scope
+        self.name = name
+        self.lean = lean
+        self.transport = transport
+        self.flow = flow
+        self.default_headers = default_headers
+        self.keep_alive = keep_alive
+        self.access_log = access_log
+        self.on_response = on_response
+        self.body = b""
+        self.more_body = True
+        self.disconnected = False
+        self.response_complete = False
+        self.message_event = _Wakeup()
+
+    async def run_asgi(self, _app: object) -> None:
+        """The request, start to end (the name under which uvicorn starts a cycle)."""
+        metrics = self.lean.metrics
+        metrics.in_flight += 1
+        started = time.perf_counter()
+        status = 500  # unless a response is written: the handler raised or the client left
+        try:
+            response = await self.lean.respond(self.name, self.scope, self._chunks())
+            if self.flow.write_paused and not self.disconnected:
+                await self.flow.drain()
+            if not self.disconnected:
+                status = response.status_code
+                self._write(response)
+        except ClientDisconnect:
+            pass  # nobody to answer
+        except Exception as error:
+            if not self.disconnected:
+                _ERROR_LOG.error("Exception in ASGI application\n", exc_info=error)
+                if not self.response_complete:
+                    self.response_complete = True
+                    self.transport.write(_SERVER_ERROR)
+                    self.transport.close()
+        finally:
+            metrics.in_flight -= 1
+            metrics.observe_scope(self.scope, status, time.perf_counter() - started)
+
+    async def _chunks(self) -> AsyncIterator[bytes]:
+        """The body as it arrives (``receive``'s part): usually all there at the first call."""
+        while True:
+            if self.disconnected:
+                raise ClientDisconnect()
+            if self.body or not self.more_body:
+                chunk, self.body = self.body, b""
+                yield chunk
+                if not self.more_body and not self.body:
+                    return
+                continue
+            self.flow.resume_reading()
+            await self.message_event.wait()
+
+    def _write(self, response: Response) -> None:
+        status = response.status_code
+        head = [STATUS_LINE[status]]
+        for name, value in (*self.default_headers, *with_security_headers(response.raw_headers)):
+            if _UNSAFE_VALUE.search(value):
+                raise RuntimeError("Invalid HTTP header value.")
+            if name == b"connection" and b"close" in value.lower():
+                self.keep_alive = False
+                continue  # (written once, below)
+            head += (name, b": ", value, b"\r\n")
+        if not self.keep_alive:
+            head.append(b"connection: close\r\n")
+        head += (b"\r\n", bytes(response.body))
+        if self.access_log:
+            scope = self.scope
+            _ACCESS_LOG.info(
+                '%s - "%s %s HTTP/%s" %d',
+                get_client_addr(scope),  # type: ignore[arg-type]
+                scope["method"],
+                get_path_with_query_string(scope),  # type: ignore[arg-type]
+                scope["http_version"],
+                status,
+            )
+        self.transport.write(b"".join(head))
+        self.response_complete = True
+        if not self.keep_alive:
+            self.transport.close()
+        self.on_response()

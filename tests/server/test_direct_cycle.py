@@ -1,0 +1,160 @@
+"""The connection handling of lean requests (``http/direct.py``), byte by byte on a socket.
+
+A lean append or create is served from the parser's callbacks in a ``DirectCycle`` instead
+of uvicorn's request cycle; what uvicorn did for it must still happen: bodies that arrive
+late are waited for, a client gone mid-body leaves nothing stored and the server serving,
+``Connection: close`` closes, requests uvicorn must answer itself (``Expect: 100-continue``,
+HTTP/1.0) take the app's path, a long pipeline mixing both paths is answered in order, and
+an idle connection after a lean response gets the head deadline. A real server in this
+process (``inprocess.serving``), real Delta tables.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import requests
+from inprocess import serving
+from rawhttp import connection_closed_by_server
+
+from durable_streams_server import ServerConfig
+from durable_streams_server.http.lean import LeanPath
+
+TEXT = {"Content-Type": "text/plain"}
+
+
+def _post_head(path: bytes, length: int, *extra: bytes) -> bytes:
+    lines = [b"POST " + path + b" HTTP/1.1", b"Host: x", b"Content-Type: text/plain", b"Content-Length: %d" % length]
+    return b"\r\n".join([*lines, *extra]) + b"\r\n\r\n"
+
+
+def _heads(sock: socket.socket, count: int) -> list[bytes]:
+    """The heads of ``count`` bodiless responses."""
+    data = b""
+    while data.count(b"\r\n\r\n") < count:
+        chunk = sock.recv(65536)
+        assert chunk, f"the server closed the connection after {data!r}"
+        data += chunk
+    return data.split(b"\r\n\r\n")[:count]
+
+
+def _header(head: bytes, name: bytes) -> bytes | None:
+    for line in head.split(b"\r\n")[1:]:
+        key, _, value = line.partition(b": ")
+        if key.lower() == name:
+            return value
+    return None
+
+
+def _stored(url: str) -> bytes:
+    return requests.get(url, params={"offset": "-1"}).content
+
+
+@contextlib.contextmanager
+def _one_stream(config: ServerConfig, name: str) -> Iterator[tuple[str, LeanPath, Callable[[], socket.socket]]]:
+    """A server with the text stream ``name`` created: its URL, the lean path (``served``
+    counted from after the create) and a way to open a socket to the server."""
+    with serving(config) as (url, gate):
+        assert gate.lean is not None
+        stream = f"{url}/v1/stream/{name}"
+        assert requests.put(stream, headers=TEXT).status_code == 201
+        gate.lean.served = 0
+        port = int(url.rsplit(":", 1)[1])
+        yield stream, gate.lean, lambda: socket.create_connection(("127.0.0.1", port), timeout=30)
+
+
+def test_a_body_that_arrives_late_is_waited_for(tmp_path: Path) -> None:
+    with _one_stream(ServerConfig(data_dir=tmp_path), "late") as (stream, lean, connect), connect() as sock:
+        sock.sendall(_post_head(b"/v1/stream/late", 10))
+        time.sleep(0.2)
+        sock.sendall(b"0123")
+        time.sleep(0.2)
+        sock.sendall(b"456789")
+        (head,) = _heads(sock, 1)
+        assert head.startswith(b"HTTP/1.1 204 ")
+        assert lean.served == 1
+        assert _stored(stream) == b"0123456789"
+
+
+def test_a_client_gone_mid_body_leaves_nothing_stored(tmp_path: Path) -> None:
+    with _one_stream(ServerConfig(data_dir=tmp_path), "gone") as (stream, lean, connect):
+        with connect() as sock:
+            sock.sendall(_post_head(b"/v1/stream/gone", 10) + b"012")
+            time.sleep(0.2)
+        metrics = lean.metrics
+        deadline = time.monotonic() + 10
+        while metrics.in_flight and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert metrics.in_flight == 0  # the request ended (not left waiting for its body)
+        assert lean.served == 1
+        assert requests.post(stream, headers=TEXT, data=b"after").status_code == 204
+        assert _stored(stream) == b"after"
+
+
+def test_connection_close_is_answered_and_closed(tmp_path: Path) -> None:
+    with _one_stream(ServerConfig(data_dir=tmp_path), "c") as (stream, lean, connect), connect() as sock:
+        sock.sendall(_post_head(b"/v1/stream/c", 1, b"Connection: close") + b"c")
+        (head,) = _heads(sock, 1)
+        assert head.startswith(b"HTTP/1.1 204 ")
+        assert _header(head, b"connection") == b"close"
+        assert connection_closed_by_server(sock, within_s=5)
+        assert lean.served == 1
+        assert _stored(stream) == b"c"
+
+
+def test_expect_continue_and_http_1_0_take_the_apps_path(tmp_path: Path) -> None:
+    with _one_stream(ServerConfig(data_dir=tmp_path), "e") as (stream, lean, connect):
+        with connect() as sock:
+            sock.sendall(_post_head(b"/v1/stream/e", 2, b"Expect: 100-continue"))
+            (interim,) = _heads(sock, 1)
+            assert interim == b"HTTP/1.1 100 Continue"
+            sock.sendall(b"ab")
+            (head,) = _heads(sock, 1)
+            assert head.startswith(b"HTTP/1.1 204 ")
+        with connect() as sock:
+            sock.sendall(_post_head(b"/v1/stream/e", 2).replace(b"HTTP/1.1", b"HTTP/1.0", 1) + b"cd")
+            (head,) = _heads(sock, 1)
+            assert head.startswith(b"HTTP/1.1 204 ")
+            assert connection_closed_by_server(sock, within_s=5)  # (HTTP/1.0: no keep-alive asked for)
+        assert lean.served == 0
+        assert _stored(stream) == b"abcd"
+
+
+def test_a_long_pipeline_of_both_paths_is_answered_in_order(tmp_path: Path) -> None:
+    """40 appends in one write, every fifth chunked (the app's path): 40 answers in order."""
+    bodies = [b"m%02d;" % index for index in range(40)]
+    chunked = b"POST /v1/stream/p HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+    chunked += b"Transfer-Encoding: chunked\r\n\r\n"
+    wire = b"".join(
+        chunked + b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+        if index % 5 == 4
+        else _post_head(b"/v1/stream/p", len(body)) + body
+        for index, body in enumerate(bodies)
+    )
+    with _one_stream(ServerConfig(data_dir=tmp_path), "p") as (stream, lean, connect):
+        with connect() as sock:
+            sock.sendall(wire)
+            heads = _heads(sock, 40)
+        assert all(head.startswith(b"HTTP/1.1 204 ") for head in heads)
+        offsets = [_header(head, b"stream-next-offset") for head in heads]
+        assert offsets == [b"%016d_%016d" % (index + 1, 0) for index in range(40)]
+        assert lean.served == 32
+        assert _stored(stream) == b"".join(bodies)
+
+
+def test_an_idle_connection_after_a_lean_answer_gets_the_head_deadline(tmp_path: Path) -> None:
+    """The head deadline (``--request-timeout-s``, here 0.5 s) starts again after a lean
+    response: the connection is closed well before uvicorn's keep-alive timeout (5 s)."""
+    config = ServerConfig(data_dir=tmp_path, request_timeout_s=0.5)
+    with _one_stream(config, "i") as (_, lean, connect), connect() as sock:
+        sock.sendall(_post_head(b"/v1/stream/i", 1) + b"i")
+        (head,) = _heads(sock, 1)
+        assert head.startswith(b"HTTP/1.1 204 ")
+        started = time.monotonic()
+        assert connection_closed_by_server(sock, within_s=4)
+        assert time.monotonic() - started < 3
+        assert lean.served == 1
