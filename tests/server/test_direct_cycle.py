@@ -158,3 +158,28 @@ def test_an_idle_connection_after_a_lean_answer_gets_the_head_deadline(tmp_path:
         assert connection_closed_by_server(sock, within_s=4)
         assert time.monotonic() - started < 3
         assert lean.served == 1
+
+
+def test_a_large_read_and_a_head_on_one_connection(tmp_path: Path) -> None:
+    """A read's body larger than what is written with its head (and a HEAD: the length, no
+    body), keep-alive between them, then an append on the same connection."""
+    parts = [bytes([65 + index]) * 30_000 for index in range(3)]
+    with _one_stream(ServerConfig(data_dir=tmp_path), "big") as (stream, lean, connect), connect() as sock:
+        for part in parts:
+            assert requests.post(stream, headers=TEXT, data=part).status_code == 204
+        sock.sendall(b"GET /v1/stream/big?offset=-1 HTTP/1.1\r\nHost: x\r\n\r\n")
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += sock.recv(65536)
+        head, _, body = data.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 ")
+        assert _header(head, b"content-length") == b"90000"
+        while len(body) < 90_000:
+            body += sock.recv(65536)
+        assert body == b"".join(parts)
+        sock.sendall(b"HEAD /v1/stream/big HTTP/1.1\r\nHost: x\r\n\r\n" + _post_head(b"/v1/stream/big", 1) + b"!")
+        heads = _heads(sock, 2)
+        assert heads[0].startswith(b"HTTP/1.1 200 ") and heads[1].startswith(b"HTTP/1.1 204 ")
+        assert _header(heads[1], b"stream-next-offset") == b"%016d_%016d" % (4, 0)
+        assert lean.served == 3 + 3
+        assert _stored(stream) == b"".join(parts) + b"!"

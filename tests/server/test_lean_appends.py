@@ -11,16 +11,17 @@ first server's eligible requests and nothing else.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+import pyarrow as pa
 import requests
 from inprocess import serving
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from durable_streams_server import ServerConfig
+from durable_streams_server.http.read_plans import READ_PLAN
 from durable_streams_server.protocol.tokens import parse_tokens
 
 TEXT = {"Content-Type": "text/plain"}
@@ -98,7 +99,7 @@ def test_appends_answer_as_the_app_does_and_take_the_lean_path(tmp_path: Path) -
     statuses = [status for status, _, _ in answers]
     assert statuses == [204, 200, 204, 409, 400, 204, 409, 400, 400, 409, 404, 413, 204, 409, 200]
     assert answers[-1][2] == b"hello" + b"one" + b"b"  # what the appends stored
-    assert served == 16  # the two PUTs and every POST (small, plain) went the lean way
+    assert served == 17  # the two PUTs, every POST (small, plain) and the GET went the lean way
 
 
 def _creates(http: requests.Session, url: str) -> list[Answer]:
@@ -130,7 +131,60 @@ def test_creates_answer_as_the_app_does_and_take_the_lean_path(tmp_path: Path) -
     assert statuses == [201, 200, 409, 400, 400, 201, 201, 201, 404, 400, 201, 413, 200]
     assert ("location", "URL/v1/stream/source") in answers[0][1]
     assert answers[-1][2] == b"first"  # the fork holds its source's message
-    assert served == 12
+    assert served == 13  # (and the GET)
+
+
+_READ_HEADERS_THAT_DIFFER = {"date", "etag", "stream-cursor", "stream-incarnation"}
+"""(the ETag and incarnation name a server's own stream ids; the cursor follows the clock)"""
+
+
+def _read_answer(response: requests.Response) -> Answer:
+    """The answer, but what differs between two servers (an Arrow body: its rows but the
+    append times; a length: of that body)."""
+    skip = _READ_HEADERS_THAT_DIFFER
+    body = response.content
+    if response.headers.get("content-type") == "application/vnd.apache.arrow.stream":
+        table = pa.ipc.open_stream(body).read_all()
+        body = repr(table.drop_columns(["ts"]).to_pylist()).encode()
+        skip = skip | {"content-length"}
+    headers = [(name, value) for name, value in response.headers.items() if name.lower() not in skip]
+    return response.status_code, sorted(headers), body
+
+
+def _reads(http: requests.Session, url: str) -> list[Answer]:
+    text, json_stream, missing = f"{url}/v1/stream/r", f"{url}/v1/stream/j", f"{url}/v1/stream/missing"
+    assert http.put(text, headers=TEXT).status_code == 201
+    assert http.put(json_stream, headers={"Content-Type": "application/json"}, data=b"[1, {}]").status_code == 201
+    tail = ""
+    for body in (b"a", b"bb"):
+        tail = http.post(text, headers=TEXT, data=body).headers["Stream-Next-Offset"]
+    first = http.get(text, params={"offset": "-1"})
+    gets: list[tuple[str, dict[str, str], dict[str, str]]] = [
+        (text, {"offset": "-1"}, {}),
+        (text, {"offset": "now"}, {}),
+        (text, {"offset": tail}, {}),  # up to date, empty
+        (text, {"offset": "-1", "live": "long-poll"}, {}),  # data at once
+        (text, {"offset": tail, "live": "long-poll"}, {}),  # 204 after the long-poll timeout
+        (text, {"offset": "-1"}, {"If-None-Match": first.headers["ETag"]}),  # 304
+        (text, {"offset": "-1"}, {"Accept": "application/vnd.apache.arrow.stream"}),
+        (json_stream, {"offset": "-1"}, {}),
+        (text, {"offset": "bogus"}, {}),  # 400
+        (text, {"offset": "-1", "live": "bogus"}, {}),  # 400
+        (text, {"live": "long-poll"}, {}),  # 400: no offset
+        (missing, {"offset": "-1"}, {}),  # 404
+    ]
+    answers = [_read_answer(http.get(target, params=params, headers=headers)) for target, params, headers in gets]
+    return [*answers, *(_read_answer(http.head(target)) for target in (text, json_stream, missing))]
+
+
+def test_reads_answer_as_the_app_does_and_take_the_lean_path(tmp_path: Path) -> None:
+    config = ServerConfig(data_dir=tmp_path, long_poll_timeout_ms=300)
+    answers, served = _both(config, _reads)
+    statuses = [status for status, _, _ in answers]
+    assert statuses == [200, 200, 200, 200, 204, 304, 200, 200, 400, 400, 400, 404, 200, 200, 404]
+    assert answers[0][2] == b"abb" and answers[7][2] == b"[1,{}]"
+    assert ("content-length", "0") in answers[-3][1]  # HEAD: the length of no body
+    assert served == 2 + 2 + 1 + 12 + 3  # creates, appends, the first GET, the reads, the HEADs
 
 
 def _refusals(http: requests.Session, url: str) -> list[Answer]:
@@ -171,53 +225,16 @@ def test_other_requests_stay_on_the_apps_path(tmp_path: Path) -> None:
         sub_resource = http.post(f"{stream}/snapshot", headers=TEXT, data=b"s")
         assert [r.status_code for r in (chunked, forwarded, large)] == [204, 204, 204]
         assert sub_resource.status_code == 405
+        with http.get(stream, params={"offset": "-1", "live": "sse"}, stream=True) as sse:
+            assert sse.status_code == 200 and sse.headers["Content-Type"].startswith("text/event-stream")
+        plan = http.get(stream, params={"offset": "-1"}, headers={"Accept": READ_PLAN})
+        assert plan.status_code == 200 and plan.headers["Content-Type"] == READ_PLAN
+        with_body = http.get(stream, params={"offset": "-1"}, data=b"?")
+        assert with_body.status_code == 200
         assert gate.lean.served == before
         assert http.post(stream, headers=TEXT, data=b"!").status_code == 204
         assert gate.lean.served == before + 1
         assert http.get(stream, params={"offset": "-1"}).content == b"chunkedf" + b"L" * (64 * 1024 + 1) + b"!"
-
-
-def _read_responses(sock: socket.socket, count: int) -> list[bytes]:
-    """The heads (status line and headers) of ``count`` bodiless responses on a socket."""
-    data = b""
-    while data.count(b"\r\n\r\n") < count:
-        chunk = sock.recv(65536)
-        assert chunk, "the server closed the connection"
-        data += chunk
-    return data.split(b"\r\n\r\n")[:count]
-
-
-def test_pipelined_requests_are_answered_in_order(tmp_path: Path) -> None:
-    """Three POSTs in one write (the last one not lean: chunked): three answers, in order,
-    each with its own offset."""
-    with serving(ServerConfig(data_dir=tmp_path)) as (url, gate):
-        assert requests.put(f"{url}/v1/stream/p", headers=TEXT).status_code == 201
-        port = int(url.rsplit(":", 1)[1])
-
-        def post(body: bytes) -> bytes:
-            return (
-                b"POST /v1/stream/p HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s"
-                % (
-                    len(body),
-                    body,
-                )
-            )
-
-        chunked = b"POST /v1/stream/p HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
-        chunked += b"Transfer-Encoding: chunked\r\n\r\n3\r\nccc\r\n0\r\n\r\n"
-        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
-            sock.sendall(post(b"a") + post(b"bb") + chunked)
-            heads = _read_responses(sock, 3)
-        offsets = [
-            line.split(b": ", 1)[1]
-            for head in heads
-            for line in head.split(b"\r\n")
-            if line.lower().startswith(b"stream-next-offset")
-        ]
-        assert [head.split(b"\r\n", 1)[0] for head in heads] == [b"HTTP/1.1 204 No Content"] * 3
-        assert offsets == [b"%016d_0000000000000000" % n for n in (1, 2, 3)]
-        assert requests.get(f"{url}/v1/stream/p", params={"offset": "-1"}).content == b"abbccc"
-        assert gate.lean is not None and gate.lean.served == 3  # (and the PUT)
 
 
 def test_a_users_middleware_sees_every_append(tmp_path: Path) -> None:

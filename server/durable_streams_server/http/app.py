@@ -107,7 +107,7 @@ class DurableStreamsApp:
             rate_limit_rps=limits.rate_limit_rps,
             rate_limit_burst=limits.rate_limit_burst,
         )
-        self.lean = LeanPath(self, auth, request_limits, self.metrics)
+        self.lean = LeanPath(self, auth, request_limits, self.metrics, self.live_readers)
         self.asgi = Gate(
             self.router,
             self.hot_route,

@@ -19,8 +19,9 @@ Two guards, the same for both parsers:
 ``httptools`` (C, llhttp) is the default parser: h11's pure-Python parsing and sending was
 about a third of an append's event-loop time. ``--http-parser h11`` keeps the old one.
 
-With httptools, a small plain append or create is served from the parser's callbacks
-without uvicorn's request cycle and the ASGI layers (``direct.py``, ``lean.py``):
+With httptools, a small plain append or create and a read or HEAD of a stream are served
+from the parser's callbacks without uvicorn's request cycle and the ASGI layers
+(``direct.py``, ``lean.py``):
 ``GuardedHttpToolsProtocol.on_headers_complete`` asks the gate's ``LeanPath`` (when
 uvicorn runs the gate itself) whether the request is one, and gives it a ``DirectCycle``.
 """
@@ -44,7 +45,7 @@ from .lean import LeanPath
 from .responses import error_response
 
 HttpParser = Literal["httptools", "h11"]
-_DIRECT_METHODS = frozenset({b"POST", b"PUT"})
+_DIRECT_METHODS = frozenset({b"POST", b"PUT", b"GET", b"HEAD"})
 
 
 def _raw_response(error: ProtocolError) -> bytes:

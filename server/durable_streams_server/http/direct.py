@@ -3,11 +3,11 @@
 uvicorn gives every request a ``RequestResponseCycle``: an ``asyncio.Event``, a task
 running the app with ``receive``/``send``, an ASGI message per body chunk and per response
 part, header validation and rendering in ``send`` (two socket writes: head, then body).
-For the requests ``LeanPath`` takes (small appends and creates, ``lean.py``) that was
-most of what the server did per request beyond the append itself. ``DirectCycle`` stands
-in the cycle's place on the connection: ``GuardedHttpToolsProtocol.on_headers_complete``
-(``connections.py``) makes one instead of uvicorn's cycle, so uvicorn's own connection
-handling still applies to it unchanged:
+For the requests ``LeanPath`` takes (small appends and creates, reads, long-polls and HEADs
+of a stream, ``lean.py``) that was most of what the server did per request beyond the
+work itself. ``DirectCycle`` stands in the cycle's place on the connection:
+``GuardedHttpToolsProtocol.on_headers_complete`` (``connections.py``) makes one instead of
+uvicorn's cycle, so uvicorn's own connection handling still applies to it unchanged:
 
 - **ordering**: it is queued in the connection's ``pipeline`` behind a request still being
   answered and started by uvicorn's ``_start_asgi_task`` (a task running ``run_asgi``);
@@ -15,8 +15,8 @@ handling still applies to it unchanged:
   ``more_body`` and ``set`` ``message_event``; over its high-water mark reading pauses until
   ``chunks`` asks for more (as ``receive`` does); ``connection_lost`` sets ``disconnected``;
 - **the response**: one ``transport.write`` of status line, uvicorn's default headers
-  (``date``, ``server``), the handler's headers, the security headers and the body, after
-  waiting for a paused transport to drain; ``connection: close`` and the close when the
+  (``date``, ``server``), the handler's headers, the security headers and the body (none
+  for HEAD), after waiting for a paused transport to drain; ``connection: close`` and the close when the
   request or a response header says so (or the server is shutting down: ``keep_alive``);
   then ``on_response`` lets the protocol start the next pipelined request or arm its
   timers; uvicorn's access log line when it is on;
@@ -48,6 +48,8 @@ from .responses import with_security_headers
 
 _UNSAFE_VALUE = re.compile(b"[\x00-\x08\x0a-\x1f\x7f]")
 """Header values uvicorn refuses to render (a control character could split the head)."""
+_JOINED_BODY = 16 * 1024
+"""Bodies up to this size go out in one write with the head; larger ones in a write of their own."""
 _ERROR_LOG = logging.getLogger("uvicorn.error")
 _ACCESS_LOG = logging.getLogger("uvicorn.access")
 _SERVER_ERROR = (
@@ -178,7 +180,8 @@ class DirectCycle:
             head += (name, b": ", value, b"\r\n")
         if not self.keep_alive:
             head.append(b"connection: close\r\n")
-        head += (b"\r\n", bytes(response.body))
+        head.append(b"\r\n")
+        body = b"" if self.scope["method"] == "HEAD" else bytes(response.body)
         if self.access_log:
             scope = self.scope
             _ACCESS_LOG.info(
@@ -189,7 +192,11 @@ class DirectCycle:
                 scope["http_version"],
                 status,
             )
-        self.transport.write(b"".join(head))
+        if len(body) <= _JOINED_BODY:
+            self.transport.write(b"".join((*head, body)))
+        else:  # (not copied into one buffer with the head)
+            self.transport.write(b"".join(head))
+            self.transport.write(body)
         self.response_complete = True
         if not self.keep_alive:
             self.transport.close()

@@ -66,7 +66,7 @@ class Gate:
     limits: RequestLimits
     live_readers: LiveReaders
     lean: LeanPath | None = None
-    """Small appends and creates, served by the protocol class without the ASGI layers (``lean.py``, ``direct.py``)."""
+    """A stream's hot requests, served by the protocol class without the ASGI layers (``lean.py``, ``direct.py``)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

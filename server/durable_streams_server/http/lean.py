@@ -1,23 +1,25 @@
-"""The lean path of small appends and creates: which requests, and their answer without the ASGI layers.
+"""The lean path of a stream's hot requests: which ones, and their answer without the ASGI layers.
 
-A POST of a small body to a stream is most of what a busy server does, and a PUT creating
-a stream the next most (many streams, each created once). Through the ASGI app
-it passes uvicorn's request cycle and proxy-headers middleware, the gate, the hot-route
-dispatch and Starlette's ``Request``, ``Headers`` and ``Response`` (bench/README.md, issue
-18). ``LeanPath.target`` picks such a request when its head has been parsed, and the
-protocol class serves it in a ``DirectCycle`` (``direct.py``: the connection's side) with
-``LeanPath.respond`` (this module: the answer), which gives the request what the app would:
+Small appends are most of what a busy server does, then reads and long-polls of a stream,
+then creates (many streams, each created once). Through the ASGI app such a request passes
+uvicorn's request cycle and proxy-headers middleware, the gate, the hot-route dispatch and
+Starlette's ``Request``/``Response`` machinery (bench/README.md, issue 18). ``LeanPath.target``
+picks such a request when its head has been parsed, and the protocol class serves it in a
+``DirectCycle`` (``direct.py``: the connection's side) with ``LeanPath.respond`` (this
+module: the answer), which gives the request what the app would:
 
 - the gate's checks first (``auth.admit``: 401/403, 431, 429), then the same handler
-  (``StreamHandlers.read_body`` with ``plain_append`` or ``create_stream``), protocol errors as the same JSON
-  (``error_response``), the same security headers; the same metrics are observed by the cycle
-  (route ``base_stream``, or ``unrouted`` for the gate's refusals; in flight);
-- which requests: ``POST`` or ``PUT`` to a stream of the base surface (``DurableStreamsApp.lean_target``:
-  not a sub-resource, not ``__ds``, a valid path, the app started) with one decimal
-  ``Content-Length`` of at most ``LEAN_MAX_BODY``, no ``Transfer-Encoding``, no bulk append
-  header (``protocol.bulk``: large bodies, their own handler), no forwarding headers (the
-  proxy-headers middleware would rewrite the client the rate limit charges). Everything else
-  goes through the app.
+  (``StreamHandlers.read`` / ``head``; ``read_body`` with ``plain_append`` or ``create_stream``), protocol
+  errors as the same JSON (``error_response``), the same security headers, a long-poll's live-reader slot
+  released at the end; the same metrics are observed by the cycle (route ``base_stream``, or ``unrouted``
+  for the gate's refusals; in flight);
+- which requests, all to a stream of the base surface (``DurableStreamsApp.lean_target``: not a
+  sub-resource, not ``__ds``, a valid path, the app started) and without forwarding headers (the
+  proxy-headers middleware would rewrite the client the rate limit charges): ``POST`` or ``PUT``
+  with one decimal ``Content-Length`` of at most ``LEAN_MAX_BODY``, no ``Transfer-Encoding``, no bulk
+  append header (``protocol.bulk``: large bodies, their own handler); ``GET`` or ``HEAD`` without
+  a body, not SSE (a streamed response: its query string has no ``sse``) and not asking for a read plan.
+  Everything else goes through the app.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any, Protocol
 
+from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Scope
 
@@ -32,12 +35,14 @@ from ..protocol import bulk
 from ..protocol.errors import ProtocolError
 from ..protocol.tokens import AuthConfig
 from .auth import admit
-from .limits import RequestLimits
+from .limits import LiveReaders, RequestLimits
 from .metrics import ROUTE_KEY, STREAM_ROUTE, ServerMetrics
+from .read_plans import wants_plan
 from .responses import error_response
 from .streams import StreamHandlers, append_flags
 
-_LEAN_METHODS = frozenset({"POST", "PUT"})
+_WRITES = frozenset({"POST", "PUT"})
+_READS = frozenset({"GET", "HEAD"})
 LEAN_MAX_BODY = 64 * 1024
 """Declared bodies up to this size (uvicorn's read buffer never pauses below it)."""
 _NOT_LEAN = frozenset(
@@ -73,17 +78,28 @@ class _Headers(dict[str, str]):
 
 
 class LeanPath:
-    def __init__(self, app: LeanApp, auth: AuthConfig | None, limits: RequestLimits, metrics: ServerMetrics) -> None:
+    def __init__(
+        self,
+        app: LeanApp,
+        auth: AuthConfig | None,
+        limits: RequestLimits,
+        metrics: ServerMetrics,
+        live_readers: LiveReaders,
+    ) -> None:
         self.app = app
         self.auth = auth
         self.limits = limits
         self.metrics = metrics
+        self.live_readers = live_readers
         self.served = 0
         """Requests served this way (tests check that the path is taken)."""
 
     def target(self, scope: Scope) -> str | None:
-        """The stream a request appends to or creates on the lean path, or ``None``: the app serves it."""
-        if scope["method"] not in _LEAN_METHODS:
+        """The stream a request reads, appends to or creates on the lean path, or ``None``: the app serves it."""
+        method = scope["method"]
+        if method in _READS:
+            return self._read_target(scope)
+        if method not in _WRITES:
             return None
         declared = None
         for name, value in scope["headers"]:
@@ -97,6 +113,17 @@ class LeanPath:
             return None
         return self.app.lean_target(scope)
 
+    def _read_target(self, scope: Scope) -> str | None:
+        """A read or HEAD of a stream: no body, no SSE (a streamed response), no read plan."""
+        if b"sse" in scope["query_string"]:
+            return None
+        for name, value in scope["headers"]:
+            if name in _NOT_LEAN or (name == b"content-length" and value != b"0"):
+                return None
+            if name == b"accept" and wants_plan(value.decode("latin-1")):
+                return None
+        return self.app.lean_target(scope)
+
     async def respond(self, name: str, scope: Scope, chunks: AsyncIterator[bytes]) -> Response:
         """The response to a request ``target`` chose, its body read from ``chunks`` (which
         raise ``ClientDisconnect`` when the client goes)."""
@@ -108,6 +135,11 @@ class LeanPath:
             if refusal is not None:
                 return error_response(refusal)  # (route label: unrouted, as the gate's refusals)
             scope[ROUTE_KEY] = STREAM_ROUTE
+            method = scope["method"]
+            if method == "GET":
+                return await handlers.read(Request(scope), name)
+            if method == "HEAD":
+                return await handlers.head(name)
             headers = _Headers()
             for key, value in scope["headers"]:
                 headers.setdefault(key.decode("latin-1"), value.decode("latin-1"))
@@ -115,11 +147,13 @@ class LeanPath:
             def body() -> Awaitable[bytes]:
                 return handlers.read_body(headers.get("content-length"), chunks)
 
-            if scope["method"] == "PUT":
+            if method == "PUT":
                 status, answer = await handlers.create_stream(name, headers, scope, body)
             else:
                 producer, close = append_flags(headers)  # (checked before the body is read, as the app does)
                 status, answer = await handlers.plain_append(name, headers, await body(), producer, close)
         except ProtocolError as error:
             return error_response(error)
+        finally:
+            self.live_readers.release(scope)  # (a long-poll's slot)
         return Response(status_code=status, headers=answer)
