@@ -23,13 +23,14 @@ Frame layout (little-endian)::
 
 from __future__ import annotations
 
-import json
 import struct
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, ClassVar, Generic, TypeGuard, TypeVar
+
+import orjson
 
 from .message_batch import MessageBatch
 
@@ -300,7 +301,7 @@ _BULK = 0xFFFFFFFF
 
 
 def encode(record: Record[Header]) -> bytes:
-    header = json.dumps(record.header.to_json(), separators=(",", ":")).encode()
+    header = orjson.dumps(record.header.to_json(), option=orjson.OPT_NON_STR_KEYS)  # (compact, as json's)
     parts: list[bytes | memoryview] = [_PREFIX.pack(record.lsn, record.kind, record.uid, len(header)), header]
     messages = record.messages
     if isinstance(messages, MessageBatch):
@@ -321,7 +322,7 @@ def encode(record: Record[Header]) -> bytes:
 def _decode_payload(payload: memoryview) -> Record[Header]:
     lsn, kind, uid, header_length = _PREFIX.unpack_from(payload, 0)
     position = _PREFIX.size
-    header = _DECODERS[RecordKind(kind)](json.loads(bytes(payload[position : position + header_length])))
+    header = _DECODERS[RecordKind(kind)](orjson.loads(payload[position : position + header_length]))
     position += header_length
     (count,) = _U32.unpack_from(payload, position)
     position += _U32.size
