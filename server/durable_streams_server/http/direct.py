@@ -181,7 +181,7 @@ class DirectCycle:
         if not self.keep_alive:
             head.append(b"connection: close\r\n")
         head.append(b"\r\n")
-        body = b"" if self.scope["method"] == "HEAD" else bytes(response.body)
+        body = b"" if self.scope["method"] == "HEAD" else response.body  # (a read's may be a memoryview: not copied)
         if self.access_log:
             scope = self.scope
             _ACCESS_LOG.info(
