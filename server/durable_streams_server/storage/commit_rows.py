@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -110,10 +111,15 @@ def commit_table(records: Sequence[Record[Header]], states: Mapping[int, dict[st
             batch_meta = f'{{"batch":{size}}}' if size > 1 else None
             rows.add(name, record.uid, KIND_MESSAGE, header.first_seq + index, ts_us, message, batch_meta, record.lsn)
     for uid, state in states.items():
-        meta = json.dumps(state, separators=(",", ":"))
+        meta = _json(state)
         ts_us = state["written_ms"] * 1000
         rows.add(state["name"], uid, KIND_STATE, state["tail"], ts_us, state_flags(state), meta, through_lsn)
     return rows.to_table()
+
+
+def _json(value: Mapping[str, Any]) -> str:
+    """Compact JSON of a state row's ``meta`` (orjson: the flusher renders one per stream changed)."""
+    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
 
 
 class _Rows:
@@ -174,7 +180,7 @@ def _add_subscription_rows(rows: _Rows, records: Sequence[Record[Header]]) -> No
         else:
             assert isinstance(header, SigningKeysHeader)
             name, state = SIGNING_KEYS_NAME, header.keys
-        meta = json.dumps(state, separators=(",", ":")) if state is not None else None
+        meta = _json(state) if state is not None else None
         rows.add(name, uid, KIND_SUBSCRIPTION, 0, header.ts * 1000, None, meta, record.lsn)
 
 
