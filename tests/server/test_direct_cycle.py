@@ -183,3 +183,22 @@ def test_a_large_read_and_a_head_on_one_connection(tmp_path: Path) -> None:
         assert _header(heads[1], b"stream-next-offset") == b"%016d_%016d" % (4, 0)
         assert lean.served == 3 + 3
         assert _stored(stream) == b"".join(parts) + b"!"
+
+
+def test_a_long_poll_whose_client_left_is_observed_with_its_status(tmp_path: Path) -> None:
+    """The reader hangs up while parked: nothing is written, and /metrics counts the long-poll's
+    own answer (204 at the timeout), as the gate does, not a server error."""
+    config = ServerConfig(data_dir=tmp_path, long_poll_timeout_ms=300)
+    with _one_stream(config, "lp") as (stream, lean, connect):
+        tail = requests.post(stream, headers=TEXT, data=b"x").headers["Stream-Next-Offset"]
+        with connect() as sock:
+            sock.sendall(b"GET /v1/stream/lp?offset=%s&live=long-poll HTTP/1.1\r\nHost: x\r\n\r\n" % tail.encode())
+            time.sleep(0.1)
+        deadline = time.monotonic() + 10
+        while lean.metrics.in_flight and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert lean.metrics.in_flight == 0
+        assert lean.served == 2
+        counted = requests.get(stream.split("/v1/")[0] + "/metrics").text.splitlines()
+        assert 'durable_streams_http_requests_total{method="GET",route="long_poll",status="204"} 1.0' in counted
+        assert not any('status="500"' in line for line in counted)

@@ -133,17 +133,18 @@ class DirectCycle:
         metrics = self.lean.metrics
         metrics.in_flight += 1
         started = time.perf_counter()
-        status = 500  # unless a response is written: the handler raised or the client left
+        status = 500  # unless the handler answers (observed as the gate does, whether or not the client stayed)
         try:
             response = await self.lean.respond(self.name, self.scope, self._chunks())
+            status = response.status_code
             if self.flow.write_paused and not self.disconnected:
                 await self.flow.drain()
             if not self.disconnected:
-                status = response.status_code
                 self._write(response)
         except ClientDisconnect:
             pass  # nobody to answer
         except Exception as error:
+            status = 500
             if not self.disconnected:
                 _ERROR_LOG.error("Exception in ASGI application\n", exc_info=error)
                 if not self.response_complete:
