@@ -16,6 +16,13 @@ Two guards, the same for both parsers:
   told to, so ``GuardedHttpToolsProtocol`` counts the bytes fed to its parser while a head
   is pending and answers 431 + close once they pass the limit.
 
+A refusal of a broken or oversized *head* (uvicorn's 400 for bytes httptools cannot parse,
+our 431) closes the connection -- but with httptools, requests pipelined before it on the
+same connection may still be in their handlers: their answers go first, then the refusal
+(``_refuse``), so a client never reads a 400 for a request the server went on to execute
+(the fuzz test found a ``DELETE`` answered 400 and executed anyway). Nothing after the
+refused bytes is read.
+
 ``httptools`` (C, llhttp) is the default parser: h11's pure-Python parsing and sending was
 about a third of an append's event-loop time. ``--http-parser h11`` keeps the old one.
 
@@ -30,6 +37,8 @@ from __future__ import annotations
 
 import asyncio
 import urllib.parse
+from collections.abc import Callable
+from functools import partial
 from http import HTTPStatus
 from typing import ClassVar, Literal, cast
 
@@ -133,6 +142,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     """Between the end of a request (or the connection's start) and the next parsed head."""
     _head_seen = 0
     """Bytes fed to the parser while a head was pending (at most one read too few)."""
+    _refusal: Callable[[], None] | None = None
+    """A head's refusal waiting for the answers to the requests before it (``_refuse``)."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._head_timer = HeadTimer(self.loop, self.head_timeout_s)
@@ -145,13 +156,32 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._refusal is not None:
+            return  # (the parser stopped at the refused bytes)
         limit = self.max_head_bytes
         if limit and self._head_pending:
             self._head_seen += len(data)
         super().data_received(data)
         if limit and self._head_pending and self._head_seen > limit and not self.transport.is_closing():
-            self.transport.write(_TOO_LARGE)
-            self.transport.close()
+            self._refuse(self._send_too_large)
+
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to bytes the parser refused, after the answers before it."""
+        self._refuse(partial(super().send_400_response, msg))
+
+    def _send_too_large(self) -> None:
+        self.transport.write(_TOO_LARGE)
+        self.transport.close()
+
+    def _refuse(self, refusal: Callable[[], None]) -> None:
+        """Refuse a request head (and close) now, or once the requests before it on this
+        connection are answered. A broken *body* is its own request's: refused at once."""
+        waiting = bool(self.pipeline) or (self.cycle is not None and not self.cycle.response_complete)
+        if not waiting or not self._head_pending or self._refusal is not None:
+            refusal()
+            return
+        self._refusal = refusal
+        self.flow.pause_reading()
 
     def on_headers_complete(self) -> None:
         self._head_pending = False
@@ -213,6 +243,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self._head_pending and not self.pipeline:
             self._head_timer.arm(self.transport)  # no next head parsed yet: its deadline starts
         super().on_response_complete()
+        refusal = self._refusal
+        if refusal is not None and not self.pipeline and self.cycle.response_complete:
+            self._head_timer.stop()
+            if not self.transport.is_closing():
+                refusal()
 
 
 def _lean_path(app: object) -> LeanPath | None:
