@@ -177,7 +177,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         """Refuse a request head (and close) now, or once the requests before it on this
         connection are answered. A broken *body* is its own request's: refused at once."""
         waiting = bool(self.pipeline) or (self.cycle is not None and not self.cycle.response_complete)
-        if not waiting or not self._head_pending or self._refusal is not None:
+        if not waiting or not self._head_pending:
             refusal()
             return
         self._refusal = refusal
