@@ -64,3 +64,18 @@ def test_drive_and_arrivals_against_the_server(server: ServerProcess) -> None:
     assert conn.request("GET", f"{path}?offset={tail}").body == b"late"  # blocking again after arrivals
     poll.close()
     conn.close()
+
+
+def test_arrivals_takes_a_response_already_read(server: ServerProcess) -> None:
+    """Two pipelined requests answered in one read: the second answer is in the buffer after the
+    first ``receive``, and ``arrivals`` hands it over without waiting for more bytes."""
+    port, path, octets = server.port, "/v1/stream/pipelined", {"Content-Type": "application/octet-stream"}
+    conn = loadgen.Connection(port)
+    assert conn.request("PUT", path, b"first", octets).status == 201
+    read = loadgen.render("GET", f"{path}?offset=-1", port)
+    conn.send(read + read)
+    time.sleep(0.3)  # both answers on the socket, so one recv takes both
+    assert conn.receive().body == b"first"
+    ((_, second),) = loadgen.arrivals([conn], timeout_s=2)
+    assert (second.status, second.body) == (200, b"first")
+    conn.close()
