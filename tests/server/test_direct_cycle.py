@@ -67,6 +67,39 @@ def _one_stream(config: ServerConfig, name: str) -> Iterator[tuple[str, LeanPath
         yield stream, gate.lean, lambda: socket.create_connection(("127.0.0.1", port), timeout=30)
 
 
+def test_a_body_that_came_with_its_head_is_checked_against_the_limit(tmp_path: Path) -> None:
+    """A body all there when the request starts is handed to the handler whole: the same limit
+    as a body read in chunks (413, nothing stored or created), the same 204 / 201 within it."""
+    config = ServerConfig(data_dir=tmp_path, max_body_bytes=100)
+    with _one_stream(config, "whole") as (stream, lean, connect), connect() as sock:
+        put = b"PUT /v1/stream/made HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n"
+        sock.sendall(_post_head(b"/v1/stream/whole", 101) + b"x" * 101)  # one write: head and body together
+        sock.sendall(put % 101 + b"y" * 101)
+        sock.sendall(_post_head(b"/v1/stream/whole", 100) + b"x" * 100)
+        sock.sendall(put % 100 + b"y" * 100)
+        heads = _heads_with_bodies(sock, 4)
+        assert [head.split(b" ")[1] for head in heads] == [b"413", b"413", b"204", b"201"]
+        assert lean.served == 4
+        assert _stored(stream) == b"x" * 100
+        assert _stored(stream.replace("/whole", "/made")) == b"y" * 100
+
+
+def _heads_with_bodies(sock: socket.socket, count: int) -> list[bytes]:
+    """The heads of ``count`` responses, skipping each one's body (``Content-Length``)."""
+    data, heads = b"", []
+    while len(heads) < count:
+        end = data.find(b"\r\n\r\n")
+        length = int(_header(data[:end], b"content-length") or b"0") if end >= 0 else 0
+        if end < 0 or len(data) < end + 4 + length:
+            chunk = sock.recv(65536)
+            assert chunk, f"the server closed the connection after {heads!r}"
+            data += chunk
+            continue
+        heads.append(data[:end])
+        data = data[end + 4 + length :]
+    return heads
+
+
 def test_a_body_that_arrives_late_is_waited_for(tmp_path: Path) -> None:
     with _one_stream(ServerConfig(data_dir=tmp_path), "late") as (stream, lean, connect), connect() as sock:
         sock.sendall(_post_head(b"/v1/stream/late", 10))

@@ -12,8 +12,10 @@ uvicorn's cycle, so uvicorn's own connection handling still applies to it unchan
 - **ordering**: it is queued in the connection's ``pipeline`` behind a request still being
   answered and started by uvicorn's ``_start_asgi_task`` (a task running ``run_asgi``);
 - **the body**: uvicorn's ``on_body`` / ``on_message_complete`` append to ``body``, clear
-  ``more_body`` and ``set`` ``message_event``; over its high-water mark reading pauses until
-  ``chunks`` asks for more (as ``receive`` does); ``connection_lost`` sets ``disconnected``;
+  ``more_body`` and ``set`` ``message_event``; a body all there when the request starts (the
+  usual case: it came with the head) is handed over whole, else ``chunks`` yields it as it
+  comes, and over its high-water mark reading pauses until ``chunks`` asks for more (as
+  ``receive`` does); ``connection_lost`` sets ``disconnected``;
 - **the response**: one ``transport.write`` of status line, uvicorn's default headers
   (``date``, ``server``), the handler's headers, the security headers and the body (none
   for HEAD), after waiting for a paused transport to drain; ``connection: close`` and the close when the
@@ -135,7 +137,12 @@ class DirectCycle:
         started = time.perf_counter()
         status = 500  # unless the handler answers (observed as the gate does, whether or not the client stayed)
         try:
-            response = await self.lean.respond(self.name, self.scope, self._chunks())
+            body: bytes | AsyncIterator[bytes]
+            if not self.more_body and not self.disconnected:  # all there (usually: it came with the head)
+                body, self.body = self.body, b""
+            else:
+                body = self._chunks()
+            response = await self.lean.respond(self.name, self.scope, body)
             status = response.status_code
             if self.flow.write_paused and not self.disconnected:
                 await self.flow.drain()

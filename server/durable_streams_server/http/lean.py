@@ -124,9 +124,11 @@ class LeanPath:
                 return None
         return self.app.lean_target(scope)
 
-    async def respond(self, name: str, scope: Scope, chunks: AsyncIterator[bytes]) -> Response:
-        """The response to a request ``target`` chose, its body read from ``chunks`` (which
-        raise ``ClientDisconnect`` when the client goes)."""
+    async def respond(self, name: str, scope: Scope, body: bytes | AsyncIterator[bytes]) -> Response:
+        """The response to a request ``target`` chose. ``body``: the whole body when it had all
+        arrived before the handler ran (most requests: checked against the same limit, with no
+        deadline left to keep), else its chunks as they arrive (which raise ``ClientDisconnect``
+        when the client goes)."""
         self.served += 1
         handlers = self.app.handlers
         assert handlers is not None  # (lean_target: the app has started)
@@ -144,16 +146,22 @@ class LeanPath:
             for key, value in scope["headers"]:
                 headers.setdefault(key.decode("latin-1"), value.decode("latin-1"))
 
-            def body() -> Awaitable[bytes]:
-                return handlers.read_body(headers.get("content-length"), chunks)
+            def read() -> Awaitable[bytes]:
+                if isinstance(body, bytes):
+                    return _received(handlers.received_body(body))
+                return handlers.read_body(headers.get("content-length"), body)
 
             if method == "PUT":
-                status, answer = await handlers.create_stream(name, headers, scope, body)
+                status, answer = await handlers.create_stream(name, headers, scope, read)
             else:
                 producer, close = append_flags(headers)  # (checked before the body is read, as the app does)
-                status, answer = await handlers.plain_append(name, headers, await body(), producer, close)
+                status, answer = await handlers.plain_append(name, headers, await read(), producer, close)
         except ProtocolError as error:
             return error_response(error)
         finally:
             self.live_readers.release(scope)  # (a long-poll's slot)
         return Response(status_code=status, headers=answer)
+
+
+async def _received(body: bytes) -> bytes:
+    return body

@@ -50,6 +50,13 @@ class StreamHandlers:
     async def body(self, request: Request) -> bytes:
         return await self.read_body(request.headers.get("content-length"), request.stream())
 
+    def received_body(self, body: bytes) -> bytes:
+        """A body that had all arrived before the handler ran (the lean path's): ``read_body``'s
+        limit, and no deadline left to keep."""
+        if len(body) > self.limits.max_body_bytes:
+            raise PayloadTooLarge(f"request body exceeds {self.limits.max_body_bytes} bytes")
+        return body
+
     async def read_body(self, declared: str | None, chunks: AsyncIterator[bytes]) -> bytes:
         """The whole body (``declared``: its Content-Length): 413 over the limit, 408 when
         it does not arrive in time."""
