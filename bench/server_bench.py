@@ -206,9 +206,10 @@ def catch_up_read(server: Server, mebibytes: int) -> dict[str, float]:
     return {"MiB/s": mebibytes / elapsed}
 
 
-def long_poll_wake(server: Server, readers: int, rounds: int) -> dict[str, float]:
-    """``readers`` long-polls parked at the tail; one append; how long until each reader has its
-    response, from the moment the append is sent (all read by one thread as they arrive)."""
+def long_poll_wake(server: Server, readers: int, rounds: int, idle_s: float = 0.05) -> dict[str, float]:
+    """``readers`` long-polls parked at the tail; ``idle_s`` later, one append; how long until
+    each reader has its response, from the moment the append is sent (all read by one thread
+    as they arrive)."""
     path = f"/v1/stream/lp-{uuid.uuid4().hex}"
     _create(server, path)
     writer = loadgen.Connection(server.port)
@@ -220,7 +221,7 @@ def long_poll_wake(server: Server, readers: int, rounds: int) -> dict[str, float
         poll = loadgen.render("GET", f"{path}?offset={tail}&live=long-poll", server.port)
         for conn in polls:
             conn.send(poll)
-        time.sleep(0.05)  # let the requests reach the server and park
+        time.sleep(idle_s)  # let the requests reach the server and park
         sent_at = time.perf_counter()
         writer.send(append)
         *answers, (_, written) = loadgen.arrivals([*polls, writer])

@@ -20,6 +20,7 @@ import collections
 import functools
 import inspect
 import multiprocessing
+import os
 import statistics
 import sys
 import tempfile
@@ -31,8 +32,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path += [str(REPO / "tests")]
 
-import loadgen  # noqa: E402
 from inprocess import serving  # noqa: E402
+from server_bench import Server, long_poll_wake  # noqa: E402
 
 from durable_streams_server import ServerConfig  # noqa: E402
 from durable_streams_server.engine.engine import Engine  # noqa: E402
@@ -55,7 +56,6 @@ STEPS: list[tuple[type, str, str]] = [
     (Acknowledgements, "mark_durable", "marked durable"),
     (DirectCycle, "_write", "response written"),
 ]
-OCTETS = {"Content-Type": "application/octet-stream"}
 
 
 def _stamped(stamps: list[tuple[str, float]], label: str, method: Callable[..., Any]) -> Callable[..., Any]:
@@ -76,24 +76,6 @@ def _stamped(stamps: list[tuple[str, float]], label: str, method: Callable[..., 
         return result
 
     return stamped
-
-
-def _client(port: int, rounds: int, idle_s: float) -> list[float]:
-    """The ``lp1`` pattern; each round's time from sending the append to the reader's answer."""
-    path = "/v1/stream/wake-timeline"
-    writer, reader = loadgen.Connection(port), loadgen.Connection(port)
-    assert writer.request("PUT", path, headers=OCTETS).status in (200, 201)
-    append = loadgen.render("POST", path, port, b"x" * 100, OCTETS)
-    seen = []
-    for _ in range(rounds):
-        tail = writer.request("HEAD", path).headers["stream-next-offset"]
-        reader.send(loadgen.render("GET", f"{path}?offset={tail}&live=long-poll", port))
-        time.sleep(idle_s)
-        sent = time.perf_counter()
-        writer.send(append)
-        (answered, _), _ = loadgen.arrivals([reader, writer])
-        seen.append(answered - sent)
-    return seen
 
 
 def _timeline(stamps: list[tuple[str, float]], skip: int) -> dict[str, list[float]]:
@@ -123,12 +105,12 @@ def main() -> None:
         setattr(cls, name, _stamped(stamps, label, getattr(cls, name)))
     with tempfile.TemporaryDirectory(prefix="ds-wake-") as work, serving(ServerConfig(data_dir=Path(work))) as (url, _):
         port = int(url.rsplit(":", 1)[1])
-        with multiprocessing.get_context("spawn").Pool(1) as pool:
-            seen = pool.apply(_client, (port, args.rounds, args.idle_ms / 1000))
+        with multiprocessing.get_context("spawn").Pool(1) as pool:  # (the bench's lp1 load, from another process)
+            seen = pool.apply(long_poll_wake, (Server("ours", port, os.getpid()), 1, args.rounds, args.idle_ms / 1000))
     print(f"{args.rounds} rounds, {args.idle_ms:g} ms idle before each append; medians, ms from data_received:")
     for label, values in sorted(_timeline(stamps, 5).items(), key=lambda item: statistics.median(item[1])):
         print(f"  {statistics.median(values):7.3f}  {label}  (n={len(values)})")
-    print(f"the client has the reader's answer {1000 * statistics.median(seen[5:]):.3f} ms after sending the append")
+    print(f"the client has the reader's answer {seen['p50 ms']:.3f} ms after sending the append (p50)")
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ class StreamHandlers:
         """A body that had all arrived before the handler ran (the lean path's): ``read_body``'s
         limit, and no deadline left to keep."""
         if len(body) > self.limits.max_body_bytes:
-            raise PayloadTooLarge(f"request body exceeds {self.limits.max_body_bytes} bytes")
+            raise self._too_large()
         return body
 
     async def read_body(self, declared: str | None, chunks: AsyncIterator[bytes]) -> bytes:
@@ -62,16 +62,20 @@ class StreamHandlers:
         it does not arrive in time."""
         limit = self.limits.max_body_bytes
         if declared is not None and _DECIMAL_RE.fullmatch(declared) and int(declared) > limit:
-            raise PayloadTooLarge(f"request body exceeds {limit} bytes")
+            raise self._too_large()
         parts: list[bytes] = []
         size = 0
         with BodyDeadline(self.limits.request_timeout_s):
             async for chunk in chunks:
                 size += len(chunk)
                 if size > limit:
-                    raise PayloadTooLarge(f"request body exceeds {limit} bytes")
+                    raise self._too_large()
                 parts.append(chunk)
         return b"".join(parts)
+
+    def _too_large(self) -> PayloadTooLarge:
+        """The one 413 of a body over the limit, whichever way it was read."""
+        return PayloadTooLarge(f"request body exceeds {self.limits.max_body_bytes} bytes")
 
     # -- PUT: create --------------------------------------------------------------------
 
