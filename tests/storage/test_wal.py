@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from durable_streams_server.storage.records import AppendHeader, Header, Record, encode
-from durable_streams_server.storage.wal import WriteAheadLog
+from durable_streams_server.storage.wal import PREALLOCATE_BYTES, WriteAheadLog
 
 
 def rec(lsn: int, *messages: bytes) -> Record[Header]:
@@ -72,8 +72,26 @@ def test_empty_log_replays_nothing(wal_dir: Path) -> None:
 def test_size_bytes_counts_all_segments(wal_dir: Path) -> None:
     wal = WriteAheadLog(wal_dir)
     written = write_segments(wal, [(1, 2), (3, 4)])
-    assert wal.size_bytes() == sum(len(encode(r)) for r in written)
     wal.close()
+    assert wal.size_bytes() == sum(len(encode(r)) for r in written)
+
+
+def test_a_crash_leaves_the_preallocated_zeros_which_replay_cuts_off(wal_dir: Path) -> None:
+    wal = WriteAheadLog(wal_dir)
+    written = write_segments(wal, [(1, 3), (4, 6)])
+    current = wal_dir / f"{4:020d}.wal"
+    frames = sum(len(encode(r)) for r in written[3:])
+    assert current.stat().st_size == PREALLOCATE_BYTES > frames  # not closed: as a kill -9 leaves it
+    assert current.read_bytes()[frames:] == bytes(PREALLOCATE_BYTES - frames)
+
+    reopened = WriteAheadLog(wal_dir)
+    assert list(reopened.replay()) == written
+    assert current.stat().st_size == frames
+    reopened.start_segment(7)
+    reopened.write([encode(rec(7, b"after the crash"))])
+    reopened.close()
+    wal.close()  # (the crashed writer's descriptor: it wrote nothing since)
+    assert list(WriteAheadLog(wal_dir).replay()) == [*written, rec(7, b"after the crash")]
 
 
 @pytest.mark.parametrize("cut", [1, 7, 8, 20, -1])

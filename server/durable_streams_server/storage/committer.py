@@ -28,7 +28,7 @@ from .observer import NullObserver, StorageObserver
 from .read_plans import ReadPlanner, TablePlan
 from .records import H, Record, encode
 from .view import Recovery, StateView
-from .wal import WriteAheadLog
+from .wal import PREALLOCATE_BYTES, WriteAheadLog
 from .wal_writer import WalWriter
 
 __all__ = ["Durability", "Recovery", "StateView", "Storage", "StorageConfig"]
@@ -68,7 +68,11 @@ class Storage:
             self.delta.uri, config.storage_options, max_parked_bytes=config.history_parked_bytes
         )
         self.plans = ReadPlanner(self.delta.uri, config.storage_options, config.read_plan_ttl_s)
-        self.wal = WriteAheadLog(config.data_dir / "wal") if config.durability == "wal" else None
+        self.wal = (
+            WriteAheadLog(config.data_dir / "wal", min(PREALLOCATE_BYTES, config.max_wal_bytes // 16))
+            if config.durability == "wal"
+            else None
+        )
         self._acks = Acknowledgements()
         self._admission = Admission(self.wal, config.max_wal_bytes)
         self._wal_writer = WalWriter(self.wal, self._acks, self._wal_failed) if self.wal is not None else None

@@ -346,7 +346,8 @@ def decode_frames(data: bytes) -> Iterator[tuple[Record[Header], int]]:
     """Yield ``(record, end_position)`` for each intact frame; stop at the first torn one.
 
     A torn or corrupt frame can only be the last one a crash interrupted: it was never
-    acknowledged (acknowledgement follows fsync), so stopping there loses nothing.
+    acknowledged (acknowledgement follows fsync), so stopping there loses nothing. The
+    zeros after a segment's last frame (``wal``: preallocation) stop it the same way.
     """
     view = memoryview(data)
     position = 0
@@ -354,7 +355,7 @@ def decode_frames(data: bytes) -> Iterator[tuple[Record[Header], int]]:
         length, crc = _FRAME.unpack_from(view, position)
         start = position + _FRAME.size
         end = start + length
-        if end > len(data) or zlib.crc32(view[start:end]) != crc:
-            return
+        if length < _PREFIX.size or end > len(data) or zlib.crc32(view[start:end]) != crc:
+            return  # (zeros, the preallocated part of a segment, end it too: no payload is empty)
         yield _decode_payload(view[start:end]), end
         position = end

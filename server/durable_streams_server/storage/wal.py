@@ -9,10 +9,21 @@ The log keeps a running count of its bytes on disk (``size_bytes``) because the 
 path consults it on every request (the WAL size cap): it is measured once when the log
 is opened and then adjusted by every write, truncation and deletion, never by a ``stat``
 per call. Writes and deletions run on different worker threads, hence the lock.
+
+**Preallocation.** The segment being written is extended ``PREALLOCATE_BYTES`` at a time
+(``posix_fallocate``) and written in place (``pwrite`` at its logical end), so a write's
+``fdatasync`` does not also have to journal a new file size: a 120 B append and its sync
+took ~130 µs here against ~185 µs when each one grew the file (bench/README.md, issue 18).
+The preallocated part reads as zeros, which end the log like a torn tail (``decode_frames``),
+so a crash leaves nothing to mistake for a record; closing a segment (rotation, shutdown)
+truncates it to its frames. ``size_bytes`` counts the preallocated bytes too (they are
+on disk); the owner sizes the step below its cap (``preallocate_bytes``). Where the file
+system cannot preallocate, the segment just grows with each write.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import threading
@@ -22,14 +33,21 @@ from pathlib import Path
 from .records import Header, Record, decode_frames
 
 _SUFFIX = ".wal"
+PREALLOCATE_BYTES = 8 << 20
+"""The current segment grows by this much at a time (see the module docstring)."""
 
 
 class WriteAheadLog:
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, preallocate_bytes: int = PREALLOCATE_BYTES) -> None:
         self.directory = directory
+        self._step = preallocate_bytes
         self.directory.mkdir(parents=True, exist_ok=True)
         self._fd: int | None = None
         self._segment_start: int | None = None
+        self._end = 0
+        """Where the current segment's next frame goes (its frames' bytes)."""
+        self._allocated = 0
+        """The current segment's file size: ``_end`` plus what is preallocated beyond it."""
         self._sizes = {start: path.stat().st_size for start, path in self._segments()}
         self._total = sum(self._sizes.values())
         self._sizes_lock = threading.Lock()
@@ -65,24 +83,37 @@ class WriteAheadLog:
         """Close the current segment (if any) and write from now on into a new one."""
         self.close()
         path = self.directory / f"{first_lsn:020d}{_SUFFIX}"
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
         self._segment_start = first_lsn
-        self._resize(first_lsn, os.fstat(self._fd).st_size)  # reopened after a restart: not empty
+        self._end = self._allocated = os.fstat(self._fd).st_size  # reopened after a restart (replayed: frames only)
+        self._resize(first_lsn, self._end)
         _fsync_directory(self.directory)
 
     def write(self, frames: list[bytes]) -> None:
         """Append frames and make them durable before returning."""
         assert self._fd is not None and self._segment_start is not None, "start_segment() first"
         data = b"".join(frames)
+        if self._end + len(data) > self._allocated:
+            self._preallocate(max(len(data), self._step))
         view = memoryview(data)
         try:
             while view:
-                written = os.write(self._fd, view)
-                view = view[written:]
+                view = view[os.pwrite(self._fd, view, self._end + len(data) - len(view)) :]
         finally:  # a partial write is on disk too (replay cuts it off)
-            start = self._segment_start
-            self._resize(start, self._sizes[start] + len(data) - len(view))
+            self._end += len(data) - len(view)
+            self._allocated = max(self._allocated, self._end)
+            self._resize(self._segment_start, self._allocated)
         os.fdatasync(self._fd)
+
+    def _preallocate(self, size: int) -> None:
+        """Extend the current segment by ``size`` zero bytes beyond its frames; where that
+        fails (no room for it, no support), the next write grows the file itself."""
+        assert self._fd is not None
+        with contextlib.suppress(OSError):  # (a full disk fails the write itself: fatal there)
+            os.posix_fallocate(self._fd, self._end, size)
+        self._allocated = os.fstat(self._fd).st_size
+        assert self._segment_start is not None
+        self._resize(self._segment_start, self._allocated)
 
     def drop_through(self, lsn: int) -> int:
         """Delete closed segments whose records all have LSN <= ``lsn``; return how many."""
@@ -101,9 +132,18 @@ class WriteAheadLog:
         return self._total
 
     def close(self) -> None:
+        """Close the current segment, cut to its frames (if that fails, as on a failed disk,
+        the next start's replay cuts the zeros off)."""
         if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+            try:
+                if self._allocated > self._end and self._segment_start is not None:
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(self._fd, self._end)
+                        self._allocated = self._end
+                        self._resize(self._segment_start, self._end)
+            finally:
+                os.close(self._fd)
+                self._fd = None
 
 
 def _fsync_directory(directory: Path) -> None:
