@@ -17,8 +17,9 @@ took ~130 µs here against ~185 µs when each one grew the file (bench/README.md
 The preallocated part reads as zeros, which end the log like a torn tail (``decode_frames``),
 so a crash leaves nothing to mistake for a record; closing a segment (rotation, shutdown)
 truncates it to its frames. ``size_bytes`` counts the preallocated bytes too (they are
-on disk); the owner sizes the step below its cap (``preallocate_bytes``). Where the file
-system cannot preallocate, the segment just grows with each write.
+on disk); the owner sizes the step below its cap (``preallocate_bytes``). On a file system
+without ``fallocate`` glibc writes the step's blocks itself (slower, once a step); where
+even that fails (a full disk), the segment just grows with each write.
 """
 
 from __future__ import annotations
