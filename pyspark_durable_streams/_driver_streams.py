@@ -122,10 +122,12 @@ class DriverStreams:
         a function of its offsets: a re-planned batch reads the same rows."""
         ranges: list[tuple[str, str, str, Framing]] = []
         direct: list[DirectRange] = []
-        for key in sorted(end):
-            first, last = start.get(key, EARLIEST), end[key]
+        spans = {key: (start.get(key, EARLIEST), end[key]) for key in sorted(end)}
+        counts = {key: pending_messages(s, e) for key, (s, e) in spans.items() if is_seq_offset(s) and is_seq_offset(e)}
+        total = max(1, sum(counts.values()))
+        for key, (first, last) in spans.items():
             if last > first:
-                planned, first = self._direct(key, first, last)
+                planned, first = self._direct(key, first, last, self._per_partition(counts.get(key, 0), total))
                 direct += planned
             if last > first:
                 ranges.append((key, first, last, self.framing(key)))
@@ -139,15 +141,31 @@ class DriverStreams:
             )
         return [*direct, *http]
 
-    def _direct(self, key: str, first: str, last: str) -> tuple[list[DirectRange], str]:
-        """Direct partitions of the start of ``[first, last)`` and where HTTP takes over."""
+    def _pieces(self, count: int, total: int) -> int:
+        """How many partitions ``count`` of a batch's ``total`` pending messages get: one per
+        ``messagesPerPartition``, and at least their share of ``minPartitions``."""
+        pieces = math.ceil(count / self.options.messages_per_partition)
+        if self.options.min_partitions:
+            pieces = max(pieces, math.ceil(self.options.min_partitions * count / total))
+        return max(1, pieces)
+
+    def _per_partition(self, count: int, total: int) -> int:
+        """Messages per direct partition for ``count`` of the batch's ``total``: at most
+        ``messagesPerPartition``, and few enough that their share of ``minPartitions`` is met
+        (row groups of the stream alone are never split: they may keep it from being met)."""
+        per = self.options.messages_per_partition
+        if self.options.min_partitions and count:
+            per = min(per, max(1, count // self._pieces(count, total)))
+        return per
+
+    def _direct(self, key: str, first: str, last: str, per_partition: int) -> tuple[list[DirectRange], str]:
+        """Direct partitions of the start of ``[first, last)`` (about ``per_partition`` messages
+        each) and where HTTP takes over."""
         mode = self.options.history_reads
         if mode == "http":
             return [], first
         try:
-            planned = plan_stream(
-                self.client.transport, key, self.url(key), first, last, self.options.messages_per_partition
-            )
+            planned = plan_stream(self.client.transport, key, self.url(key), first, last, per_partition)
             self._framings.setdefault(_origin(self.url(key)), "arrow")  # (a server that plans reads is ours)
             return planned
         except (Gone, NotFound):
@@ -169,13 +187,7 @@ class DriverStreams:
         total = max(1, sum(counts.values()))
         partitions = []
         for key, first, last, framing in ranges:
-            if key in counts:
-                pieces = math.ceil(counts[key] / self.options.messages_per_partition)
-                if self.options.min_partitions:
-                    pieces = max(pieces, math.ceil(self.options.min_partitions * counts[key] / total))
-                cuts = split_range(first, last, pieces)
-            else:
-                cuts = [(first, last)]
+            cuts = split_range(first, last, self._pieces(counts[key], total)) if key in counts else [(first, last)]
             partitions += [StreamRange(key, self.url(key), s, e, framing) for s, e in cuts]
         return partitions
 
