@@ -304,7 +304,11 @@ def _add_runs(runs: dict[int, pa.Table], batch: pa.RecordBatch, uid: int, start:
         pc.and_(pc.equal(batch["stream_uid"], uid), pc.equal(batch["kind"].cast(pa.string()), KIND_MESSAGE)),
         pc.greater_equal(seqs, start),
     )
-    rows = pa.Table.from_batches([batch]).select(HISTORY_COLUMNS).cast(_SCHEMA).filter(mask)
+    rows = pa.Table.from_batches([batch]).select(HISTORY_COLUMNS)
+    if not rows.schema.equals(_SCHEMA):
+        rows = rows.cast(_SCHEMA)
+    if not pc.all(mask).as_py():  # (a batch of the stream's messages only is kept as it is: no copy)
+        rows = rows.filter(mask)
     if not rows.num_rows:
         return
     values = rows["seq"].to_numpy()
