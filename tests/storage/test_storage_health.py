@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from outage_relay import S3Endpoint
 from servers import MotoServer
+from wal_support import records_on_disk
 
 from durable_streams_server.engine.engine import Engine
 from durable_streams_server.engine.types import AppendRequest, CreateRequest
@@ -82,7 +83,7 @@ async def _until(predicate: object, timeout_s: float = 60) -> None:
 
 
 def _on_disk(tmp_path: Path) -> int:
-    return sum(path.stat().st_size for path in (tmp_path / "wal").glob("*.wal"))
+    return records_on_disk(tmp_path / "wal")
 
 
 def test_wal_mode_reports_and_refuses_over_the_cap_then_recovers(

@@ -174,7 +174,11 @@ class _StateCollector:
             yield from _subscription_metrics(source.subscriptions.manager)
         storage = source.storage
         if storage is not None:
-            yield _gauge("durable_streams_wal_bytes", "Bytes of WAL segments on disk", storage.wal_bytes)
+            yield _gauge(
+                "durable_streams_wal_bytes",
+                "Bytes of WAL records on disk (the segment being written is preallocated beyond them)",
+                storage.wal_bytes,
+            )
             yield _gauge(
                 "durable_streams_unflushed_bytes", "Encoded bytes of records not yet in Delta", storage.unflushed_bytes
             )

@@ -154,7 +154,7 @@ class Storage:
 
     @property
     def wal_bytes(self) -> int:
-        """Bytes of WAL segments on disk (0 in delta mode)."""
+        """Bytes of WAL records on disk (0 in delta mode; ``wal``: preallocation not counted)."""
         return self.wal.size_bytes() if self.wal is not None else 0
 
     @property

@@ -5,7 +5,7 @@ thread, in batches: group commit). A segment is named by the LSN of its first re
 After the Delta tier has committed everything up to some LSN, the segments wholly below
 it are deleted; the segment being written is never deleted.
 
-The log keeps a running count of its bytes on disk (``size_bytes``) because the write
+The log keeps a running count of its records' bytes (``size_bytes``) because the write
 path consults it on every request (the WAL size cap): it is measured once when the log
 is opened and then adjusted by every write, truncation and deletion, never by a ``stat``
 per call. Writes and deletions run on different worker threads, hence the lock.
@@ -16,10 +16,13 @@ per call. Writes and deletions run on different worker threads, hence the lock.
 took ~130 µs here against ~185 µs when each one grew the file (bench/README.md, issue 18).
 The preallocated part reads as zeros, which end the log like a torn tail (``decode_frames``),
 so a crash leaves nothing to mistake for a record; closing a segment (rotation, shutdown)
-truncates it to its frames. ``size_bytes`` counts the preallocated bytes too (they are
-on disk); the owner sizes the step below its cap (``preallocate_bytes``). On a file system
-without ``fallocate`` glibc writes the step's blocks itself (slower, once a step); where
-even that fails (a full disk), the segment just grows with each write.
+truncates it to its frames. ``size_bytes`` counts frames only: it grows with every write
+and shrinks only when segments are deleted, so the WAL cap refuses writes steadily (a count
+of preallocated bytes would jump by a step at each rotation, letting writes in and out);
+the disk holds at most one step more, which the owner keeps small beside its cap
+(``preallocate_bytes``). On a file system without ``fallocate`` glibc writes the step's
+blocks itself (slower, once a step); where even that fails (a full disk), the segment just
+grows with each write.
 """
 
 from __future__ import annotations
@@ -103,7 +106,7 @@ class WriteAheadLog:
         finally:  # a partial write is on disk too (replay cuts it off)
             self._end += len(data) - len(view)
             self._allocated = max(self._allocated, self._end)
-            self._resize(self._segment_start, self._allocated)
+            self._resize(self._segment_start, self._end)
         os.fdatasync(self._fd)
 
     def _preallocate(self, size: int) -> None:
@@ -113,8 +116,6 @@ class WriteAheadLog:
         with contextlib.suppress(OSError):  # (a full disk fails the write itself: fatal there)
             os.posix_fallocate(self._fd, self._end, size)
         self._allocated = os.fstat(self._fd).st_size
-        assert self._segment_start is not None
-        self._resize(self._segment_start, self._allocated)
 
     def drop_through(self, lsn: int) -> int:
         """Delete closed segments whose records all have LSN <= ``lsn``; return how many."""
@@ -129,7 +130,7 @@ class WriteAheadLog:
         return dropped
 
     def size_bytes(self) -> int:
-        """Bytes of all segments on disk (O(1): see the module docstring)."""
+        """Bytes of all segments' records (O(1): see the module docstring)."""
         return self._total
 
     def close(self) -> None:
@@ -141,7 +142,6 @@ class WriteAheadLog:
                     with contextlib.suppress(OSError):
                         os.ftruncate(self._fd, self._end)
                         self._allocated = self._end
-                        self._resize(self._segment_start, self._end)
             finally:
                 os.close(self._fd)
                 self._fd = None
