@@ -13,6 +13,7 @@ from servers import ServerProcess, session, wait_for
 from pyspark_durable_streams._direct_plans import DirectRange, plan_stream
 from pyspark_durable_streams._driver_streams import DriverStreams
 from pyspark_durable_streams._offsets import EARLIEST
+from pyspark_durable_streams._task_reader import make_client
 from pyspark_durable_streams.options import parse_read_options
 
 MESSAGES = [json.dumps({"i": i, "pad": "z" * (50 + i % 40)}, separators=(",", ":")).encode() for i in range(8_000)]
@@ -35,8 +36,8 @@ def _shape(partitions: list[DirectRange]) -> list[tuple[int, int, list[tuple[str
 
 
 def _planned_every(url: str, end: int, per_partition: int) -> list[DirectRange]:
-    driver = DriverStreams(parse_read_options({"url": url}))
-    partitions, boundary = plan_stream(driver.client.transport, url, url, EARLIEST, offset_at(end), per_partition)
+    with make_client(parse_read_options({"url": url}).connection) as client:
+        partitions, boundary = plan_stream(client.transport, url, url, EARLIEST, offset_at(end), per_partition)
     assert boundary == offset_at(end)
     return partitions
 

@@ -307,7 +307,7 @@ def _add_runs(runs: dict[int, pa.Table], batch: pa.RecordBatch, uid: int, start:
     rows = pa.Table.from_batches([batch]).select(HISTORY_COLUMNS)
     if not rows.schema.equals(_SCHEMA):
         rows = rows.cast(_SCHEMA)
-    if not pc.all(mask).as_py():  # (a batch of the stream's messages only is kept as it is: no copy)
+    if not pc.all(mask, skip_nulls=False).as_py():  # (a batch of the stream's messages only is kept as it is: no copy)
         rows = rows.filter(mask)
     if not rows.num_rows:
         return
