@@ -16,6 +16,7 @@ from pyspark_durable_streams._offsets import EARLIEST
 from pyspark_durable_streams._task_reader import make_client
 from pyspark_durable_streams.options import parse_read_options
 
+JSON = {"Content-Type": "application/json"}
 MESSAGES = [json.dumps({"i": i, "pad": "z" * (50 + i % 40)}, separators=(",", ":")).encode() for i in range(8_000)]
 
 
@@ -47,9 +48,14 @@ def test_min_partitions_splits_direct_reads_by_each_streams_share(
 ) -> None:
     server = server_factory(*FAST)
     big, small = server.stream_url("big"), server.stream_url("small")
-    fill(session(), big, "application/json", MESSAGES[:6_000], per_request=500)
-    fill(session(), small, "application/json", MESSAGES[:2_000], per_request=500)
-    wait_for(lambda: flushed(big, 6_000) and flushed(small, 2_000), timeout_s=60)
+    # Each 500 messages flushed alone: row groups of one stream, 500 messages each. (Written at
+    # once, a stream may land in one row group, which no partitioning splits.)
+    for url, count in ((big, 6_000), (small, 2_000)):
+        fill(session(), url, "application/json", [])
+        for at in range(0, count, 500):
+            body = b"[" + b",".join(MESSAGES[at : at + 500]) + b"]"
+            assert session().post(url, headers=JSON, data=body).status_code == 204
+            wait_for(lambda url=url, at=at: flushed(url, at + 500), timeout_s=60)
 
     default = _direct_partitions([big, small])
     assert [len(default[big]), len(default[small])] == [1, 1]  # 100,000 messages a partition
@@ -58,7 +64,7 @@ def test_min_partitions_splits_direct_reads_by_each_streams_share(
     spread = _direct_partitions([big, small], minPartitions="8")
     assert _shape(spread[big]) == _shape(_planned_every(big, 6_000, 1_000))
     assert _shape(spread[small]) == _shape(_planned_every(small, 2_000, 1_000))
-    assert len(spread[big]) > 1 and len(spread[small]) > 1
+    assert [len(spread[big]), len(spread[small])] == [6, 2]
     assert spread[big][0].first == 0 and spread[big][-1].end == 6_000
 
     df = spark.read.format("durable_streams").option("url", big).option("minPartitions", "4").load()
