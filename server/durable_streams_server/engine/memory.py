@@ -73,21 +73,31 @@ class MemoryBudget:
     @contextlib.asynccontextmanager
     async def reading(self, nbytes: int) -> AsyncIterator[None]:
         """Reserve ``nbytes`` for a read while it runs (see the module docstring)."""
-        if self.limit:
-            nbytes = min(nbytes, self.limit)
-            while self.in_flight and self.in_flight + nbytes > self.limit:
-                if self._released is None:
-                    self._released = asyncio.Event()
-                await self._released.wait()
-        self.in_flight += nbytes
-        self._shrink()
+        while (reserved := self.reserve_now(nbytes)) is None:
+            if self._released is None:
+                self._released = asyncio.Event()
+            await self._released.wait()
         try:
             yield
         finally:
-            self.in_flight -= nbytes
-            released, self._released = self._released, None
-            if released is not None:
-                released.set()
+            self.release(reserved)
+
+    def reserve_now(self, nbytes: int) -> int | None:
+        """``reading``'s reservation if it is granted without waiting: the bytes reserved
+        (at most the budget), to ``release`` when the read is done; ``None``: it must wait."""
+        if self.limit:
+            nbytes = min(nbytes, self.limit)
+            if self.in_flight and self.in_flight + nbytes > self.limit:
+                return None
+        self.in_flight += nbytes
+        self._shrink()
+        return nbytes
+
+    def release(self, nbytes: int) -> None:
+        self.in_flight -= nbytes
+        released, self._released = self._released, None
+        if released is not None:
+            released.set()
 
     def _shrink(self) -> None:
         while self.limit and self.used > self.limit and self._entries:

@@ -16,6 +16,7 @@ so history goes from the Delta scan to the response without a Python object per 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -62,14 +63,45 @@ async def read(engine: Engine, stream: Stream, start: Offset, max_bytes: int, *,
     A first message larger than ``max_bytes`` is sliced (the next offset then points inside
     it) unless ``whole`` asks for complete messages, as message-framed responses need.
     """
-    found = await read_slice(engine, stream, start, max_bytes)
+    found = read_now(engine, stream, start, max_bytes, whole=whole)
+    if found is not None:
+        return found
+    sliced = await read_slice(engine, stream, start, max_bytes)
+    return _result(stream, start, sliced.runs, sliced.next, max_bytes, whole)
+
+
+def read_now(
+    engine: Engine, stream: Stream, start: Offset, max_bytes: int, *, whole: bool = False
+) -> ReadResult | None:
+    """``read``'s answer when nothing needs waiting for: the stream's own in-memory tail holds
+    the messages and the memory budget grants the read at once (most live reads). ``None``:
+    ``read`` must do it."""
+    check_start(engine, stream, start)
+    if start.seq >= stream.visible_tail:
+        return _result(stream, start, [], start, max_bytes, whole)
+    if start.within or start.seq < stream.mem_base or (stream.fork_of is not None and start.seq < stream.fork_seq):
+        return None  # (sliced, in Delta, or in the fork's source)
+    reserved = engine.memory.reserve_now(max_bytes)
+    if reserved is None:
+        return None
+    try:
+        runs = stream.mem.runs(start.seq, stream.visible_tail, max_bytes, at_least_one=True)
+        return _result(stream, start, runs, Offset(start.seq + sum(len(run) for run in runs), 0), max_bytes, whole)
+    finally:
+        engine.memory.release(reserved)
+
+
+def _result(
+    stream: Stream, start: Offset, runs: list[Run], next_offset: Offset, max_bytes: int, whole: bool
+) -> ReadResult:
+    """The messages of ``runs`` as a reader gets them: the first one cut at ``start.within``,
+    and sliced to ``max_bytes`` when larger unless ``whole``."""
     chunks: list[bytes] = []
     stamps: list[int] = []
-    for run in found.runs:
+    for run in runs:
         data, times = run.lists()
         chunks += data
         stamps += times
-    next_offset = found.next
     if chunks:
         chunks[0] = chunks[0][start.within :]
         if len(chunks[0]) > max_bytes and not whole:
@@ -171,12 +203,15 @@ async def _history(engine: Engine, stream: Stream, start: int, end: int, budget:
     return table, start + table.num_rows < stop and table["data"].nbytes < budget
 
 
-async def wait_for_change(stream: Stream, seq: int, timeout_s: float) -> bool:
+async def wait_for_change(
+    stream: Stream, seq: int, timeout_s: float, at_wake: Callable[[], object] | None = None
+) -> bool:
     """Wait until data beyond ``seq`` is visible, the stream closes or goes away.
 
     Returns ``False`` on timeout. Waiters are woken by ``Engine.on_durable``; nothing polls.
     The wake resolves the very future this task awaits (no ``wait_for`` in between, which
     would cost two more turns of the loop before the reader runs); a timer ends the wait.
+    ``at_wake`` runs at the wake itself, before this returns (``Stream.wake``).
     """
     if stream.visible_tail > seq or stream.visible_closed:
         return True
@@ -190,11 +225,11 @@ async def wait_for_change(stream: Stream, seq: int, timeout_s: float) -> bool:
             expired = True
             waiter.set_result(None)
 
-    stream.waiters.add(waiter)
+    stream.waiters[waiter] = at_wake
     timer = loop.call_later(timeout_s, expire)
     try:
         await waiter
     finally:
         timer.cancel()
-        stream.waiters.discard(waiter)
+        stream.waiters.pop(waiter, None)
     return not expired

@@ -10,7 +10,8 @@ still take back.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,8 @@ import numpy as np
 from ..protocol.producers import ProducerState
 from ..storage.message_batch import MessageBatch
 from .memory_tail import MemoryTail
+
+log = logging.getLogger("durable_streams_server.engine")
 
 
 @dataclass(slots=True)
@@ -61,7 +64,9 @@ class Stream:
     flushed_mem_bytes: int = 0
     """Bytes of the in-memory messages below ``flushed_tail``: the part of the tail cache
     that can be let go (reads then go to Delta); the rest is not in Delta yet."""
-    waiters: set[asyncio.Future[None]] = field(default_factory=set)
+    waiters: dict[asyncio.Future[None], Callable[[], object] | None] = field(default_factory=dict)
+    """Readers waiting for visible data (``reads.wait_for_change``), each with what to run
+    at the wake itself, if anything."""
 
     @property
     def incarnation(self) -> str:
@@ -124,10 +129,20 @@ class Stream:
             del self.batches[seq]
 
     def wake(self) -> None:
-        waiters, self.waiters = self.waiters, set()
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
+        """Visible data changed: each waiter's ``at_wake`` runs now (a long-poll answered from
+        here, ``StreamHandlers.read``), then its task is resumed (a turn of the loop later). The
+        wake comes from the group commit's completion: what fails in an ``at_wake`` is logged,
+        and its reader's task answers as usual."""
+        waiters, self.waiters = self.waiters, {}
+        for waiter, at_wake in waiters.items():
+            if waiter.done():
+                continue
+            if at_wake is not None:
+                try:
+                    at_wake()
+                except Exception:
+                    log.exception("answering a woken reader failed; its task answers")
+            waiter.set_result(None)
 
     # -- persistence ------------------------------------------------------------------
 

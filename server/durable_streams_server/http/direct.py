@@ -142,12 +142,13 @@ class DirectCycle:
                 body, self.body = self.body, b""
             else:
                 body = self._chunks()
-            response = await self.lean.respond(self.name, self.scope, body)
+            response = await self.lean.respond(self.name, self.scope, body, self.answer_now)
             status = response.status_code
-            if self.flow.write_paused and not self.disconnected:
-                await self.flow.drain()
-            if not self.disconnected:
-                self._write(response)
+            if not self.response_complete:  # (unless ``answer_now`` wrote it)
+                if self.flow.write_paused and not self.disconnected:
+                    await self.flow.drain()
+                if not self.disconnected:
+                    self._write(response)
         except ClientDisconnect:
             pass  # nobody to answer
         except Exception as error:
@@ -175,6 +176,15 @@ class DirectCycle:
                 continue
             self.flow.resume_reading()
             await self.message_event.wait()
+
+    def answer_now(self, response: Response) -> bool:
+        """Write ``response`` from outside the request's task (a long-poll answered at its wake)
+        if the connection takes it at once; the task then ends without writing. ``False``: it
+        does not (the client is gone, the transport's writes are paused, or already answered)."""
+        if self.disconnected or self.response_complete or self.flow.write_paused:
+            return False
+        self._write(response)
+        return True
 
     def _write(self, response: Response) -> None:
         status = response.status_code

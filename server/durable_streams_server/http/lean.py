@@ -39,7 +39,7 @@ from .limits import LiveReaders, RequestLimits
 from .metrics import ROUTE_KEY, STREAM_ROUTE, ServerMetrics
 from .read_plans import wants_plan
 from .responses import error_response
-from .streams import StreamHandlers, append_flags
+from .streams import AnswerNow, StreamHandlers, append_flags
 
 _WRITES = frozenset({"POST", "PUT"})
 _READS = frozenset({"GET", "HEAD"})
@@ -124,11 +124,14 @@ class LeanPath:
                 return None
         return self.app.lean_target(scope)
 
-    async def respond(self, name: str, scope: Scope, body: bytes | AsyncIterator[bytes]) -> Response:
+    async def respond(
+        self, name: str, scope: Scope, body: bytes | AsyncIterator[bytes], answer_now: AnswerNow | None = None
+    ) -> Response:
         """The response to a request ``target`` chose. ``body``: the whole body when it had all
         arrived before the handler ran (most requests: checked against the same limit, with no
         deadline left to keep), else its chunks as they arrive (which raise ``ClientDisconnect``
-        when the client goes)."""
+        when the client goes). ``answer_now``: the connection's, for a long-poll answered at its
+        wake (``StreamHandlers.read``: the response returned is then written already)."""
         self.served += 1
         handlers = self.app.handlers
         assert handlers is not None  # (lean_target: the app has started)
@@ -139,7 +142,7 @@ class LeanPath:
             scope[ROUTE_KEY] = STREAM_ROUTE
             method = scope["method"]
             if method == "GET":
-                return await handlers.read(Request(scope), name)
+                return await handlers.read(Request(scope), name, answer_now)
             if method == "HEAD":
                 return await handlers.head(name)
             headers = _Headers()

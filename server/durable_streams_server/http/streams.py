@@ -35,6 +35,8 @@ _SUB_OFFSET_HEADER_RE = re.compile(r"^(0|[1-9][0-9]{0,15})$")
 _DECIMAL_RE = re.compile(r"[0-9]{1,19}")
 _PLAIN_HOST_RE = re.compile(rb"[A-Za-z0-9.-]+(?::(0|[1-9][0-9]{0,4}))?")
 CACHEABLE = "public, max-age=60, stale-while-revalidate=300"
+AnswerNow = Callable[[Response], bool]
+"""Writes a response at once if the connection can take it (``DirectCycle.answer_now``)."""
 Framing = Literal["plain", "multipart", "arrow"]
 _ETAG_SUFFIX: dict[Framing, str] = {"plain": "", "multipart": ":m", "arrow": ":a"}
 
@@ -44,6 +46,8 @@ class StreamHandlers:
         self.engine = engine
         self.limits = limits
         self.live_readers = live_readers
+        self.answered_at_wake = 0
+        """Long-polls answered at their wake (``_answer_at_wake``; tests check the path is taken)."""
 
     # -- shared -----------------------------------------------------------------------
 
@@ -202,7 +206,10 @@ class StreamHandlers:
 
     # -- GET: catch-up, long-poll, SSE --------------------------------------------------
 
-    async def read(self, request: Request, name: str) -> Response:
+    async def read(self, request: Request, name: str, answer_now: AnswerNow | None = None) -> Response:
+        """A read, long-poll or SSE of ``name``. ``answer_now``: how the connection takes a
+        response from outside this task (the lean path's), which lets a long-poll be answered
+        at the wake itself (``_answer_at_wake``)."""
         params = request.query_params
         offsets = params.getlist("offset")
         if len(offsets) > 1:
@@ -242,13 +249,44 @@ class StreamHandlers:
         if live == "long-poll" and _empty(result):
             if not result.closed:
                 self.live_readers.admit(request.scope, "long-poll")
-                await reads.wait_for_change(stream, start.seq, self.limits.long_poll_timeout_s)
+                answered: list[Response] = []
+                at_wake = None
+                if answer_now is not None and framing == "plain":
+                    token = offset_raw or BEGINNING_SENTINEL
+
+                    def at_wake() -> None:
+                        answered.extend(self._answer_at_wake(request, stream, start, token, cursor, answer_now))
+
+                await reads.wait_for_change(stream, start.seq, self.limits.long_poll_timeout_s, at_wake)
+                if answered:
+                    return answered[0]  # (written already)
                 stream = self.engine.get_live(name)
                 self.engine.touch(stream)
                 result = await self._read_once(stream, start, framing, stop)
             if _empty(result):
                 return self._long_poll_empty(result, cursor)
         return self._data_response(request, result, offset_raw or BEGINNING_SENTINEL, live, cursor, framing)
+
+    def _answer_at_wake(
+        self, request: Request, stream: Stream, start: Offset, token: str, cursor: str | None, answer_now: AnswerNow
+    ) -> list[Response]:
+        """A parked long-poll's response, made and written at the wake (from the group commit's
+        completion: nothing between the sync and the reader's bytes but this) when nothing needs
+        waiting for: the same stream still at its name, its new messages in memory
+        (``reads.read_now``), the connection able to take the bytes now. Else nothing: the
+        reader's task answers a turn later, as it would without this."""
+        engine = self.engine
+        if engine.streams.get(stream.name) is not stream or stream.soft_deleted or stream.expired(engine.clock()):
+            return []  # (the task answers what became of it)
+        found = reads.read_now(engine, stream, start, self.limits.max_read_bytes)
+        if found is None or _empty(found):
+            return []
+        engine.touch(stream)
+        response = self._data_response(request, found, token, "long-poll", cursor, "plain")
+        if not answer_now(response):
+            return []
+        self.answered_at_wake += 1
+        return [response]
 
     async def _read_once(
         self, stream: Stream, start: Offset, framing: Framing, stop: int | None

@@ -1,0 +1,157 @@
+"""A parked long-poll answered at its wake (``StreamHandlers._answer_at_wake``, ``DirectCycle.answer_now``).
+
+The group commit's completion wakes the stream's readers (``Stream.wake``); on the lean path a
+long-poll whose new messages are in memory is answered right there, with the bytes its task would
+have written a turn later. Checked here: the same answers as the app's path (which has no
+``answer_now``) for text, JSON and closing wakes, with the path taken where it should be and not
+where it should not; a connection whose writes are paused is answered by the task once the client
+reads; a failing ``at_wake`` still wakes its reader; ``reads.read_now`` is ``read`` where it answers.
+Real servers in this process (``inprocess.serving``), real Delta tables.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import requests
+from inprocess import serving
+from test_lean_appends import Answer
+from test_lean_appends import _answer as _any_answer
+
+from durable_streams_server import ServerConfig
+from durable_streams_server.engine.reads import wait_for_change
+from durable_streams_server.engine.stream import Stream
+from durable_streams_server.http.streams import StreamHandlers
+
+TEXT = {"Content-Type": "text/plain"}
+JSON = {"Content-Type": "application/json"}
+
+
+def _answer(response: requests.Response) -> Answer:
+    """As ``test_lean_appends`` compares answers; the creation time in ``Stream-Incarnation`` read as ``T``."""
+    status, headers, body = _any_answer(response)
+    return status, [(k, v.split("-")[0] + "-T" if k == "stream-incarnation" else v) for k, v in headers], body
+
+
+def _parked(http: requests.Session, url: str, offset: str, **params: str) -> tuple[threading.Thread, list[Answer]]:
+    """A long-poll from ``offset`` in a thread, once the server has it parked: its answer comes in the list."""
+    answers: list[Answer] = []
+
+    def poll() -> None:
+        with requests.Session() as own:
+            own.trust_env = False
+            answers.append(_answer(own.get(url, params={"offset": offset, "live": "long-poll", **params})))
+
+    thread = threading.Thread(target=poll)
+    thread.start()
+    time.sleep(0.15)  # (parked: its first read found nothing)
+    return thread, answers
+
+
+def _woken(http: requests.Session, url: str, wake: tuple[str, dict[str, str], bytes], **params: str) -> Answer:
+    """Park a long-poll at the tail of ``url``, send ``wake`` (method, headers, body), return its answer."""
+    tail = http.head(url).headers["Stream-Next-Offset"]
+    thread, answers = _parked(http, url, tail, **params)
+    method, headers, body = wake
+    assert http.request(method, url, headers=headers, data=body).status_code in (200, 204)
+    thread.join(timeout=30)
+    (answer,) = answers
+    return answer
+
+
+def _script(http: requests.Session, url: str) -> list[Answer]:
+    text, json_stream, closing = (f"{url}/v1/stream/{name}" for name in ("text", "json", "closing"))
+    assert http.put(text, headers=TEXT).status_code == 201
+    assert http.put(json_stream, headers=JSON).status_code == 201
+    assert http.put(closing, headers=TEXT).status_code == 201
+    assert http.post(text, headers=TEXT, data=b"before").status_code == 204
+    return [
+        _woken(http, text, ("POST", TEXT, b"one")),
+        _woken(http, text, ("POST", TEXT, b"two"), cursor="1"),
+        _woken(http, json_stream, ("POST", JSON, b'[{"a":1},[2]]')),
+        _woken(http, closing, ("POST", {**TEXT, "Stream-Closed": "true"}, b"last")),
+        _woken(http, text, ("POST", {**TEXT, "Stream-Closed": "true"}, b"")),  # closed, no data: the task answers
+        _woken(http, json_stream, ("DELETE", {}, b"")),  # gone: the task answers
+    ]
+
+
+def test_a_woken_long_poll_answers_as_the_app_does(tmp_path: Path) -> None:
+    config = ServerConfig(data_dir=tmp_path, long_poll_timeout_ms=10_000)
+    answers: list[list[Answer]] = []
+    at_wake: list[int] = []
+    for index, lean in enumerate((True, False)):
+        with serving(replace(config, data_dir=tmp_path / f"s{index}"), lean=lean) as (url, gate):
+            handlers = gate.lean.app.handlers if gate.lean is not None else None
+            assert isinstance(handlers, StreamHandlers)
+            with requests.Session() as http:
+                http.trust_env = False
+                answers.append(_script(http, url))
+            at_wake.append(handlers.answered_at_wake)
+    lean_answers, app_answers = answers
+    assert [status for status, _, _ in lean_answers] == [200, 200, 200, 200, 204, 404]
+    assert [body for _, _, body in lean_answers[:4]] == [b"one", b"two", b'[{"a":1},[2]]', b"last"]
+    assert lean_answers == app_answers
+    assert at_wake == [4, 0]  # the four with new messages; the app's path has no connection to answer on
+
+
+def _recv_until(sock: socket.socket, count: int, marker: bytes) -> bytes:
+    data = b""
+    while data.count(marker) < count:
+        chunk = sock.recv(1 << 20)
+        assert chunk, f"closed after {len(data)} bytes"
+        data += chunk
+    return data
+
+
+def test_a_connection_that_cannot_take_the_answer_now_gets_it_from_the_task(tmp_path: Path) -> None:
+    """A 12 MB read the client does not read yet: more than the kernel's buffers take, so the
+    connection's writes pause. The long-poll pipelined behind it parks and is woken meanwhile:
+    its task answers once the client reads."""
+    big = b"x" * 12_000_000
+    config = ServerConfig(data_dir=tmp_path, long_poll_timeout_ms=10_000, max_read_bytes=len(big))
+    with serving(config) as (url, gate):
+        assert gate.lean is not None and gate.lean.app.handlers is not None
+        handlers, readers = gate.lean.app.handlers, gate.lean.live_readers
+        stream = f"{url}/v1/stream/big"
+        assert requests.put(stream, headers=TEXT).status_code == 201
+        tail = requests.post(stream, headers=TEXT, data=big).headers["Stream-Next-Offset"]
+        with socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=30) as sock:
+            sock.sendall(
+                b"GET /v1/stream/big?offset=-1 HTTP/1.1\r\nHost: x\r\n\r\n"
+                b"GET /v1/stream/big?offset=%s&live=long-poll HTTP/1.1\r\nHost: x\r\n\r\n" % tail.encode()
+            )
+            deadline = time.monotonic() + 10
+            while readers.long_poll == 0 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert readers.long_poll == 1  # parked behind the big answer, which the client has not read
+            assert requests.post(stream, headers=TEXT, data=b"woken").status_code == 204
+            time.sleep(0.2)
+            data = _recv_until(sock, 1, b"woken")
+        first, _, second = data.partition(b"HTTP/1.1 200 OK")[2].partition(b"HTTP/1.1 200 OK")
+        assert first.endswith(big) and second.endswith(b"woken")
+        assert handlers.answered_at_wake == 0
+
+
+def test_a_failing_at_wake_still_wakes_its_reader(caplog: pytest.LogCaptureFixture) -> None:
+    async def scenario() -> bool:
+        stream = Stream(name="s", uid=1, content_type="text/plain", created_ms=0)
+
+        def broken() -> None:
+            raise RuntimeError("broken")
+
+        waiting = asyncio.ensure_future(wait_for_change(stream, 0, 10, broken))
+        await asyncio.sleep(0)
+        stream.visible_tail = 1
+        with caplog.at_level(logging.ERROR, "durable_streams_server.engine"):
+            stream.wake()
+        return await asyncio.wait_for(waiting, 1)
+
+    assert asyncio.run(scenario()) is True
+    assert "answering a woken reader failed" in caplog.text
