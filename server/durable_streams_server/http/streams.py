@@ -25,7 +25,7 @@ from ..engine.types import AppendOutcome, AppendRequest, AppendResult, CreateReq
 from ..protocol import bulk
 from ..protocol import headers as h
 from ..protocol.cursor import response_cursor
-from ..protocol.errors import BadRequest, PayloadTooLarge
+from ..protocol.errors import BadRequest, PayloadTooLarge, ProtocolError
 from ..protocol.json_mode import frame
 from ..protocol.offsets import BEGINNING_SENTINEL, NOW_SENTINEL, Offset, encode_seq, parse_offset
 from . import arrow_ipc, multipart, sse
@@ -278,7 +278,10 @@ class StreamHandlers:
         engine = self.engine
         if engine.streams.get(stream.name) is not stream or stream.soft_deleted or stream.expired(engine.clock()):
             return []  # (the task answers what became of it)
-        found = reads.read_now(engine, stream, start, self.limits.max_read_bytes)
+        try:
+            found = reads.read_now(engine, stream, start, self.limits.max_read_bytes)
+        except ProtocolError:
+            return []  # (e.g. retention moved past the offset: the task answers the error)
         if found is None or _empty(found):
             return []
         engine.touch(stream)
