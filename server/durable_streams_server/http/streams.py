@@ -249,17 +249,18 @@ class StreamHandlers:
         if live == "long-poll" and _empty(result):
             if not result.closed:
                 self.live_readers.admit(request.scope, "long-poll")
-                answered: list[Response] = []
+                answered: Response | None = None
                 at_wake = None
                 if answer_now is not None and framing == "plain":
                     token = offset_raw or BEGINNING_SENTINEL
 
                     def at_wake() -> None:
-                        answered.extend(self._answer_at_wake(request, stream, start, token, cursor, answer_now))
+                        nonlocal answered
+                        answered = self._answer_at_wake(request, stream, start, token, cursor, answer_now)
 
                 await reads.wait_for_change(stream, start.seq, self.limits.long_poll_timeout_s, at_wake)
-                if answered:
-                    return answered[0]  # (written already)
+                if answered is not None:
+                    return answered  # (written already)
                 stream = self.engine.get_live(name)
                 self.engine.touch(stream)
                 result = await self._read_once(stream, start, framing, stop)
@@ -269,27 +270,27 @@ class StreamHandlers:
 
     def _answer_at_wake(
         self, request: Request, stream: Stream, start: Offset, token: str, cursor: str | None, answer_now: AnswerNow
-    ) -> list[Response]:
+    ) -> Response | None:
         """A parked long-poll's response, made and written at the wake (from the group commit's
         completion: nothing between the sync and the reader's bytes but this) when nothing needs
         waiting for: the same stream still at its name, its new messages in memory
-        (``reads.read_now``), the connection able to take the bytes now. Else nothing: the
-        reader's task answers a turn later, as it would without this."""
+        (``reads.read_now``), the connection able to take the bytes now. ``None``: the reader's
+        task answers a turn later, as it would without this."""
         engine = self.engine
         if engine.streams.get(stream.name) is not stream or stream.soft_deleted or stream.expired(engine.clock()):
-            return []  # (the task answers what became of it)
+            return None  # (the task answers what became of it)
         try:
             found = reads.read_now(engine, stream, start, self.limits.max_read_bytes)
         except ProtocolError:
-            return []  # (e.g. retention moved past the offset: the task answers the error)
+            return None  # (e.g. retention moved past the offset: the task answers the error)
         if found is None or _empty(found):
-            return []
+            return None
         engine.touch(stream)
         response = self._data_response(request, found, token, "long-poll", cursor, "plain")
         if not answer_now(response):
-            return []
+            return None
         self.answered_at_wake += 1
-        return [response]
+        return response
 
     async def _read_once(
         self, stream: Stream, start: Offset, framing: Framing, stop: int | None
