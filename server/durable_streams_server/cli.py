@@ -17,6 +17,7 @@ from typing import get_args
 import uvicorn
 
 from .allocators import tune_allocators
+from .collector import freeze_start_up_objects
 from .config import ConfigError, ServerConfig, require_number
 from .http.connections import HttpParser, guarded_protocol
 from .protocol.tokens import AuthConfig, AuthConfigError, parse_tokens
@@ -332,6 +333,11 @@ def check_tls(certfile: str | None, keyfile: str | None) -> None:
             ) from None
 
 
+def _freeze_start_up() -> None:
+    """The app has started: what start-up built lives as long as the process (``collector.py``)."""
+    logging.getLogger("durable_streams_server").info("started", extra={"frozen_objects": freeze_start_up_objects()})
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     configure_logging(args.log_level, args.log_format)
@@ -352,7 +358,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         },
     )
     uvicorn.run(
-        create_app(config),
+        create_app(config, on_started=_freeze_start_up),
         host=args.host,
         port=args.port,
         log_config=None,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Callable
 
 from starlette.types import ASGIApp
 
@@ -97,7 +98,9 @@ def http_limits(config: ServerConfig) -> HttpLimits:
     )
 
 
-def create_app(config: ServerConfig | None = None) -> ASGIApp:
-    """An ASGI app serving the Durable Streams protocol with the given configuration."""
+def create_app(config: ServerConfig | None = None, on_started: Callable[[], object] | None = None) -> ASGIApp:
+    """An ASGI app serving the Durable Streams protocol with the given configuration;
+    ``on_started`` is called once it has started (its storage recovered and running)."""
     config = config or ServerConfig()
-    return DurableStreamsApp(functools.partial(open_server, config), http_limits(config), config.auth).asgi
+    opener = functools.partial(open_server, config)
+    return DurableStreamsApp(opener, http_limits(config), config.auth, on_started).asgi

@@ -87,12 +87,23 @@ class _Arrow:
 
 
 class MemoryTail:
+    """The chunks and their first seqs are empty tuples while there are none (a new stream, or
+    one whose messages were all let go): a stream awake in memory is then two containers
+    for the collector to scan, not four (``collector.py``)."""
+
     __slots__ = ("_chunks", "_firsts", "count")
 
     def __init__(self) -> None:
-        self._chunks: list[_Lists | _Arrow] = []
-        self._firsts: list[int] = []
+        self._chunks: list[_Lists | _Arrow] | tuple[()] = ()
+        self._firsts: list[int] | tuple[()] = ()
         self.count = 0
+
+    def _append(self, chunk: _Lists | _Arrow) -> None:
+        if not self._chunks:
+            self._chunks, self._firsts = [], []
+        assert isinstance(self._chunks, list) and isinstance(self._firsts, list)
+        self._chunks.append(chunk)
+        self._firsts.append(chunk.first)
 
     def __len__(self) -> int:
         return self.count
@@ -100,15 +111,13 @@ class MemoryTail:
     def add(self, first_seq: int, messages: Sequence[bytes], ts_ms: int) -> int:
         """Messages ``first_seq…`` (right after the last ones); returns their bytes."""
         if isinstance(messages, MessageBatch):
-            self._chunks.append(_Arrow(first_seq, messages.array, ts_ms))
-            self._firsts.append(first_seq)
+            self._append(_Arrow(first_seq, messages.array, ts_ms))
             self.count += len(messages)
             return messages.nbytes
         last = self._chunks[-1] if self._chunks else None
         if not isinstance(last, _Lists):
             last = _Lists(first_seq)
-            self._chunks.append(last)
-            self._firsts.append(first_seq)
+            self._append(last)
         last.data.extend(messages)
         last.stamps.extend([ts_ms] * len(messages))
         self.count += len(messages)
@@ -156,13 +165,18 @@ class MemoryTail:
     def drop(self, count: int) -> None:
         """Forget the oldest ``count`` messages."""
         self.count -= count
+        if not self.count:
+            self._chunks, self._firsts = (), ()
+            return
+        chunks, firsts = self._chunks, self._firsts
+        assert isinstance(chunks, list) and isinstance(firsts, list)
         while count:
-            chunk = self._chunks[0]
+            chunk = chunks[0]
             if len(chunk) <= count:
                 count -= len(chunk)
-                del self._chunks[0]
-                del self._firsts[0]
+                del chunks[0]
+                del firsts[0]
             else:
                 chunk.drop(count)
-                self._firsts[0] = chunk.first
+                firsts[0] = chunk.first
                 count = 0

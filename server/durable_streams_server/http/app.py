@@ -73,8 +73,17 @@ and recovers their state (the manager not yet started)."""
 class DurableStreamsApp:
     """Owns the storage and engine for one server; its ``asgi`` attribute is the app."""
 
-    def __init__(self, opener: Opener, limits: HttpLimits, auth: AuthConfig | None = None) -> None:
+    def __init__(
+        self,
+        opener: Opener,
+        limits: HttpLimits,
+        auth: AuthConfig | None = None,
+        on_started: Callable[[], object] | None = None,
+    ) -> None:
         self.opener = opener
+        self.on_started = on_started
+        """Called once the app has started (storage recovered and running): the standalone
+        server's (``cli.main``) freezes what start-up built (``collector.py``)."""
         self.limits = limits
         self.storage: Storage | None = None
         self.engine: Engine | None = None
@@ -140,6 +149,8 @@ class DurableStreamsApp:
                 assert self.storage is not None and self.engine is not None
                 await self.storage.start()
                 self.engine.guard.start()
+                if self.on_started is not None:
+                    self.on_started()
 
     def _start_now(self) -> None:
         self.storage, engine, subscriptions = self.opener(self.metrics)
