@@ -29,7 +29,6 @@ what the work needs: the guard can only let go of what is kept by choice.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ctypes
 import ctypes.util
 import functools
@@ -41,6 +40,7 @@ from collections.abc import Callable
 import pyarrow as pa
 
 from .memory import MemoryBudget
+from .periodic import Periodic
 
 log = logging.getLogger("durable_streams_server.memory")
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -94,7 +94,7 @@ class MemoryGuard:
         self._rss = rss
         self._release = release
         self._recent: deque[int] = deque(maxlen=window)
-        self._task: asyncio.Task[None] | None = None
+        self._periodic = Periodic("memory-guard", interval_s, self._step, log)
 
     def sample(self) -> bool:
         """One step (see the module docstring); whether it let entries go."""
@@ -113,21 +113,12 @@ class MemoryGuard:
         return self.memory.evictions > evictions
 
     def start(self) -> None:
-        if self.budget and self.configured and self._task is None and self._rss():
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="memory-guard")
+        if self.budget and self.configured and self._rss():
+            self._periodic.start()
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._periodic.close()
 
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval_s)
-            try:
-                if self.sample():
-                    await asyncio.to_thread(self._release)
-            except Exception:  # the guard must never take the server down
-                log.exception("memory guard step failed")
+    async def _step(self) -> None:
+        if self.sample():
+            await asyncio.to_thread(self._release)
