@@ -52,7 +52,7 @@ def test_metrics_move_with_traffic_flushes_and_compactions(
     server_factory: Callable[..., ServerProcess], http: requests.Session
 ) -> None:
     server = server_factory(
-        "--flush-interval-ms", "100", "--compaction-interval-s", "1", "--long-poll-timeout-ms", "300"
+        "--flush-interval-ms", "100", "--compaction-interval-s", "1", "--long-poll-timeout-ms", "1500"
     )
     before = scrape(server)
     assert value(before, "durable_streams_streams") == 0
@@ -71,7 +71,7 @@ def test_metrics_move_with_traffic_flushes_and_compactions(
     poll = threading.Thread(
         target=lambda: answers.append(session().get(url, params={"offset": tail, "live": "long-poll"}).status_code)
     )
-    poll.start()
+    poll.start()  # (parked 1.5 s: scrapes every 50 ms see it even while a compaction slows them)
     wait_for(lambda: value(scrape(server), "durable_streams_live_readers", mode="long_poll") == 1)
     during = scrape(server)
     assert value(during, "durable_streams_http_requests_in_flight") >= 2  # the poll and this scrape
@@ -205,3 +205,4 @@ def test_json_logs_are_json_and_carry_no_tokens(
     assert any("POST /v1/stream/" in message for message in messages), "the access log is missing"
     text = server.log_text()
     assert token not in text and wrong not in text
+
