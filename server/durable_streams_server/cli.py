@@ -158,6 +158,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config(parser, "--max-streams-per-bucket", "creating a stream in a full bucket gets 409; 0: no limit")
     _add_config(
         parser,
+        "--idle-stream-s",
+        "a stream unused this long (all in Delta, nobody waiting) goes back to sleep until used; 0: never",
+    )
+    _add_config(
+        parser,
         "--rate-limit-rps",
         "requests/s per token (per client address without auth); more get 429 + Retry-After; 0: off",
     )

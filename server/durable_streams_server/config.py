@@ -57,6 +57,7 @@ _NON_NEGATIVE = (
     "max_header_bytes",
     "max_live_readers",
     "max_streams_per_bucket",
+    "idle_stream_s",
     "rate_limit_rps",
     "rate_limit_burst",
     "tail_cache_bytes",
@@ -88,6 +89,9 @@ class ServerConfig:
     descriptor and ~20 KiB); more get 503. 0: no limit."""
     max_streams_per_bucket: int = 0
     """Creating a stream in a full bucket gets 409. 0: no limit."""
+    idle_stream_s: int = 300
+    """A stream unused this long, all in Delta and waited on by nobody, goes back to sleep:
+    its state kept as bytes until it is used again (``engine.idle``). 0: never."""
     rate_limit_rps: float = 0.0
     """Requests per second per token (or client address without auth); more get 429. 0: off."""
     rate_limit_burst: int = 0

@@ -58,6 +58,7 @@ def open_storage(config: ServerConfig, observer: StorageObserver) -> tuple[Stora
         memory_budget_bytes=config.memory_budget - config.memory_budget // 8,
         rss_budget_bytes=config.memory_budget if config.memory_guard == "on" else 0,
         max_streams_per_bucket=config.max_streams_per_bucket,
+        idle_stream_ms=config.idle_stream_s * 1000,
     )
     engine = Engine(storage, engine_config)
     engine.load(storage.recover())

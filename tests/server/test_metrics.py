@@ -206,3 +206,19 @@ def test_json_logs_are_json_and_carry_no_tokens(
     text = server.log_text()
     assert token not in text and wrong not in text
 
+
+def test_streams_unused_go_to_sleep_and_come_back_on_use(
+    server_factory: Callable[..., ServerProcess], http: requests.Session
+) -> None:
+    server = server_factory("--flush-interval-ms", "100", "--idle-stream-s", "2")  # (2 s: used again, they stay)
+    urls = [server.stream_url(f"sleeper-{index}") for index in range(3)]
+    for index, url in enumerate(urls):
+        assert http.put(url, headers=TEXT, data=f"m{index}".encode()).status_code == 201
+    assert value(scrape(server), "durable_streams_streams_dormant") == 0
+    wait_for(lambda: value(scrape(server), "durable_streams_streams_dormant") == 3, timeout_s=30)
+    assert value(scrape(server), "durable_streams_streams") == 3
+    assert http.get(urls[1], params={"offset": "-1"}).content == b"m1"  # (from Delta now)
+    assert value(scrape(server), "durable_streams_streams_dormant") == 2
+    assert http.post(urls[2], headers=TEXT, data=b"+").status_code == 204
+    assert http.get(urls[2], params={"offset": "-1"}).content == b"m2+"
+    assert value(scrape(server), "durable_streams_streams_dormant") == 1

@@ -7,32 +7,16 @@ import asyncio
 import random
 from pathlib import Path
 
+from local_engine import open_local
+
 from durable_streams_server.engine.buckets import Bucket, Buckets
 from durable_streams_server.engine.engine import Engine
 from durable_streams_server.engine.types import AppendRequest, CreateRequest
-from durable_streams_server.storage.committer import Storage, StorageConfig
-from durable_streams_server.storage.compaction import CompactionConfig
-
-
-class _Quiet:
-    def delta_commit(self, seconds: float, ok: bool) -> None: ...
-
-    def compaction(self, seconds: float, ok: bool) -> None: ...
+from durable_streams_server.storage.committer import Storage
 
 
 async def _open(data_dir: Path, flush_interval_s: float = 0.05) -> tuple[Storage, Engine]:
-    config = StorageConfig(
-        data_dir=data_dir,
-        storage_uri=str(data_dir / "delta"),
-        storage_options={},
-        flush_interval_s=flush_interval_s,
-        compaction=CompactionConfig(interval_s=0),
-    )
-    storage = Storage(config, _Quiet())
-    engine = Engine(storage)
-    engine.load(storage.recover())
-    await storage.start()
-    return storage, engine
+    return await open_local(data_dir, flush_interval_s)
 
 
 def _create(name: str, body: bytes = b"", **extra: object) -> CreateRequest:

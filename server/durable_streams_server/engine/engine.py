@@ -52,6 +52,7 @@ from ..storage.view import Recovery, StreamState
 from . import forks
 from .buckets import Bucket, Buckets, bucket_of
 from .history import HistoryCache
+from .idle import IDLE_MS, IdleStreams
 from .memory import MemoryBudget
 from .memory_guard import MemoryGuard
 from .ports import StoragePort
@@ -75,6 +76,8 @@ class EngineConfig:
     shrinking the caches' limit; 0: no guard."""
     max_streams_per_bucket: int = 0
     """0: no limit."""
+    idle_stream_ms: int = IDLE_MS
+    """A stream unused this long may go back to sleep (``idle``); 0: never."""
 
 
 def _now_ms() -> int:
@@ -93,6 +96,7 @@ class Engine:
         self.memory = MemoryBudget(self.config.memory_budget_bytes)
         self.history = HistoryCache(self.config.history_cache_bytes, self.memory)
         self.guard = MemoryGuard(self.memory, self.config.rss_budget_bytes)
+        self.idle = IdleStreams(self.live.index, self.memory, clock, self.config.idle_stream_ms)
         storage.attach(self)
 
     @property

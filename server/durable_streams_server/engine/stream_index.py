@@ -8,8 +8,15 @@ took 14 s). Instead, storage leaves the states of ordinary live streams unparsed
 first time anything looks it up, by path (a request) or by uid (a replayed WAL record, a
 fork's link to its source). A restart costs two dictionary entries per dormant stream.
 
+A built stream can also go back to sleep (``sleep``, by the engine's ``idle.IdleStreams``):
+its state kept as JSON bytes, no ``Stream`` (and nothing for the cyclic collector to scan,
+``collector.py``) until it is used again, exactly as a stream restored dormant. Only a
+stream nothing else refers to sleeps: no request, reader, cache entry or queue holds its
+``Stream`` (its reference count says so), so no one can go on using an object the index
+has let go while the next lookup builds another.
+
 ``by_name`` and ``by_uid`` are two mapping views of one index. Lookups (``[]``, ``get``)
-wake a dormant stream; membership tests (``in``) and ``len`` do not. Iterating ``values`` or
+wake a dormant or sleeping stream; membership tests (``in``) and ``len`` do not. Iterating ``values`` or
 ``items`` wakes every dormant stream (rare paths only); ``loaded`` iterates only the streams
 built so far, which are all that per-stream work in the background needs, since every
 stream whose state matters before use (buckets, forks, soft-deleted streams, retention
@@ -18,13 +25,22 @@ points, tombstones) is parsed at recovery.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, MutableMapping
 from typing import Generic, TypeVar
+
+import orjson
 
 from ..storage.state_rows import DormantStates
 from .stream import Stream
 
 _K = TypeVar("_K", str, int)
+_UNREFERENCED = 4
+"""``sys.getrefcount`` of a built stream in ``sleep`` that nothing else refers to: the two
+maps, ``sleep``'s own variable, and ``getrefcount``'s argument."""
+_ZERO_BY_DEFAULT = frozenset(("fork_seq", "fork_sub_offset", "last_access_ms", "last_write_ms", "snapshot_lsn"))
+"""The counters ``Stream.from_state`` takes as 0 when absent: a sleeping stream's state leaves
+them out when 0, as it leaves out every ``None``, ``False`` and empty map (its defaults too)."""
 
 
 class StreamIndex:
@@ -35,8 +51,11 @@ class StreamIndex:
         self._dormant_names: dict[str, int] = {}
         self._dormant_uids: dict[int, int] = {}
         self._recovered_ms = 0
-        self.by_name: _View[str] = _View(self, self._by_name, self._dormant_names)
-        self.by_uid: _View[int] = _View(self, self._by_uid, self._dormant_uids)
+        self._asleep: dict[int, bytes] = {}
+        """Streams put to sleep: uid -> state JSON."""
+        self._asleep_names: dict[str, int] = {}
+        self.by_name: _View[str] = _View(self, self._by_name, self._dormant_names, self._asleep_names)
+        self.by_uid: _View[int] = _View(self, self._by_uid, self._dormant_uids, self._asleep)
 
     def hold(self, dormant: DormantStates, recovered_ms: int) -> None:
         """Keep ``dormant`` (at recovery, after the parsed streams are in) until each is used.
@@ -57,6 +76,7 @@ class StreamIndex:
         """Every path, dormant ones included, without waking any."""
         yield from self._by_name
         yield from self._dormant_names
+        yield from self._asleep_names
 
     def rebuild_names(self) -> None:
         """Re-point every built stream's path at its newest incarnation (after recovery)."""
@@ -65,7 +85,45 @@ class StreamIndex:
 
     @property
     def dormant(self) -> int:
-        return len(self._dormant_names)
+        """Streams not built: restored dormant, or put to sleep since."""
+        return len(self._dormant_names) + len(self._asleep)
+
+    def built(self, uid: int) -> Stream | None:
+        """The stream ``uid`` if it is built now (a dormant or sleeping one stays so)."""
+        return self._by_uid.get(uid)
+
+    def built_uids(self) -> list[int]:
+        """The uids of the streams built now (``IdleStreams`` goes through them in turns)."""
+        return list(self._by_uid)
+
+    def sleep(self, uid: int) -> bool:
+        """Let the built stream ``uid`` go, keeping its state to build it again when used, if
+        nothing else refers to it and its path is its own; whether it went. The caller has
+        checked that its state is whole without it (``IdleStreams``: nothing in memory that
+        is not in Delta, no readers, nothing derived)."""
+        stream = self._by_uid.get(uid)
+        if stream is None or self._by_name.get(stream.name) is not stream:
+            return False
+        if sys.getrefcount(stream) != _UNREFERENCED:
+            return False
+        name = stream.name
+        state = {
+            key: value
+            for key, value in stream.to_state(written_ms=0).items()
+            if not (value is None or value is False or value == {} or (value == 0 and key in _ZERO_BY_DEFAULT))
+            and key != "written_ms"
+        }
+        self._asleep[uid] = memoryview(orjson.dumps(state)).tobytes()  # (orjson's own bytes keep ~8 KB each)
+        self._asleep_names[name] = uid
+        del self._by_uid[uid], self._by_name[name]
+        return True
+
+    def _rouse(self, uid: int) -> Stream:
+        stream = Stream.from_state(orjson.loads(self._asleep.pop(uid)))
+        del self._asleep_names[stream.name]
+        self._by_uid[uid] = stream
+        self._by_name[stream.name] = stream
+        return stream
 
     def _wake(self, index: int) -> Stream:
         name, uid = self._dormant.names[index], self._dormant.uids[index]
@@ -82,18 +140,35 @@ class StreamIndex:
 
 
 class _View(MutableMapping[_K, Stream], Generic[_K]):
-    """Streams by one key (path or uid): the built ones, then the dormant ones."""
+    """Streams by one key (path or uid): the built ones, then the dormant and sleeping ones."""
 
-    def __init__(self, index: StreamIndex, built: dict[_K, Stream], dormant: dict[_K, int]) -> None:
+    def __init__(
+        self,
+        index: StreamIndex,
+        built: dict[_K, Stream],
+        dormant: dict[_K, int],
+        asleep: dict[str, int] | dict[int, bytes],
+    ) -> None:
         self._index = index
         self._built: dict[_K, Stream] = built
         self._dormant: dict[_K, int] = dormant
+        self._asleep = asleep
+        """By path: the uid; by uid: the state."""
 
     def get(self, key: _K, default: Stream | None = None) -> Stream | None:  # type: ignore[override]
         stream = self._built.get(key)
-        if stream is None and key in self._dormant:
-            stream = self._index._wake(self._dormant[key])
+        if stream is None:
+            stream = self._unbuilt(key)
         return stream if stream is not None else default
+
+    def _unbuilt(self, key: _K) -> Stream | None:
+        """The dormant or sleeping stream at ``key``, built now; ``None``: there is none."""
+        if key in self._dormant:
+            return self._index._wake(self._dormant[key])
+        found = self._asleep.get(key)  # type: ignore[call-overload]
+        if found is None:
+            return None
+        return self._index._rouse(found if isinstance(found, int) else key)  # type: ignore[arg-type]
 
     def __getitem__(self, key: _K) -> Stream:
         stream = self.get(key)
@@ -102,21 +177,22 @@ class _View(MutableMapping[_K, Stream], Generic[_K]):
         return stream
 
     def __contains__(self, key: object) -> bool:
-        return key in self._built or key in self._dormant
+        return key in self._built or key in self._dormant or key in self._asleep
 
     def __setitem__(self, key: _K, stream: Stream) -> None:
-        if key in self._dormant:  # (a lookup wakes it first: only a caller's slip lands here)
-            self._index._wake(self._dormant[key])
+        if key not in self._built:  # (a lookup builds it first: only a caller's slip lands here)
+            self._unbuilt(key)
         self._built[key] = stream
 
     def __delitem__(self, key: _K) -> None:
-        if key in self._dormant:
-            self._index._wake(self._dormant[key])
+        if key not in self._built:
+            self._unbuilt(key)
         del self._built[key]
 
     def __iter__(self) -> Iterator[_K]:
         yield from list(self._built)
         yield from list(self._dormant)
+        yield from list(self._asleep)  # type: ignore[misc]
 
     def __len__(self) -> int:
-        return len(self._built) + len(self._dormant)
+        return len(self._built) + len(self._dormant) + len(self._asleep)

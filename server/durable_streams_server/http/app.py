@@ -136,6 +136,7 @@ class DurableStreamsApp:
         finally:
             if self.engine is not None:
                 await self.engine.guard.close()
+                await self.engine.idle.close()
             if self.subscriptions is not None:
                 await self.subscriptions.manager.close()
             if self.storage is not None:
@@ -149,6 +150,7 @@ class DurableStreamsApp:
                 assert self.storage is not None and self.engine is not None
                 await self.storage.start()
                 self.engine.guard.start()
+                self.engine.idle.start()
                 if self.on_started is not None:
                     self.on_started()
 

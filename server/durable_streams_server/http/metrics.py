@@ -146,6 +146,11 @@ class _StateCollector:
             yield _gauge(
                 "durable_streams_streams", "Streams (soft-deleted ones with live forks included)", len(engine.streams)
             )
+            yield _gauge(
+                "durable_streams_streams_dormant",
+                "Streams kept as their state only (restored so at start, or unused a while), built again on use",
+                engine.live.index.dormant,
+            )
             yield _gauge("durable_streams_buckets", "Buckets", len(engine.buckets.by_id))
             memory = engine.memory
             yield _gauge(

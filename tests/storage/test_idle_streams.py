@@ -1,0 +1,209 @@
+"""Streams idle in memory go back to sleep (``engine.idle``, ``StreamIndex.sleep``) and come back
+whole: a real ``Storage`` + ``Engine`` in this process on a local Delta table, the engine's
+clock moved by the test."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+from pathlib import Path
+from typing import Any
+
+from local_engine import open_local
+
+from durable_streams_server.engine import reads
+from durable_streams_server.engine.engine import Engine, EngineConfig
+from durable_streams_server.engine.idle import IdleStreams
+from durable_streams_server.engine.memory import MemoryBudget
+from durable_streams_server.engine.stream import ProducerState, Stream
+from durable_streams_server.engine.stream_index import StreamIndex
+from durable_streams_server.engine.types import AppendRequest, AppendResult, CreateRequest
+from durable_streams_server.protocol.headers import ProducerHeaders
+from durable_streams_server.protocol.offsets import Offset
+from durable_streams_server.storage.committer import Storage
+
+IDLE_MS = 60_000
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.ms = int(time.time() * 1000)
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+async def _open(data_dir: Path, clock: _Clock, flush_interval_s: float = 0.02) -> tuple[Storage, Engine]:
+    storage, engine = await open_local(data_dir, flush_interval_s, EngineConfig(idle_stream_ms=IDLE_MS), clock)
+    engine.idle.step_s = 60.0  # (every stream of a step looked at, however slow this machine)
+    return storage, engine
+
+
+def _create(name: str, body: bytes = b"", content_type: str = "text/plain", **extra: object) -> CreateRequest:
+    return CreateRequest(name, content_type, None, None, None, False, body, **extra)  # type: ignore[arg-type]
+
+
+def _append(body: bytes, producer: ProducerHeaders | None = None, close: bool = False) -> AppendRequest:
+    return AppendRequest(body, None, producer, None, close)
+
+
+async def _flushed(engine: Engine, names: list[str]) -> None:
+    deadline = time.monotonic() + 30
+    while not all(engine.streams[name].flushed_tail == engine.streams[name].tail for name in names):
+        assert time.monotonic() < deadline, "not flushed"
+        await asyncio.sleep(0.02)
+
+
+async def _everything(engine: Engine, name: str) -> tuple[object, ...]:
+    stream = engine.get_live(name)
+    found = await reads.read(engine, stream, Offset(0), 1 << 20)
+    return (b"".join(found.chunks), found.stamps, found.next, found.up_to_date, found.closed)
+
+
+def _state(engine: Engine, name: str) -> dict[str, object]:
+    return engine.streams[name].to_state(written_ms=0)
+
+
+def test_idle_streams_sleep_and_come_back_whole(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        clock = _Clock()
+        storage, engine = await _open(tmp_path, clock)
+        producer = ProducerHeaders("p1", 3, 0)
+        await engine.create(_create("v1/stream/text", b"hello"))
+        await engine.append("v1/stream/text", _append(b" world"))
+        await engine.create(_create("v1/stream/json", b'[{"a":1},{"b":2}]', "application/json"))
+        await engine.create(_create("v1/stream/produced"))
+        await engine.append("v1/stream/produced", _append(b"x", producer))
+        await engine.create(_create("v1/stream/closed", b"last"))
+        await engine.append("v1/stream/closed", _append(b"", close=True))
+        await engine.create(_create("v1/stream/source", b"src"))
+        await engine.create(_create("v1/stream/fork", fork_from="v1/stream/source"))
+        sleepers = ["v1/stream/text", "v1/stream/json", "v1/stream/produced", "v1/stream/closed"]
+        everyone = [*sleepers, "v1/stream/source", "v1/stream/fork"]
+        await _flushed(engine, everyone)
+        before = {name: (_state(engine, name), await _everything(engine, name)) for name in everyone}
+        assert engine.memory.held > 0  # (the flushed tails are cached)
+
+        index = engine.live.index
+        assert engine.idle.step() == 0  # used just now
+        clock.ms += IDLE_MS
+        assert engine.idle.step() == len(sleepers)
+        assert index.dormant == len(sleepers)
+        assert {name for name in everyone if name in index.names() and _built(engine, name)} == {
+            "v1/stream/source",
+            "v1/stream/fork",
+        }  # a fork and its source keep what their states do not carry
+        assert engine.memory.held == len(b"src")  # the source's only: the sleepers' cached tails were let go
+        assert len(engine.streams) == len(everyone) and all(name in engine.streams for name in sleepers)
+        gc.collect()
+        assert not [o for o in gc.get_objects() if type(o).__name__ == "Stream" and o.name in sleepers]
+
+        for name in sleepers:  # built again on use, as they were (now read from Delta)
+            state, content = before[name]
+            assert await _everything(engine, name) == content
+            assert _state(engine, name) == state
+        assert index.dormant == 0
+        # and they go on where they were: offsets, producer deduplication, the close
+        assert (await engine.append("v1/stream/text", _append(b"!"))).tail == 3
+        repeat = await engine.append("v1/stream/produced", _append(b"x", producer))
+        assert repeat.result == AppendResult.DUPLICATE and repeat.tail == 1
+        assert engine.streams["v1/stream/closed"].closed
+        await storage.close()
+
+        storage, engine = await _open(tmp_path, clock)  # and a restart finds the same
+        assert (await _everything(engine, "v1/stream/text"))[0] == b"hello world!"
+        assert _state(engine, "v1/stream/produced")["producers"] == before["v1/stream/produced"][0]["producers"]
+        await storage.close()
+
+    asyncio.run(scenario())
+
+
+def _built(engine: Engine, name: str) -> bool:
+    index = engine.live.index
+    return any(
+        stream is not None and stream.name == name for stream in (index.built(uid) for uid in index.built_uids())
+    )
+
+
+def test_a_stream_something_refers_to_stays_built(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        clock = _Clock()
+        storage, engine = await _open(tmp_path, clock)
+        await engine.create(_create("v1/stream/held", b"m"))
+        await _flushed(engine, ["v1/stream/held"])
+        held = engine.streams["v1/stream/held"]  # as a request in flight would
+        clock.ms += IDLE_MS
+        assert engine.idle.step() == 0 and _built(engine, "v1/stream/held")
+        assert not len(held.mem)  # (its cached tail was let go: reads come from Delta)
+        del held
+        assert engine.idle.step() == 1 and not _built(engine, "v1/stream/held")
+        await storage.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_stream_not_all_in_delta_or_waited_on_stays_built(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        clock = _Clock()
+        storage, engine = await _open(tmp_path, clock, flush_interval_s=3600)  # (no flush)
+        await engine.create(_create("v1/stream/unflushed", b"m"))
+        clock.ms += IDLE_MS
+        assert engine.idle.step() == 0 and len(engine.streams["v1/stream/unflushed"].mem) == 1
+        await storage.close()
+
+        storage, engine = await _open(tmp_path, clock)
+        await engine.create(_create("v1/stream/waited"))
+        stream = engine.streams["v1/stream/waited"]
+        waiting = asyncio.ensure_future(reads.wait_for_change(stream, 0, 30))
+        del stream
+        await asyncio.sleep(0.05)
+        clock.ms += IDLE_MS
+        assert engine.idle.step() == 0 and _built(engine, "v1/stream/waited")
+        await engine.append("v1/stream/waited", _append(b"news"))
+        await asyncio.wait_for(waiting, 10)
+        await storage.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_sleeping_state_keeps_every_field() -> None:
+    index = StreamIndex()
+    fields: dict[str, Any] = {
+        "name": "v1/stream/every",
+        "uid": 7,
+        "content_type": "application/json",
+        "created_ms": 1_700_000_000_000,
+        "ttl_s": 0,  # (a zero that is not a default)
+        "expires_at": "2030-01-01T00:00:00Z",
+        "expires_at_ms": 1_893_456_000_000,
+        "closed": True,
+        "closed_by": ("p", 1, 2),
+        "tail": 0,
+        "producers": {"p": ProducerState(1, 2)},
+        "stream_seq": "0042",
+        "last_access_ms": 5,
+        "last_write_ms": 6,
+        "snapshot_lsn": 9,
+    }
+    index.by_uid[7] = index.by_name["v1/stream/every"] = Stream(**fields)
+    expected = index.by_uid[7].to_state(written_ms=0)
+    assert index.sleep(7) and index.built(7) is None and "v1/stream/every" in index.by_name
+    assert index.by_name["v1/stream/every"].to_state(written_ms=0) == expected
+    index.by_uid[8] = index.by_name["v1/stream/plain"] = Stream("v1/stream/plain", 8, "text/plain", 1)
+    expected = index.by_uid[8].to_state(written_ms=0)
+    assert index.sleep(8) and index.by_uid[8].to_state(written_ms=0) == expected
+
+
+def test_a_step_takes_its_batch_or_its_time_whichever_ends_first() -> None:
+    index = StreamIndex()
+    for uid in range(1, 11):
+        index.by_uid[uid] = index.by_name[f"v1/stream/s{uid}"] = Stream(f"v1/stream/s{uid}", uid, "text/plain", 1)
+    idle = IdleStreams(index, MemoryBudget(0), clock=lambda: 10 * IDLE_MS, idle_ms=IDLE_MS, batch=4, step_s=60.0)
+    assert [idle.step(), idle.step(), idle.step()] == [4, 4, 2]  # the oldest first, in batches
+    assert index.dormant == 10 and idle.slept == 10
+    for uid in range(11, 14):
+        index.by_uid[uid] = index.by_name[f"v1/stream/s{uid}"] = Stream(f"v1/stream/s{uid}", uid, "text/plain", 1)
+    idle.step_s = 0.0  # out of time after the first
+    assert [idle.step(), idle.step(), idle.step(), idle.step()] == [1, 1, 1, 0]
+    assert index.dormant == 13
