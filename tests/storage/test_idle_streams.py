@@ -97,7 +97,7 @@ def test_idle_streams_sleep_and_come_back_whole(tmp_path: Path) -> None:
         assert engine.memory.held == len(b"src")  # the source's only: the sleepers' cached tails were let go
         assert len(engine.streams) == len(everyone) and all(name in engine.streams for name in sleepers)
         gc.collect()
-        assert not [o for o in gc.get_objects() if type(o).__name__ == "Stream" and o.name in sleepers]
+        assert not [o for o in gc.get_objects() if isinstance(o, Stream) and o.name in sleepers]
 
         for name in sleepers:  # built again on use, as they were (now read from Delta)
             state, content = before[name]
