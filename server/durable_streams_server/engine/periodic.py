@@ -23,10 +23,6 @@ class Periodic:
         self._log = log
         self._task: asyncio.Task[None] | None = None
 
-    @property
-    def running(self) -> bool:
-        return self._task is not None
-
     def start(self) -> None:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run(), name=self.name)
