@@ -193,6 +193,11 @@ def test_a_sleeping_state_keeps_every_field() -> None:
     index.by_uid[8] = index.by_name["v1/stream/plain"] = Stream("v1/stream/plain", 8, "text/plain", 1)
     expected = index.by_uid[8].to_state(written_ms=0)
     assert index.sleep(8) and index.by_uid[8].to_state(written_ms=0) == expected
+    # what recovery parses at start (a fork, soft-deleted, a retention point) does not sleep either
+    for uid, derived in ((9, {"fork_of": 8}), (10, {"soft_deleted": True}), (11, {"snapshot_seq": 3})):
+        name = f"v1/stream/{uid}"
+        index.by_uid[uid] = index.by_name[name] = Stream(name, uid, "text/plain", 1, **derived)  # type: ignore[arg-type]
+        assert not index.sleep(uid) and index.built(uid) is not None
 
 
 def test_a_step_takes_its_batch_or_its_time_whichever_ends_first() -> None:

@@ -88,8 +88,8 @@ class IdleStreams:
             or now - max(stream.last_access_ms, stream.last_write_ms) < self.idle_ms
             or stream.waiters
             or stream.forks
-            or stream.fork_of is not None
-            or stream.soft_deleted
+            or stream.fork_of is not None  # (these three, ``StreamIndex.sleep`` refuses too, from the
+            or stream.soft_deleted  # state's flags; looked at here first so their cached tails stay)
             or stream.snapshot_seq
             or stream.snapshot_data is not None
             or not stream.visible_tail == stream.tail == stream.flushed_tail

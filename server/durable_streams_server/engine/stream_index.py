@@ -31,7 +31,7 @@ from typing import Generic, TypeVar
 
 import orjson
 
-from ..storage.state_rows import DormantStates
+from ..storage.state_rows import DORMANT, DormantStates, state_flags
 from .stream import Stream
 
 _K = TypeVar("_K", str, int)
@@ -100,16 +100,20 @@ class StreamIndex:
         """Let the built stream ``uid`` go, keeping its state to build it again when used, if
         nothing else refers to it and its path is its own; whether it went. The caller has
         checked that its state is whole without it (``IdleStreams``: nothing in memory that
-        is not in Delta, no readers, nothing derived)."""
+        is not in Delta, no readers, no forks); a state recovery would parse at start (its
+        flags: a fork, soft-deleted, a retention point) is refused here as there."""
         stream = self._by_uid.get(uid)
         if stream is None or self._by_name.get(stream.name) is not stream:
             return False
         if sys.getrefcount(stream) != _UNREFERENCED:
             return False
         name = stream.name
+        full = stream.to_state(written_ms=0)
+        if state_flags(full) != DORMANT:
+            return False
         state = {
             key: value
-            for key, value in stream.to_state(written_ms=0).items()
+            for key, value in full.items()
             if not (value is None or value is False or value == {} or (value == 0 and key in _ZERO_BY_DEFAULT))
             and key != "written_ms"
         }
