@@ -172,3 +172,18 @@ def test_drop_through_on_reopened_log_keeps_last_segment(wal_dir: Path) -> None:
     assert reopened.drop_through(10**9) == 1
     assert segment_starts(wal_dir) == [5]
     assert reopened.drop_through(10**9) == 0
+
+
+def test_without_synced_writes_a_batch_is_written_then_synced(tmp_path: Path) -> None:
+    """Where ``RWF_DSYNC`` is refused the log falls back to ``pwrite`` + ``fdatasync``: the
+    same frames on disk either way."""
+    logs = {}
+    for synced in (True, False):
+        wal = WriteAheadLog(tmp_path / str(synced))
+        wal._dsync_write = synced  # (as after the file system refused the flag)
+        wal.start_segment(1)
+        wal.write([encode(rec(lsn, b"m")) for lsn in (1, 2)])
+        wal.write([encode(rec(3, b"m"))])
+        wal.close()
+        logs[synced] = [record.lsn for record in WriteAheadLog(tmp_path / str(synced)).replay()]
+    assert logs == {True: [1, 2, 3], False: [1, 2, 3]}

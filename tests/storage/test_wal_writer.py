@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, TypeVar
 
 from durable_streams_server.storage.acks import Acknowledgements
-from durable_streams_server.storage.records import AppendHeader, Header, Record, encode
+from durable_streams_server.storage.records import AppendHeader, Header, Record, decode_frames, encode
 from durable_streams_server.storage.wal import WriteAheadLog
 from durable_streams_server.storage.wal_writer import INLINE_SYNC_S, WalWriter
+
+T = TypeVar("T")
 
 
 class _ThreadNotingLog(WriteAheadLog):
@@ -106,3 +111,99 @@ def test_the_average_follows_the_syncs(tmp_path: Path) -> None:
         return writer.sync_s
 
     assert 0 < asyncio.run(main()) < 0.5
+
+
+class _QueueingLog(_ThreadNotingLog):
+    """Runs ``during_first_write`` inside the first write (as the loop would queue frames and
+    ask for a rotation while a batch syncs on the worker thread)."""
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__(directory)
+        self.during_first_write: list[Callable[[], None]] = []
+
+    def write(self, frames: list[bytes]) -> None:
+        hooks, self.during_first_write = self.during_first_write, []
+        for hook in hooks:
+            hook()
+        super().write(frames)
+
+
+class _CountingExecutor(ThreadPoolExecutor):
+    def __init__(self) -> None:
+        super().__init__(max_workers=2)
+        self.jobs = 0
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        self.jobs += 1
+        return super().submit(fn, *args, **kwargs)
+
+
+def _segments(directory: Path) -> dict[int, list[int]]:
+    """The LSNs each segment holds, by the LSN it is named after."""
+    segments = {}
+    for path in sorted(directory.glob("*.wal")):
+        segments[int(path.stem)] = [record.lsn for record, _ in decode_frames(path.read_bytes())]
+    return segments
+
+
+def _queue(writer: WalWriter, acks: Acknowledgements, count: int) -> list[int]:
+    lsns = [acks.stamp() for _ in range(count)]
+    for lsn in lsns:
+        writer.queue(lsn, encode(_record(lsn)))
+    return lsns
+
+
+def test_frames_queued_while_a_batch_syncs_are_synced_by_the_worker_at_once(tmp_path: Path) -> None:
+    """The worker takes the next batch as soon as its sync returns, without waiting for the
+    writer task's turn on the loop; every waiter is woken, every frame replays in order."""
+    wal = _QueueingLog(tmp_path / "wal")
+
+    executor = _CountingExecutor()
+
+    async def main() -> int:
+        asyncio.get_running_loop().set_default_executor(executor)
+        acks = Acknowledgements()
+        writer = WalWriter(wal, acks, lambda error: None)
+        writer.recovered(0)
+        task = asyncio.create_task(writer.run())
+        later: list[int] = []
+        wal.during_first_write.append(lambda: later.extend(_queue(writer, acks, 3)))
+        first = _queue(writer, acks, 5)
+        await asyncio.gather(*(acks.wait(lsn) for lsn in first))
+        await asyncio.gather(*(acks.wait(lsn) for lsn in later))
+        writer.close()
+        await task
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(main())
+    assert [count for _, count in wal.writes] == [5, 3]
+    assert all(thread != loop_thread for thread, _ in wal.writes)
+    assert executor.jobs == 1  # both batches in one job: the writer task was not waited for
+    assert [record.lsn for record in WriteAheadLog(tmp_path / "wal").replay()] == list(range(1, 9))
+
+
+def test_the_worker_leaves_frames_past_a_rotation_cut_to_the_writer_task(tmp_path: Path) -> None:
+    """A rotation asked for while a batch syncs: the frames queued after it (at or past the
+    cut) go into the new segment, never into the one below the cut, which is deleted once
+    Delta holds everything below it."""
+    wal = _QueueingLog(tmp_path / "wal")
+
+    async def main() -> None:
+        acks = Acknowledgements()
+        writer = WalWriter(wal, acks, lambda error: None)
+        writer.recovered(0)
+        task = asyncio.create_task(writer.run())
+        later: list[int] = []
+
+        def rotate_then_queue() -> None:
+            writer.rotate_at(acks.next_lsn)  # (the flusher's cut: everything submitted so far)
+            later.extend(_queue(writer, acks, 4))
+
+        wal.during_first_write.append(rotate_then_queue)
+        first = _queue(writer, acks, 5)
+        await asyncio.gather(*(acks.wait(lsn) for lsn in first + later))
+        writer.close()
+        await task
+
+    asyncio.run(main())
+    assert _segments(tmp_path / "wal") == {1: [1, 2, 3, 4, 5], 6: [6, 7, 8, 9]}

@@ -23,11 +23,21 @@ the disk holds at most one step more, which the owner keeps small beside its cap
 (``preallocate_bytes``). On a file system without ``fallocate`` glibc writes the step's
 blocks itself (slower, once a step); where even that fails (a full disk), the segment just
 grows with each write.
+
+**One call per batch.** A batch is written with ``pwritev(..., RWF_DSYNC)``: the write and
+its data sync in one system call (``O_DSYNC`` for that write: the same guarantee as
+``fdatasync`` after it). The sync costs the same either way, but the worker thread syncing
+a batch gives up and takes back the GIL once instead of twice, and while the loop's thread
+is busy answering requests, each taking back waits (32 clients creating streams: a batch's
+write + ``fdatasync`` took 0.85-1.3 ms with the worker taking batches back to back, against
+~0.45 ms of disk time). Where the flag is not supported (old kernels, some file systems),
+``pwrite`` + ``fdatasync``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import os
 import threading
@@ -39,6 +49,8 @@ from .records import Header, Record, decode_frames
 _SUFFIX = ".wal"
 PREALLOCATE_BYTES = 8 << 20
 """The current segment grows by this much at a time (see the module docstring)."""
+_DSYNC_WRITE = getattr(os, "RWF_DSYNC", 0)
+_UNSUPPORTED = frozenset({errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS})
 
 
 class WriteAheadLog:
@@ -55,6 +67,8 @@ class WriteAheadLog:
         self._sizes = {start: path.stat().st_size for start, path in self._segments()}
         self._total = sum(self._sizes.values())
         self._sizes_lock = threading.Lock()
+        self._dsync_write = bool(_DSYNC_WRITE)
+        """Writes sync themselves (``RWF_DSYNC``) until the file system refuses the flag."""
 
     def _resize(self, start: int, size: int | None) -> None:
         """Record segment ``start``'s new size (``None``: it is gone)."""
@@ -100,14 +114,27 @@ class WriteAheadLog:
         if self._end + len(data) > self._allocated:
             self._preallocate(max(len(data), self._step))
         view = memoryview(data)
+        synced = self._dsync_write
         try:
             while view:
-                view = view[os.pwrite(self._fd, view, self._end + len(data) - len(view)) :]
+                at = self._end + len(data) - len(view)
+                if synced:
+                    try:
+                        written = os.pwritev(self._fd, [view], at, _DSYNC_WRITE)
+                    except OSError as error:
+                        if error.errno not in _UNSUPPORTED:
+                            raise
+                        synced = self._dsync_write = False
+                        continue
+                else:
+                    written = os.pwrite(self._fd, view, at)
+                view = view[written:]
         finally:  # a partial write is on disk too (replay cuts it off)
             self._end += len(data) - len(view)
             self._allocated = max(self._allocated, self._end)
             self._resize(self._segment_start, self._end)
-        os.fdatasync(self._fd)
+        if not synced:
+            os.fdatasync(self._fd)
 
     def _preallocate(self, size: int) -> None:
         """Extend the current segment by ``size`` zero bytes beyond its frames; where that

@@ -5,7 +5,14 @@ LSN order). One writer task drains everything queued so far, writes it with one
 ``write`` and one ``fdatasync`` on a worker thread, and that thread, right after the sync,
 hands the loop the call that marks it durable (waking its waiters: the appenders, and
 through ``Engine.on_durable`` the long-poll and SSE readers) -- the writer task itself
-resumes a turn later. While one batch syncs, the next one accumulates.
+resumes a turn later. While one batch syncs, the next one accumulates, and the worker
+thread takes it as soon as its sync returns (``_drain``): the disk stays busy while the
+loop answers the batch just made durable, instead of idling until the writer task's turn
+comes after all those answers (32 clients creating streams: the gap between two syncs was
+~1.2 ms of a ~2 ms cycle). Frames are queued on a ``deque`` (appends and pops are atomic
+between the two threads); the worker stops taking them once a rotation is asked for, under
+a lock the request shares, so that no frame at or past a cut lands in the segment before
+it (that segment is deleted once Delta holds everything below the cut).
 
 A batch of one record on a fast disk is written and synced on the loop's own thread
 instead: that is a client appending alone (or a first append after a quiet spell), whose
@@ -26,7 +33,9 @@ stops; the next start recovers what the log holds.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from functools import partial
 
@@ -44,9 +53,11 @@ class WalWriter:
         self.wal = wal
         self._acks = acks
         self._on_failure = on_failure
-        self._buffer: list[tuple[int, bytes]] = []
+        self._buffer: deque[tuple[int, bytes]] = deque()
         self._last_queued_lsn = 0
         self._rotate_at: int | None = None
+        self._rotation = threading.Lock()
+        """Held while the worker takes frames, and while a rotation is asked for."""
         self._wakeup = asyncio.Event()
         self._closing = False
         self.sync_s = 0.0
@@ -63,8 +74,14 @@ class WalWriter:
 
     def rotate_at(self, first_lsn: int) -> None:
         """Start a new segment at ``first_lsn`` once everything before it is written."""
-        self._rotate_at = first_lsn
+        with self._rotation:
+            self._rotate_at = first_lsn
         self._wakeup.set()
+
+    def _take(self) -> list[tuple[int, bytes]]:
+        """Everything queued so far, in LSN order."""
+        buffer = self._buffer
+        return [buffer.popleft() for _ in range(len(buffer))]
 
     def close(self) -> None:
         """Let ``run`` return once everything queued is written."""
@@ -77,7 +94,7 @@ class WalWriter:
             await self._wakeup.wait()
             self._wakeup.clear()
             while True:
-                batch, self._buffer = self._buffer, []
+                batch = self._take()
                 if batch:
                     self._last_queued_lsn = batch[-1][0]
                 rotate_at = self._rotate_at
@@ -88,6 +105,7 @@ class WalWriter:
                 after = [frame for lsn, frame in batch if rotate and lsn >= (rotate_at or 0)]
                 if rotate:
                     self._rotate_at = None
+                last = batch[-1][0] if batch else 0
                 try:
                     if len(batch) == 1 and not rotate and self.sync_s <= INLINE_SYNC_S:
                         took = _write_and_rotate(self.wal, before, None, after, None)
@@ -95,18 +113,49 @@ class WalWriter:
                         durable = None
                         if batch:
                             durable = partial(self._loop.call_soon_threadsafe, self._acks.mark_durable, batch[-1][0])
-                        took = await asyncio.to_thread(
-                            _write_and_rotate, self.wal, before, rotate_at if rotate else None, after, durable
+                        took, last = await asyncio.to_thread(
+                            self._sync_on_thread, before, rotate_at if rotate else None, after, durable, last
                         )
                 except OSError as error:
                     self._on_failure(error)
                     return
                 if batch and not rotate:  # (a rotation also creates a file and syncs the directory)
                     self.sync_s += _SYNC_WEIGHT * (took - self.sync_s)
-                if batch:
-                    self._acks.mark_durable(batch[-1][0])  # (done already, unless the loop is closing)
+                if last:
+                    self._acks.mark_durable(last)  # (done already, unless the loop is closing)
             if self._closing and not self._buffer:
                 return
+
+    def _sync_on_thread(
+        self,
+        before: list[bytes],
+        rotate_at: int | None,
+        after: list[bytes],
+        durable: Callable[[], object] | None,
+        last: int,
+    ) -> tuple[float, int]:
+        """``_write_and_rotate`` on the worker thread, then ``_drain``: the first batch's
+        seconds, and the last LSN synced (``last``: the first batch's)."""
+        took = _write_and_rotate(self.wal, before, rotate_at, after, durable)
+        return took, self._drain(last)
+
+    def _drain(self, last: int) -> int:
+        """On the worker thread: write and sync what was queued meanwhile, batch after batch,
+        each marked durable from here as the first one is, until nothing waits or a rotation is
+        asked for (the writer task does that one); the last LSN synced."""
+        mark = self._acks.mark_durable
+        call = self._loop.call_soon_threadsafe
+        while True:
+            with self._rotation:
+                if self._rotate_at is not None:
+                    return last
+                batch = self._take()
+            if not batch:
+                return last
+            last = batch[-1][0]
+            self._last_queued_lsn = last
+            took = _write_and_rotate(self.wal, [frame for _, frame in batch], None, [], partial(call, mark, last))
+            self.sync_s += _SYNC_WEIGHT * (took - self.sync_s)
 
 
 def _write_and_rotate(
