@@ -47,6 +47,14 @@ async def _append(writer: WalWriter, acks: Acknowledgements, count: int) -> None
     await asyncio.gather(*(acks.wait(lsn) for lsn in lsns))
 
 
+def _started(wal: WriteAheadLog) -> tuple[Acknowledgements, WalWriter, asyncio.Task[None]]:
+    """A writer on ``wal`` from LSN 1, its task running (inside a running loop)."""
+    acks = Acknowledgements()
+    writer = WalWriter(wal, acks, lambda error: None)
+    writer.recovered(0)
+    return acks, writer, asyncio.create_task(writer.run())
+
+
 def _run(tmp_path: Path, batches: list[int], sync_s: float = 0.0) -> tuple[_ThreadNotingLog, int]:
     """Write the batches through a writer, its average sync set to ``sync_s`` before each
     (whatever this disk's syncs took meanwhile); return the log and the loop's thread."""
@@ -99,10 +107,7 @@ def test_the_average_follows_the_syncs(tmp_path: Path) -> None:
     wal = WriteAheadLog(tmp_path / "wal")
 
     async def main() -> float:
-        acks = Acknowledgements()
-        writer = WalWriter(wal, acks, lambda error: None)
-        writer.recovered(0)
-        task = asyncio.create_task(writer.run())
+        acks, writer, task = _started(wal)
         writer.sync_s = 1.0
         for _ in range(60):
             await _append(writer, acks, 1)
@@ -162,10 +167,7 @@ def test_frames_queued_while_a_batch_syncs_are_synced_by_the_worker_at_once(tmp_
 
     async def main() -> int:
         asyncio.get_running_loop().set_default_executor(executor)
-        acks = Acknowledgements()
-        writer = WalWriter(wal, acks, lambda error: None)
-        writer.recovered(0)
-        task = asyncio.create_task(writer.run())
+        acks, writer, task = _started(wal)
         later: list[int] = []
         wal.during_first_write.append(lambda: later.extend(_queue(writer, acks, 3)))
         first = _queue(writer, acks, 5)
@@ -189,10 +191,7 @@ def test_the_worker_leaves_frames_past_a_rotation_cut_to_the_writer_task(tmp_pat
     wal = _QueueingLog(tmp_path / "wal")
 
     async def main() -> None:
-        acks = Acknowledgements()
-        writer = WalWriter(wal, acks, lambda error: None)
-        writer.recovered(0)
-        task = asyncio.create_task(writer.run())
+        acks, writer, task = _started(wal)
         later: list[int] = []
 
         def rotate_then_queue() -> None:
