@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import h11
 import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
@@ -198,6 +199,37 @@ def test_an_idle_keep_alive_connection_is_closed(guarded: ServerProcess) -> None
         sock.settimeout(10)
         assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
         assert connection_closed_by_server(sock, within_s=TIMEOUT_S * 20)
+
+
+def test_a_connection_in_use_outlives_both_deadlines(guarded: ServerProcess, http: requests.Session) -> None:
+    """Requests every 0.3 s for 2.5 times the head and keep-alive timeouts: each response
+    moves both deadlines on (the timer that fires at an old one is scheduled again, not
+    obeyed), so the connection stays open and every request is answered."""
+    url = new_stream(http, guarded)
+    requests_ = [("GET", "/healthz"), ("HEAD", path_of(url).decode())]  # (through the app; the lean path)
+    client = h11.Connection(h11.CLIENT)
+    with socket.create_connection(("127.0.0.1", guarded.port)) as sock:
+        sock.settimeout(10)
+        started = time.monotonic()
+        answered = 0
+        while time.monotonic() - started < TIMEOUT_S * 2.5:
+            method, target = requests_[answered % 2]
+            sock.sendall(client.send(h11.Request(method=method, target=target, headers=[("Host", "127.0.0.1")])))
+            sock.sendall(client.send(h11.EndOfMessage()) or b"")
+            status = 0
+            while not isinstance(event := client.next_event(), h11.EndOfMessage):
+                if event is h11.NEED_DATA:
+                    client.receive_data(sock.recv(65536))
+                elif isinstance(event, h11.Response):
+                    status = event.status_code
+                elif isinstance(event, h11.ConnectionClosed):
+                    raise AssertionError(f"closed after {answered} requests")
+            assert status == 200
+            client.start_next_cycle()
+            answered += 1
+            time.sleep(0.3)
+        assert answered >= 8
+        assert connection_closed_by_server(sock, within_s=TIMEOUT_S * 20)  # (once idle)
 
 
 # -- streams per bucket -------------------------------------------------------------------

@@ -8,7 +8,9 @@ Two guards, the same for both parsers:
   forever. Here a request head must be complete within ``head_timeout_s`` of the
   connection opening or of the previous response; otherwise the connection is closed
   (there is no request to answer). Bodies have their own deadline in the app
-  (``limits.BodyDeadline``: 408).
+  (``limits.BodyDeadline``: 408). With httptools uvicorn's keep-alive timeout is kept the
+  same way (``ClosingDeadline``: a deadline moved per request, not a timer made and
+  cancelled per request).
 - **Incomplete heads over ``max_header_bytes``.** A head that is complete reaches the app,
   whose limits answer 431 with the JSON error body. A head still incomplete beyond the
   limit must not be buffered further: h11 refuses it itself
@@ -71,50 +73,71 @@ _TOO_LARGE = _raw_response(
 )
 
 
-class HeadTimer:
-    """The head deadline of one connection: ``arm`` when a head is awaited, ``stop`` once
-    it has been parsed; closes the transport when the deadline passes first."""
+class ClosingDeadline:
+    """A deadline of one connection that closes its transport when it passes: the head
+    deadline (``arm`` when a head is awaited, ``stop`` once it has been parsed) and, with
+    httptools, the keep-alive timeout (``arm`` after a response, ``stop`` when bytes come).
 
-    __slots__ = ("_handle", "_loop", "_seconds", "_transport")
+    Both are armed and stopped once or twice per request, so neither makes a timer each
+    time (a ``call_later`` and its ``cancel`` cost ~2 µs here): ``arm`` notes the deadline,
+    and the one timer scheduled lives on; when it fires before a deadline that moved on, it
+    is scheduled again for that deadline, and when the deadline was stopped it does nothing.
+    A connection has at most one timer per deadline, firing at most once per ``seconds``."""
+
+    __slots__ = ("_deadline", "_handle", "_loop", "_seconds", "_transport")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, seconds: float) -> None:
         self._loop = loop
         self._seconds = seconds
+        self._deadline: float | None = None
         self._handle: asyncio.TimerHandle | None = None
         self._transport: asyncio.BaseTransport | None = None
 
     def arm(self, transport: asyncio.BaseTransport) -> None:
-        self.stop()
         self._transport = transport
-        self._handle = self._loop.call_later(self._seconds, self._late)
+        self._deadline = deadline = self._loop.time() + self._seconds
+        if self._handle is None:
+            self._handle = self._loop.call_at(deadline, self._late)
 
     @property
     def armed(self) -> bool:
-        return self._handle is not None
+        return self._deadline is not None
 
     def stop(self) -> None:
+        self._deadline = None
+
+    def cancel(self) -> None:
+        """Stop, and let go of the timer (the connection is gone)."""
+        self._deadline = None
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
 
     def _late(self) -> None:
         self._handle = None
+        deadline = self._deadline
+        if deadline is None:
+            return
+        if self._loop.time() < deadline:  # (armed again since this timer was scheduled)
+            self._handle = self._loop.call_at(deadline, self._late)
+            return
+        self._deadline = None
         if self._transport is not None and not self._transport.is_closing():
             self._transport.close()
 
 
 class GuardedH11Protocol(H11Protocol):
     head_timeout_s: ClassVar[float] = 30.0
-    _head_timer: HeadTimer
+    _head_timer: ClosingDeadline
     _scope_before: object = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        self._head_timer = HeadTimer(self.loop, self.head_timeout_s)
+        self._head_timer = ClosingDeadline(self.loop, self.head_timeout_s)
         super().connection_made(transport)
         self._await_head()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._head_timer.stop()
+        self._head_timer.cancel()
         super().connection_lost(exc)
 
     def handle_events(self) -> None:
@@ -136,7 +159,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     max_head_bytes: ClassVar[int] = 0
     """0: no limit."""
 
-    _head_timer: HeadTimer
+    _head_timer: ClosingDeadline
+    _keep_alive: ClosingDeadline
     _lean: LeanPath | None = None
     _head_pending = True
     """Between the end of a request (or the connection's start) and the next parsed head."""
@@ -146,14 +170,19 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     """A head's refusal waiting for the answers to the requests before it (``_refuse``)."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        self._head_timer = HeadTimer(self.loop, self.head_timeout_s)
+        self._head_timer = ClosingDeadline(self.loop, self.head_timeout_s)
+        self._keep_alive = ClosingDeadline(self.loop, self.timeout_keep_alive)
         super().connection_made(transport)
         self._head_timer.arm(transport)
         self._lean = _lean_path(self.app)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._head_timer.stop()
+        self._head_timer.cancel()
         super().connection_lost(exc)
+        self._keep_alive.cancel()
+
+    def _unset_keepalive_if_required(self) -> None:
+        self._keep_alive.stop()  # (uvicorn's: cancels its timer; this one stays, see ClosingDeadline)
 
     def data_received(self, data: bytes) -> None:
         if self._refusal is not None:
@@ -240,9 +269,19 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
+        """uvicorn's, with the keep-alive timeout of ``ClosingDeadline`` instead of a new timer per
+        response; and the head deadline, and a refusal waiting for this answer."""
         if self._head_pending and not self.pipeline:
             self._head_timer.arm(self.transport)  # no next head parsed yet: its deadline starts
-        super().on_response_complete()
+        self.server_state.total_requests += 1
+        if not self.transport.is_closing():
+            self._keep_alive.stop()
+            self.flow.resume_reading()
+            if self.pipeline:
+                cycle, app = self.pipeline.pop()
+                self._start_asgi_task(cycle, app)
+            else:
+                self._keep_alive.arm(self.transport)
         refusal = self._refusal
         if refusal is not None and not self.pipeline and self.cycle.response_complete:
             self._head_timer.stop()

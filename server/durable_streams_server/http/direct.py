@@ -46,7 +46,7 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 
 from .lean import LeanPath
-from .responses import with_security_headers
+from .responses import SECURITY_HEAD, sets_security_header, with_security_headers
 
 _UNSAFE_VALUE = re.compile(b"[\x00-\x08\x0a-\x1f\x7f]")
 """Header values uvicorn refuses to render (a control character could split the head)."""
@@ -58,6 +58,18 @@ _SERVER_ERROR = (
     STATUS_LINE[500] + b"content-type: text/plain; charset=utf-8\r\ncontent-length: 21\r\nconnection: close\r\n\r\n"
     b"Internal Server Error"
 )
+
+
+_defaults: tuple[object, bytes] = (None, b"")
+
+
+def _rendered(default_headers: list[tuple[bytes, bytes]]) -> bytes:
+    """uvicorn's default headers (``date``, ``server``) as lines of a response head. uvicorn
+    renews the list once a second (the date); it is rendered once per list, not per response."""
+    global _defaults
+    if _defaults[0] is not default_headers:
+        _defaults = (default_headers, b"".join(b"%s: %s\r\n" % pair for pair in default_headers))
+    return _defaults[1]
 
 
 class _Wakeup:
@@ -188,14 +200,18 @@ class DirectCycle:
 
     def _write(self, response: Response) -> None:
         status = response.status_code
-        head = [STATUS_LINE[status]]
-        for name, value in (*self.default_headers, *with_security_headers(response.raw_headers)):
+        raw = response.raw_headers
+        own_security = sets_security_header(raw)  # (rare: else the pre-rendered lines)
+        head = [STATUS_LINE[status], _rendered(self.default_headers)]
+        for name, value in with_security_headers(raw) if own_security else raw:
             if _UNSAFE_VALUE.search(value):
                 raise RuntimeError("Invalid HTTP header value.")
             if name == b"connection" and b"close" in value.lower():
                 self.keep_alive = False
                 continue  # (written once, below)
             head += (name, b": ", value, b"\r\n")
+        if not own_security:
+            head.append(SECURITY_HEAD)
         if not self.keep_alive:
             head.append(b"connection: close\r\n")
         head.append(b"\r\n")

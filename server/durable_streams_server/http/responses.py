@@ -64,9 +64,17 @@ SECURITY_HEADERS: list[tuple[bytes, bytes]] = [
 _SECURITY_NAMES = frozenset(name for name, _ in SECURITY_HEADERS)
 
 
+SECURITY_HEAD = b"".join(b"%s: %s\r\n" % pair for pair in SECURITY_HEADERS)
+"""``SECURITY_HEADERS`` as lines of a response head, for responses that set none of them."""
+
+
+def sets_security_header(headers: list[tuple[bytes, bytes]]) -> bool:
+    return any(name.lower() in _SECURITY_NAMES for name, _ in headers)
+
+
 def with_security_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     """``headers`` plus those of ``SECURITY_HEADERS`` it does not set itself."""
-    if not any(name.lower() in _SECURITY_NAMES for name, _ in headers):
+    if not sets_security_header(headers):
         return headers + SECURITY_HEADERS
     present = {name.lower() for name, _ in headers}
     return headers + [(name, value) for name, value in SECURITY_HEADERS if name not in present]
