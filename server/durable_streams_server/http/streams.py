@@ -246,13 +246,13 @@ class StreamHandlers:
         )
         stop = arrow_ipc.stop_seq(params.get("end")) if framing == "arrow" else None
         result = await self._read_once(stream, start, framing, stop)
+        token = offset_raw or BEGINNING_SENTINEL
         if live == "long-poll" and _empty(result):
             if not result.closed:
                 self.live_readers.admit(request.scope, "long-poll")
                 answered: Response | None = None
                 at_wake = None
                 if answer_now is not None and framing == "plain":
-                    token = offset_raw or BEGINNING_SENTINEL
 
                     def at_wake() -> None:
                         nonlocal answered
@@ -266,7 +266,7 @@ class StreamHandlers:
                 result = await self._read_once(stream, start, framing, stop)
             if _empty(result):
                 return self._long_poll_empty(result, cursor)
-        return self._data_response(request, result, offset_raw or BEGINNING_SENTINEL, live, cursor, framing)
+        return self._data_response(request, result, token, live, cursor, framing)
 
     def _answer_at_wake(
         self, request: Request, stream: Stream, start: Offset, token: str, cursor: str | None, answer_now: AnswerNow
