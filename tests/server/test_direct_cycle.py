@@ -22,6 +22,7 @@ from inprocess import serving
 from rawhttp import connection_closed_by_server
 
 from durable_streams_server import ServerConfig
+from durable_streams_server.http.direct import _rendered
 from durable_streams_server.http.lean import LeanPath
 
 TEXT = {"Content-Type": "text/plain"}
@@ -235,3 +236,14 @@ def test_a_long_poll_whose_client_left_is_observed_with_its_status(tmp_path: Pat
         counted = requests.get(stream.split("/v1/")[0] + "/metrics").text.splitlines()
         assert 'durable_streams_http_requests_total{method="GET",route="long_poll",status="204"} 1.0' in counted
         assert not any('status="500"' in line for line in counted)
+
+
+def test_default_headers_are_rendered_once_unless_a_response_must_handle_them() -> None:
+    """uvicorn's own ``date``/``server`` lines are rendered once per list; a list an embedder
+    configured with a ``connection`` header or a value uvicorn would refuse is left to each
+    response, which closes the connection or refuses the value as uvicorn does."""
+    plain = [(b"date", b"Wed, 25 Nov 2026 05:00:00 GMT"), (b"server", b"uvicorn")]
+    assert _rendered(plain) == b"date: Wed, 25 Nov 2026 05:00:00 GMT\r\nserver: uvicorn\r\n"
+    assert _rendered(plain) is _rendered(plain)  # (cached for the same list)
+    assert _rendered([*plain, (b"connection", b"close")]) is None
+    assert _rendered([*plain, (b"x-note", b"a\r\nb")]) is None

@@ -73,6 +73,12 @@ _TOO_LARGE = _raw_response(
 )
 
 
+_EARLY_S = 0.002
+"""A timer may fire this much before its deadline and still count as on time: uvloop's clock
+ticks in whole milliseconds, so its timers fire up to ~1 ms early, and scheduling again for
+the rest spun the loop (hundreds of calls) until the tick."""
+
+
 class ClosingDeadline:
     """A deadline of one connection that closes its transport when it passes: the head
     deadline (``arm`` when a head is awaited, ``stop`` once it has been parsed) and, with
@@ -118,7 +124,7 @@ class ClosingDeadline:
         deadline = self._deadline
         if deadline is None:
             return
-        if self._loop.time() < deadline:  # (armed again since this timer was scheduled)
+        if deadline - self._loop.time() > _EARLY_S:  # (armed again since this timer was scheduled)
             self._handle = self._loop.call_at(deadline, self._late)
             return
         self._deadline = None

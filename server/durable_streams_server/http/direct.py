@@ -60,15 +60,19 @@ _SERVER_ERROR = (
 )
 
 
-_defaults: tuple[object, bytes] = (None, b"")
+_defaults: tuple[object, bytes | None] = (None, b"")
 
 
-def _rendered(default_headers: list[tuple[bytes, bytes]]) -> bytes:
-    """uvicorn's default headers (``date``, ``server``) as lines of a response head. uvicorn
-    renews the list once a second (the date); it is rendered once per list, not per response."""
+def _rendered(default_headers: list[tuple[bytes, bytes]]) -> bytes | None:
+    """uvicorn's default headers (``date``, ``server``, and any an embedder configured) as
+    lines of a response head. uvicorn renews the list once a second (the date); it is rendered
+    once per list, not per response. ``None``: it holds a ``connection`` header or a value
+    uvicorn would refuse, which each response handles as its own headers."""
     global _defaults
     if _defaults[0] is not default_headers:
-        _defaults = (default_headers, b"".join(b"%s: %s\r\n" % pair for pair in default_headers))
+        plain = all(name != b"connection" and not _UNSAFE_VALUE.search(value) for name, value in default_headers)
+        rendered = b"".join(b"%s: %s\r\n" % pair for pair in default_headers) if plain else None
+        _defaults = (default_headers, rendered)
     return _defaults[1]
 
 
@@ -202,8 +206,10 @@ class DirectCycle:
         status = response.status_code
         raw = response.raw_headers
         own_security = sets_security_header(raw)  # (rare: else the pre-rendered lines)
-        head = [STATUS_LINE[status], _rendered(self.default_headers)]
-        for name, value in with_security_headers(raw) if own_security else raw:
+        defaults = _rendered(self.default_headers)
+        head = [STATUS_LINE[status]] if defaults is None else [STATUS_LINE[status], defaults]
+        own = with_security_headers(raw) if own_security else raw
+        for name, value in own if defaults is not None else (*self.default_headers, *own):
             if _UNSAFE_VALUE.search(value):
                 raise RuntimeError("Invalid HTTP header value.")
             if name == b"connection" and b"close" in value.lower():
