@@ -9,7 +9,9 @@ it waits. Either way a record is durable (replayable) before its waiter is woken
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -206,3 +208,27 @@ def test_the_worker_leaves_frames_past_a_rotation_cut_to_the_writer_task(tmp_pat
 
     asyncio.run(main())
     assert _segments(tmp_path / "wal") == {1: [1, 2, 3, 4, 5], 6: [6, 7, 8, 9]}
+
+
+def test_a_cancelled_writer_task_leaves_its_worker_no_further_batches(tmp_path: Path) -> None:
+    """The writer task cancelled while its worker syncs (a loop shut down abruptly): the worker
+    finishes the batch it is writing and takes no more, so nothing writes to the log after
+    the owner may have closed it."""
+    wal = _QueueingLog(tmp_path / "wal")
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        acks, writer, task = _started(wal)
+
+        def cancel_then_queue() -> None:
+            loop.call_soon_threadsafe(task.cancel)
+            _queue(writer, acks, 3)
+            time.sleep(0.2)  # (the cancellation reaches the task while this batch is being written)
+
+        wal.during_first_write.append(cancel_then_queue)
+        _queue(writer, acks, 5)
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())  # (waits for the worker thread at the end)
+    assert [count for _, count in wal.writes] == [5]

@@ -60,6 +60,8 @@ class WalWriter:
         """Held while the worker takes frames, and while a rotation is asked for."""
         self._wakeup = asyncio.Event()
         self._closing = False
+        self._abandoned = False
+        """The writer task was cancelled while the worker synced: it takes no more batches."""
         self.sync_s = 0.0
         """Recent average duration of a batch's write and sync."""
 
@@ -113,9 +115,13 @@ class WalWriter:
                         durable = None
                         if batch:
                             durable = partial(self._loop.call_soon_threadsafe, self._acks.mark_durable, batch[-1][0])
-                        took, last = await asyncio.to_thread(
-                            self._sync_on_thread, before, rotate_at if rotate else None, after, durable, last
-                        )
+                        try:
+                            took, last = await asyncio.to_thread(
+                                self._sync_on_thread, before, rotate_at if rotate else None, after, durable, last
+                            )
+                        except asyncio.CancelledError:
+                            self._abandoned = True  # (the worker ends after the batch it is syncing)
+                            raise
                 except OSError as error:
                     self._on_failure(error)
                     return
@@ -147,7 +153,7 @@ class WalWriter:
         call = self._loop.call_soon_threadsafe
         while True:
             with self._rotation:
-                if self._rotate_at is not None:
+                if self._rotate_at is not None or self._abandoned:
                     return last
                 batch = self._take()
             if not batch:
