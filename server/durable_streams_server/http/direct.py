@@ -206,10 +206,14 @@ class DirectCycle:
         status = response.status_code
         raw = response.raw_headers
         own_security = sets_security_header(raw)  # (rare: else the pre-rendered lines)
+        head = [STATUS_LINE[status]]
+        headers = with_security_headers(raw) if own_security else raw
         defaults = _rendered(self.default_headers)
-        head = [STATUS_LINE[status]] if defaults is None else [STATUS_LINE[status], defaults]
-        own = with_security_headers(raw) if own_security else raw
-        for name, value in own if defaults is not None else (*self.default_headers, *own):
+        if defaults is None:
+            headers = [*self.default_headers, *headers]
+        else:
+            head.append(defaults)
+        for name, value in headers:
             if _UNSAFE_VALUE.search(value):
                 raise RuntimeError("Invalid HTTP header value.")
             if name == b"connection" and b"close" in value.lower():

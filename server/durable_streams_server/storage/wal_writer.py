@@ -112,9 +112,8 @@ class WalWriter:
                     if len(batch) == 1 and not rotate and self.sync_s <= INLINE_SYNC_S:
                         took = _write_and_rotate(self.wal, before, None, after, None)
                     else:
-                        durable = None
-                        if batch:
-                            durable = partial(self._loop.call_soon_threadsafe, self._acks.mark_durable, batch[-1][0])
+                        mark = self._acks.mark_durable
+                        durable = partial(self._loop.call_soon_threadsafe, mark, last) if batch else None
                         try:
                             took, last = await asyncio.to_thread(
                                 self._sync_on_thread, before, rotate_at if rotate else None, after, durable, last
