@@ -63,6 +63,7 @@ from pyspark.sql.types import BinaryType, StringType, StructType
 from ._producer_identity import BATCH_ID_PROPERTY, QUERY_ID_PROPERTY, JobIdentity, job_identity, task_identity
 from ._sink_encoding import RequestCutter, checked_messages, row_messages
 from ._sink_sender import FailureHook, SinkError, TaskSender
+from ._worker_gc import freeze_worker_imports
 from .client import Client, Stream, errors
 from .client.models import DEFAULT_CONTENT_TYPE, JSON_CONTENT_TYPE, is_json, media_type
 from .options import OptionError, WriteOptions
@@ -221,6 +222,7 @@ class _Sink:
     # -- executors ----------------------------------------------------------------------
 
     def _write(self, iterator: Iterator[Any]) -> SinkCommitMessage:
+        freeze_worker_imports()  # the daemon's collection after each task skips the imports
         context = TaskContext.get()
         assert context is not None, "write() runs in a Spark task"
         properties = {key: context.getLocalProperty(key) for key in (QUERY_ID_PROPERTY, BATCH_ID_PROPERTY)}

@@ -58,6 +58,7 @@ from ._offsets import (
     starts_inside,
 )
 from ._task_reader import DataLossError, StreamRange, make_client, read_range
+from ._worker_gc import freeze_worker_imports
 from .client import TransportError
 from .client.models import is_json, media_type
 from .options import LATEST, ReadOptions
@@ -143,6 +144,7 @@ class _Reader:
         return self._driver
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        freeze_worker_imports()  # the daemon's collection after each task skips the imports
         if isinstance(partition, DirectRange):
             return read_direct(self._options, self._schema, partition)
         assert isinstance(partition, StreamRange)

@@ -1,0 +1,56 @@
+"""Python workers: the objects of their imports kept out of the collection after every task.
+
+A reused PySpark worker (``spark.python.worker.reuse``, the default) runs a full garbage
+collection after every task before it takes the next one (``pyspark/daemon.py``:
+``gc.collect()`` in the worker's loop). A full collection traverses every container the
+process tracks, and a worker that has imported pyarrow, pandas, PySpark and this package
+tracks ~87,000 of them: ~35 ms of CPU per task on an idle core (55-150 ms of wall time on two
+busy ones), paid between every two tasks of the worker. For a batch read of 1,000,000
+messages in 10 tasks that was ~0.4 s of the Python workers' ~0.8 s of CPU
+(bench/README.md, "Direct history reads", eleventh session).
+
+So a task of this source or sink, when it starts, moves everything the process tracks into
+the permanent generation (``gc.freeze()``) if more than ``REFREEZE_AT`` objects survived the
+collections since the last freeze: modules, classes, functions and caches, which live as long
+as the process. From then on the collection after each task traverses only what later tasks
+made. In practice a worker freezes twice: at its first task (~57,000 objects), and at its
+second (the ~29,000 that the first task's lazy imports added). Counting the survivors is
+cheap while there are few of them (they are generation 2: the daemon's full collection after
+the previous task moved every survivor there).
+
+What this costs: an object that survived the collections and later becomes part of a
+reference cycle that nothing references is never freed (objects freed by their reference
+count are freed as before). What survives a full collection with no task running is held by
+modules and their caches, so this is the usual trade of freezing a long-lived process's
+imports (CPython's ``gc.freeze`` documentation).
+
+Only in reused workers (``SPARK_REUSE_WORKER`` set, which is when the daemon collects after
+each task). ``DURABLE_STREAMS_WORKER_GC_FREEZE=false`` in the executors' environment
+(``spark.executorEnv.DURABLE_STREAMS_WORKER_GC_FREEZE``) turns it off.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+
+__all__ = ["REFREEZE_AT", "freeze_worker_imports"]
+
+OPT_OUT = "DURABLE_STREAMS_WORKER_GC_FREEZE"
+REFREEZE_AT = 2_000
+"""Survivors since the last freeze that make a task freeze again (a collection of 2,000 objects
+takes ~0.3 ms)."""
+
+
+def freeze_worker_imports() -> bool:
+    """Freeze what this reused worker tracks, if enough has survived since the last freeze;
+    whether it did now."""
+    if not os.environ.get("SPARK_REUSE_WORKER"):
+        return False
+    if os.environ.get(OPT_OUT, "true").strip().lower() in ("false", "0", "no", "off"):
+        return False
+    if gc.get_freeze_count() and len(gc.get_objects(generation=2)) <= REFREEZE_AT:
+        return False
+    gc.collect()
+    gc.freeze()
+    return True

@@ -1,0 +1,60 @@
+"""``freeze_worker_imports`` in this process (no Spark): when it freezes, and when it leaves
+the collector alone. Each test unfreezes what it froze."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+
+import pytest
+
+from pyspark_durable_streams._worker_gc import OPT_OUT, REFREEZE_AT, freeze_worker_imports
+
+
+class Survivor:
+    """A tracked object that outlives a collection (held by the test)."""
+
+
+@pytest.fixture
+def reused_worker(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("SPARK_REUSE_WORKER", "1")
+    monkeypatch.delenv(OPT_OUT, raising=False)
+    gc.unfreeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+def test_a_reused_worker_freezes_then_only_when_enough_survived(reused_worker: None) -> None:
+    assert gc.get_freeze_count() == 0
+    assert freeze_worker_imports() is True
+    frozen = gc.get_freeze_count()
+    assert frozen > 1_000  # this process's imports at least
+    assert len(gc.get_objects(generation=2)) == 0
+
+    assert freeze_worker_imports() is False  # nothing new survived
+    few = [Survivor() for _ in range(REFREEZE_AT // 2)]
+    gc.collect()
+    assert freeze_worker_imports() is False
+    assert gc.get_freeze_count() == frozen
+
+    many = [Survivor() for _ in range(REFREEZE_AT)]
+    gc.collect()  # as the daemon's collection after a task: survivors reach generation 2
+    assert freeze_worker_imports() is True
+    assert gc.get_freeze_count() >= frozen + len(few) + len(many)
+    assert len(gc.get_objects(generation=2)) == 0
+
+
+def test_not_outside_a_reused_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SPARK_REUSE_WORKER", raising=False)
+    gc.unfreeze()
+    assert freeze_worker_imports() is False
+    assert gc.get_freeze_count() == 0
+
+
+@pytest.mark.parametrize("value", ["false", "0", "OFF", " no "])
+def test_the_opt_out(reused_worker: None, monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv(OPT_OUT, value)
+    assert freeze_worker_imports() is False
+    assert gc.get_freeze_count() == 0
