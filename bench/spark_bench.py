@@ -9,9 +9,12 @@ durability, local Delta storage). Three groups, runnable on their own (``--only`
   files, locally or with ``localFiles=false`` through the signed URLs, and again with
   ``historyReads=http``, the server's CPU time during each read taken from /proc), beside the
   same rows (the same ``stream`` key too) from an in-memory Python data source (defined here,
-  yielding Arrow RecordBatches: the ceiling of any Python source), and that source with the
-  short ``stream`` value ``memory`` it had before (narrower rows); these five reads run round
-  after round (``--repeat`` rounds, each read once per round, each round starting one read
+  yielding Arrow RecordBatches: the ceiling of a plain Python source; its tasks run in Python
+  workers of their own, as any source's do when nothing else runs in them), that source with
+  the short ``stream`` value ``memory`` it had before (narrower rows), and that source in the
+  workers that run ours (whose imports our source froze out of PySpark's collection after each
+  task, so this compares the reads' own work); these six reads run round after round
+  (``--repeat`` rounds, each read once per round, each round starting one read
   later), so the machine's load falls on all alike. Then Spark's built-in ``rate-micro-batch``
   source (the bounded rate source: ``rate`` cannot be bounded, with ``Trigger.AvailableNow``
   it reads 0 rows; ``rate-micro-batch`` with ``rowsPerBatch=N`` and AvailableNow reads exactly
@@ -143,7 +146,9 @@ class InMemoryReader(DataSourceReader):
 
 
 class InMemorySource(DataSource):
-    """``spark.read.format("bench_in_memory").option("rows", N)``."""
+    """``spark.read.format("bench_in_memory").option("rows", N)``: registered so that its tasks
+    run in Python workers of their own (``register_own_workers``), as a source's tasks do when
+    nothing else runs in their workers."""
 
     @classmethod
     def name(cls) -> str:
@@ -154,6 +159,27 @@ class InMemorySource(DataSource):
 
     def reader(self, schema: Any) -> DataSourceReader:
         return InMemoryReader(int(self.options["rows"]), self.options.get("stream", "memory"))
+
+
+class InMemoryInOurWorkers(InMemorySource):
+    """The same source, its tasks in the Python workers that run ours: the collection PySpark runs
+    after each task is cheap there too once our source has frozen the workers' imports
+    (``pyspark_durable_streams/_worker_gc.py``), so this measures the reads' own work alike."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "bench_in_memory_our_workers"
+
+
+def register_own_workers(spark: SparkSession, source: type[DataSource], pool: str) -> None:
+    """Register ``source`` with its own Python worker pool: Spark keys its worker pools by the
+    registered function's environment, which is ``SparkContext.environment`` at registration."""
+    environment = spark.sparkContext.environment
+    environment["DURABLE_STREAMS_BENCH_WORKERS"] = pool
+    try:
+        spark.dataSource.register(source)
+    finally:
+        del environment["DURABLE_STREAMS_BENCH_WORKERS"]
 
 
 # -- servers and streams ---------------------------------------------------------------------
@@ -253,8 +279,8 @@ class Bench:
             "noop"
         ).mode("overwrite").save()
 
-    def read_memory(self, rows: int, stream: str = "memory") -> None:
-        self.spark.read.format("bench_in_memory").option("rows", rows).option("stream", stream).load().write.format(
+    def read_memory(self, rows: int, stream: str = "memory", source: type[DataSource] = InMemorySource) -> None:
+        self.spark.read.format(source.name()).option("rows", rows).option("stream", stream).load().write.format(
             "noop"
         ).mode("overwrite").save()
 
@@ -280,6 +306,7 @@ class Bench:
         if counted.count() != WARM_ROWS:
             raise RuntimeError(f"the connector read {counted.count()} rows of {WARM_ROWS}")
         self.read_memory(WARM_ROWS)
+        self.read_memory(WARM_ROWS, source=InMemoryInOurWorkers)
         self.read_rate(WARM_ROWS)
         wait_in_delta(url)
         wait_in_delta(warm)
@@ -292,6 +319,7 @@ class Bench:
                 "ours, direct via URLs": lambda: self.read_connector(url, "auto", localFiles="false"),
                 "ours, http": lambda: self.read_connector(url, "http"),
                 "in-memory, stream 'memory'": lambda: self.read_memory(rows),
+                "in-memory, same rows, our workers": lambda: self.read_memory(rows, url, InMemoryInOurWorkers),
             },
             rows,
             repeat,
@@ -300,6 +328,7 @@ class Bench:
         ours, memory = timed["ours, direct"].best_rate(rows), timed["in-memory, same rows"].best_rate(rows)
         over_http, via_urls = timed["ours, http"].best_rate(rows), timed["ours, direct via URLs"].best_rate(rows)
         narrow = timed["in-memory, stream 'memory'"].best_rate(rows)
+        shared = timed["in-memory, same rows, our workers"]
         direct_cpu, http_cpu = timed["ours, direct"].cpu_of_best(), timed["ours, http"].cpu_of_best()
         urls_cpu = timed["ours, direct via URLs"].cpu_of_best()
         progress("read: rate-micro-batch → noop")
@@ -321,6 +350,14 @@ class Bench:
                 "server CPU s during that read: direct via signed URLs; baseline: historyReads=http", urls_cpu, http_cpu
             ),
             Result(f"{metric}; baseline: in-memory Python source, stream column 'memory'", ours, narrow),
+            Result(
+                f"{metric}; baseline: in-memory Python source in our (frozen) workers", ours, shared.best_rate(rows)
+            ),
+            Result(
+                f"{metric}, medians of the runs; baseline: in-memory Python source in our (frozen) workers",
+                rows / timed["ours, direct"].median_s(),
+                rows / shared.median_s(),
+            ),
             Result(f"{metric}; baseline: built-in rate-micro-batch", ours, rate),
         ]
         if reference is not None:
@@ -449,7 +486,8 @@ def spark_session(work: Path) -> SparkSession:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     pyspark_durable_streams.register(spark)
-    spark.dataSource.register(InMemorySource)
+    register_own_workers(spark, InMemorySource, "in-memory")
+    spark.dataSource.register(InMemoryInOurWorkers)
     return spark
 
 
