@@ -19,10 +19,13 @@ cheap while there are few of them (they are generation 2: the daemon's full coll
 the previous task moved every survivor there).
 
 What this costs: an object that survived the collections and later becomes part of a
-reference cycle that nothing references is never freed (objects freed by their reference
-count are freed as before). What survives a full collection with no task running is held by
-modules and their caches, so this is the usual trade of freezing a long-lived process's
-imports (CPython's ``gc.freeze`` documentation).
+reference cycle that nothing references is not freed while it is frozen (objects freed by
+their reference count are freed as before). What survives a full collection with no task
+running is held by modules and their caches, so such garbage is rare; still, a worker lives
+as long as its executor (a streaming query's, for weeks), and a cache a task evicts could leave
+cycles behind. So frozen objects are looked at again every ``REEXAMINE_S``: the task that finds
+that time passed since its worker's last freeze unfreezes, collects everything once (~35 ms)
+and freezes again. Garbage that was frozen lives at most that long.
 
 Only in reused workers (``SPARK_REUSE_WORKER`` set, which is when the daemon collects after
 each task). ``DURABLE_STREAMS_WORKER_GC_FREEZE=false`` in the executors' environment
@@ -33,24 +36,37 @@ from __future__ import annotations
 
 import gc
 import os
+import time
+from collections.abc import Callable
 
-__all__ = ["REFREEZE_AT", "freeze_worker_imports"]
+__all__ = ["REEXAMINE_S", "REFREEZE_AT", "freeze_worker_imports"]
 
 OPT_OUT = "DURABLE_STREAMS_WORKER_GC_FREEZE"
 REFREEZE_AT = 2_000
 """Survivors since the last freeze that make a task freeze again (a collection of 2,000 objects
 takes ~0.3 ms)."""
+REEXAMINE_S = 600.0
+"""How long frozen objects stay frozen before a task unfreezes, collects and freezes again."""
+_frozen_at: float | None = None
+"""``clock()`` of this process's last freeze (a forked worker re-examines what it inherited)."""
 
 
-def freeze_worker_imports() -> bool:
-    """Freeze what this reused worker tracks, if enough has survived since the last freeze;
-    whether it did now."""
+def freeze_worker_imports(clock: Callable[[], float] = time.monotonic) -> bool:
+    """Freeze what this reused worker tracks, if enough has survived since the last freeze or
+    the frozen objects are due to be looked at again; whether it did now."""
+    global _frozen_at
     if not os.environ.get("SPARK_REUSE_WORKER"):
         return False
     if os.environ.get(OPT_OUT, "true").strip().lower() in ("false", "0", "no", "off"):
         return False
-    if gc.get_freeze_count() and len(gc.get_objects(generation=2)) <= REFREEZE_AT:
+    now = clock()
+    frozen = gc.get_freeze_count()
+    due = bool(frozen) and (_frozen_at is None or now - _frozen_at >= REEXAMINE_S)
+    if frozen and not due and len(gc.get_objects(generation=2)) <= REFREEZE_AT:
         return False
+    if due:
+        gc.unfreeze()
     gc.collect()
     gc.freeze()
+    _frozen_at = now
     return True

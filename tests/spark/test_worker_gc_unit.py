@@ -4,15 +4,18 @@ the collector alone. Each test unfreezes what it froze."""
 from __future__ import annotations
 
 import gc
+import weakref
 from collections.abc import Iterator
 
 import pytest
 
-from pyspark_durable_streams._worker_gc import OPT_OUT, REFREEZE_AT, freeze_worker_imports
+from pyspark_durable_streams._worker_gc import OPT_OUT, REEXAMINE_S, REFREEZE_AT, freeze_worker_imports
 
 
 class Survivor:
     """A tracked object that outlives a collection (held by the test)."""
+
+    other: Survivor | None = None
 
 
 @pytest.fixture
@@ -58,3 +61,28 @@ def test_the_opt_out(reused_worker: None, monkeypatch: pytest.MonkeyPatch, value
     monkeypatch.setenv(OPT_OUT, value)
     assert freeze_worker_imports() is False
     assert gc.get_freeze_count() == 0
+
+
+def test_frozen_garbage_is_collected_when_the_frozen_objects_are_looked_at_again(reused_worker: None) -> None:
+    now = [1_000.0]
+    assert freeze_worker_imports(lambda: now[0]) is True
+    first, second = Survivor(), Survivor()
+    first.other, second.other = second, first  # a cycle: only the collector frees it
+    gone = weakref.ref(first)
+    assert freeze_worker_imports(lambda: now[0]) is False
+    kept = [Survivor() for _ in range(REFREEZE_AT + 1)]  # enough survivors to freeze the cycle with them
+    gc.collect()
+    assert freeze_worker_imports(lambda: now[0]) is True
+    del first, second
+    gc.collect()
+    assert gone() is not None  # frozen garbage: the collections skip it
+
+    now[0] += REEXAMINE_S - 1
+    assert freeze_worker_imports(lambda: now[0]) is False
+    gc.collect()
+    assert gone() is not None
+    now[0] += 1
+    assert freeze_worker_imports(lambda: now[0]) is True  # due: unfrozen, collected, frozen again
+    assert gone() is None
+    assert len(gc.get_objects(generation=2)) == 0
+    assert len(kept) == REFREEZE_AT + 1
