@@ -48,7 +48,8 @@ takes ~0.3 ms)."""
 REEXAMINE_S = 600.0
 """How long frozen objects stay frozen before a task unfreezes, collects and freezes again."""
 _frozen_at: float | None = None
-"""``clock()`` of this process's last freeze (a forked worker re-examines what it inherited)."""
+"""``clock()`` of this process's last freeze. Objects frozen before the first (a parent process
+may freeze what its forked children share) stay frozen until the first re-examination."""
 
 
 def freeze_worker_imports(clock: Callable[[], float] = time.monotonic) -> bool:
@@ -61,7 +62,7 @@ def freeze_worker_imports(clock: Callable[[], float] = time.monotonic) -> bool:
         return False
     now = clock()
     frozen = gc.get_freeze_count()
-    due = bool(frozen) and (_frozen_at is None or now - _frozen_at >= REEXAMINE_S)
+    due = bool(frozen) and _frozen_at is not None and now - _frozen_at >= REEXAMINE_S
     if frozen and not due and len(gc.get_objects(generation=2)) <= REFREEZE_AT:
         return False
     if due:

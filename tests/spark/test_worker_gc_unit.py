@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from pyspark_durable_streams import _worker_gc
 from pyspark_durable_streams._worker_gc import OPT_OUT, REEXAMINE_S, REFREEZE_AT, freeze_worker_imports
 
 
@@ -85,4 +86,26 @@ def test_frozen_garbage_is_collected_when_the_frozen_objects_are_looked_at_again
     assert freeze_worker_imports(lambda: now[0]) is True  # due: unfrozen, collected, frozen again
     assert gone() is None
     assert len(gc.get_objects(generation=2)) == 0
+    assert len(kept) == REFREEZE_AT + 1
+
+
+def test_what_a_parent_froze_stays_frozen_until_the_first_re_examination(
+    reused_worker: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_worker_gc, "_frozen_at", None)  # this process has not frozen yet
+    first, second = Survivor(), Survivor()
+    first.other, second.other = second, first
+    gone = weakref.ref(first)
+    gc.freeze()  # as a parent process before forking: shared pages stay untouched by collections
+    del first, second
+    now = [5_000.0]
+    assert freeze_worker_imports(lambda: now[0]) is False  # few survivors of our own; no unfreeze
+    assert gone() is not None
+    kept = [Survivor() for _ in range(REFREEZE_AT + 1)]
+    gc.collect()
+    assert freeze_worker_imports(lambda: now[0]) is True  # ours frozen on top
+    assert gone() is not None
+    now[0] += REEXAMINE_S
+    assert freeze_worker_imports(lambda: now[0]) is True
+    assert gone() is None
     assert len(kept) == REFREEZE_AT + 1
