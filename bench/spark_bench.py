@@ -80,6 +80,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition 
 from pyspark.sql.streaming.query import StreamingQuery  # noqa: E402
 from runner import start_reference_server  # noqa: E402
 from servers import ServerProcess  # noqa: E402
+from worker_pools import register_in_pool  # noqa: E402
 
 import pyspark_durable_streams  # noqa: E402
 
@@ -147,7 +148,7 @@ class InMemoryReader(DataSourceReader):
 
 class InMemorySource(DataSource):
     """``spark.read.format("bench_in_memory").option("rows", N)``: registered so that its tasks
-    run in Python workers of their own (``register_own_workers``), as a source's tasks do when
+    run in Python workers of their own (``worker_pools.register_in_pool``), as a source's tasks do when
     nothing else runs in their workers."""
 
     @classmethod
@@ -169,17 +170,6 @@ class InMemoryInOurWorkers(InMemorySource):
     @classmethod
     def name(cls) -> str:
         return "bench_in_memory_our_workers"
-
-
-def register_own_workers(spark: SparkSession, source: type[DataSource], pool: str) -> None:
-    """Register ``source`` with its own Python worker pool: Spark keys its worker pools by the
-    registered function's environment, which is ``SparkContext.environment`` at registration."""
-    environment = spark.sparkContext.environment
-    environment["DURABLE_STREAMS_BENCH_WORKERS"] = pool
-    try:
-        spark.dataSource.register(source)
-    finally:
-        del environment["DURABLE_STREAMS_BENCH_WORKERS"]
 
 
 # -- servers and streams ---------------------------------------------------------------------
@@ -486,7 +476,7 @@ def spark_session(work: Path) -> SparkSession:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     pyspark_durable_streams.register(spark)
-    register_own_workers(spark, InMemorySource, "in-memory")
+    register_in_pool(spark, "in-memory", InMemorySource)
     spark.dataSource.register(InMemoryInOurWorkers)
     return spark
 

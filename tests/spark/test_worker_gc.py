@@ -20,11 +20,11 @@ from pyspark import cloudpickle
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from servers import ServerProcess, session
+from worker_pools import POOL_VARIABLE, register_in_pool
 
 import pyspark_durable_streams
 from pyspark_durable_streams.datasource import DurableStreamsDataSource
 
-POOL_VARIABLE = "DURABLE_STREAMS_TEST_WORKERS"
 PROBES = 6
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import tests
@@ -55,13 +55,7 @@ class WorkerProbe(DataSource):
 def own_workers(spark: SparkSession, pool: str) -> Iterator[Callable[[], dict[int, int]]]:
     """Our source and the probe registered with a worker pool of their own; yields the probe
     (frozen objects by worker process id). Afterwards our source is registered as before."""
-    environment = spark.sparkContext.environment
-    environment[POOL_VARIABLE] = pool
-    try:
-        spark.dataSource.register(DurableStreamsDataSource)
-        spark.dataSource.register(WorkerProbe)
-    finally:
-        del environment[POOL_VARIABLE]
+    register_in_pool(spark, pool, DurableStreamsDataSource, WorkerProbe)
 
     def probe() -> dict[int, int]:
         rows = spark.read.format("worker_gc_probe").load().collect()
