@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from durable_streams_server.storage.acks import Acknowledgements
 from durable_streams_server.storage.records import AppendHeader, Header, Record, decode_frames, encode
 from durable_streams_server.storage.wal import WriteAheadLog
-from durable_streams_server.storage.wal_writer import INLINE_SYNC_S, WalWriter
+from durable_streams_server.storage.wal_writer import INLINE_SYNC_S, QUIET_S, WalWriter
 
 T = TypeVar("T")
 
@@ -232,3 +232,134 @@ def test_a_cancelled_writer_task_leaves_its_worker_no_further_batches(tmp_path: 
 
     asyncio.run(main())  # (waits for the worker thread at the end)
     assert [count for _, count in wal.writes] == [5]
+
+
+# -- a lone record after a quiet spell, synced by its own request (``sync_lone``) -------------
+
+
+async def _quiet() -> None:
+    """Past a quiet spell, the writer task's turns taken meanwhile."""
+    await asyncio.sleep(QUIET_S * 5)
+
+
+def test_after_a_quiet_spell_a_lone_record_is_synced_by_its_own_request(tmp_path: Path) -> None:
+    """Durable when ``sync_lone`` returns, written on the loop's thread; the writer task, woken
+    by the queueing, then finds nothing to write."""
+    wal = _ThreadNotingLog(tmp_path / "wal")
+
+    async def main() -> int:
+        acks, writer, task = _started(wal)
+        writer.sync_s = 0.0
+        await _quiet()
+        (lsn,) = _queue(writer, acks, 1)
+        writer.sync_lone(lsn)
+        assert acks.is_durable(lsn)
+        await asyncio.sleep(0.01)  # (the writer task's turn)
+        writer.close()
+        await task
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(main())
+    assert wal.writes == [(loop_thread, 1)]
+    assert [record.lsn for record in WriteAheadLog(tmp_path / "wal").replay()] == [1]
+
+
+def test_in_a_burst_only_the_first_lone_record_is_synced_by_its_request(tmp_path: Path) -> None:
+    """The requests after it find a sync that just ended and leave their records to the writer
+    task, which batches them; so do records queued behind others, or behind a rotation."""
+    wal = _ThreadNotingLog(tmp_path / "wal")
+
+    async def main() -> list[bool]:
+        acks, writer, task = _started(wal)
+        writer.sync_s = 0.0
+        synced_at_once = []
+        await _quiet()
+        for _ in range(3):  # one after the other, as requests in one turn of the loop
+            (lsn,) = _queue(writer, acks, 1)
+            writer.sync_s = 0.0  # (each time: only what this test is about decides)
+            writer.sync_lone(lsn)
+            synced_at_once.append(acks.is_durable(lsn))
+        await acks.wait(acks.next_lsn - 1)
+        await _quiet()
+        two = _queue(writer, acks, 2)
+        writer.sync_s = 0.0
+        writer.sync_lone(two[1])
+        synced_at_once.append(acks.is_durable(two[1]))
+        await acks.wait(two[1])
+        await _quiet()
+        writer.rotate_at(acks.next_lsn)
+        (lsn,) = _queue(writer, acks, 1)
+        writer.sync_s = 0.0
+        writer.sync_lone(lsn)
+        synced_at_once.append(acks.is_durable(lsn))
+        await acks.wait(lsn)
+        writer.close()
+        await task
+        return synced_at_once
+
+    assert asyncio.run(main()) == [True, False, False, False, False]
+    assert [count for _, count in wal.writes] == [1, 2, 2, 1]
+    assert _segments(tmp_path / "wal") == {1: [1, 2, 3, 4, 5], 6: [6]}
+
+
+def test_a_lone_record_is_not_synced_by_its_request_while_the_worker_writes(tmp_path: Path) -> None:
+    """While a batch syncs on the worker thread, a record queued meanwhile is the worker's to
+    take (``_drain``): the loop's thread never writes beside it."""
+    wal = _QueueingLog(tmp_path / "wal")
+
+    async def main() -> tuple[bool, int]:
+        loop = asyncio.get_running_loop()
+        acks, writer, task = _started(wal)
+        writer.sync_s = 0.0
+        queued: asyncio.Future[int] = loop.create_future()
+        tried: list[bool] = []
+
+        def queue_and_try() -> None:  # on the loop, while the worker is in its first write
+            (lsn,) = _queue(writer, acks, 1)
+            writer.sync_s = 0.0
+            writer.sync_lone(lsn)
+            tried.append(acks.is_durable(lsn))
+            queued.set_result(lsn)
+
+        def during_write() -> None:
+            loop.call_soon_threadsafe(queue_and_try)
+            time.sleep(QUIET_S * 20)  # (long past a quiet spell: only the worker keeps it away)
+
+        wal.during_first_write.append(during_write)
+        await _quiet()
+        first = _queue(writer, acks, 3)
+        await asyncio.gather(*(acks.wait(lsn) for lsn in first))
+        await acks.wait(await queued)
+        writer.close()
+        await task
+        return tried[0], threading.get_ident()
+
+    synced_at_once, loop_thread = asyncio.run(main())
+    assert not synced_at_once
+    assert [count for _, count in wal.writes] == [3, 1]
+    assert all(thread != loop_thread for thread, _ in wal.writes)
+    assert [record.lsn for record in WriteAheadLog(tmp_path / "wal").replay()] == [1, 2, 3, 4]
+
+
+class _FailingLog(WriteAheadLog):
+    def write(self, frames: list[bytes]) -> None:
+        raise OSError(5, "Input/output error")
+
+
+def test_a_failed_sync_by_the_request_is_fatal_as_the_writers_are(tmp_path: Path) -> None:
+    """The record is not durable, the owner hears of the failure once, and the writer task ends."""
+    failures: list[OSError] = []
+
+    async def main() -> bool:
+        acks = Acknowledgements()
+        writer = WalWriter(_FailingLog(tmp_path / "wal"), acks, failures.append)
+        writer.recovered(0)
+        task = asyncio.create_task(writer.run())
+        await _quiet()
+        (lsn,) = _queue(writer, acks, 1)
+        writer.sync_lone(lsn)
+        await asyncio.wait_for(task, timeout=5)
+        return acks.is_durable(lsn)
+
+    assert asyncio.run(main()) is False
+    assert [error.errno for error in failures] == [5]

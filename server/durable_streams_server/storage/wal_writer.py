@@ -23,6 +23,15 @@ average (``sync_s``) is at most ``INLINE_SYNC_S``; on a slow disk every sync goe
 thread, and requests keep being served while it waits. Concurrent appends make batches of
 several records, which always sync on the thread.
 
+**After a quiet spell** (no sync for ``QUIET_S``) a lone record is synced sooner still: by
+its own request, when it waits for durability (``sync_lone``, from ``Storage.wait_durable``),
+instead of by the writer task a turn of the loop later (~70 µs of a ~1.4 ms long-poll wake
+after an idle moment here; bench/README.md, issue 18, twelfth session). The engine submits
+and applies every record without an ``await`` in between, so when a request waits, what it
+wrote is applied in memory and the readers this sync wakes see it. Only one record syncs this
+way per quiet spell: in a burst the requests after it find a sync that just ended, and queue
+for the writer task as always, which batches them.
+
 The flusher asks for a rotation at its cut (``rotate_at``): the frames below the cut go
 into the current segment, the rest into a new segment named by the cut, so the segments
 below it can be deleted once the Delta commit covering them has succeeded. A write or
@@ -44,6 +53,8 @@ from .wal import WriteAheadLog
 
 INLINE_SYNC_S = 0.0005
 """A lone record is synced on the loop's thread while syncs take at most this, on average."""
+QUIET_S = 0.001
+"""A lone record is synced by its own request when no sync ended for this long."""
 _SYNC_WEIGHT = 0.2
 """Weight of the newest sync in the average."""
 
@@ -64,6 +75,12 @@ class WalWriter:
         """The writer task was cancelled while the worker synced: it takes no more batches."""
         self.sync_s = 0.0
         """Recent average duration of a batch's write and sync."""
+        self._synced_at = 0.0
+        """When the last batch's sync ended (``time.perf_counter``)."""
+        self._on_thread = False
+        """The worker thread is writing (it takes queued frames itself: ``_drain``)."""
+        self._stopped = False
+        """A write failed: nothing more is written."""
 
     def recovered(self, last_lsn: int) -> None:
         """Continue after ``last_lsn``, in a new segment."""
@@ -73,6 +90,38 @@ class WalWriter:
     def queue(self, lsn: int, frame: bytes) -> None:
         self._buffer.append((lsn, frame))
         self._wakeup.set()
+
+    def sync_lone(self, lsn: int) -> None:
+        """On the loop's thread: write and sync the record ``lsn`` now and mark it durable, when
+        it is the only one queued, the writer is idle, and it comes after a quiet spell (see the
+        module docstring); otherwise leave it to the writer task. A failure is fatal, as there."""
+        buffer = self._buffer
+        if (
+            len(buffer) != 1
+            or buffer[0][0] != lsn
+            or self._on_thread
+            or self._rotate_at is not None
+            or self._closing
+            or self._abandoned
+            or self._stopped
+            or self.sync_s > INLINE_SYNC_S
+            or time.perf_counter() - self._synced_at < QUIET_S
+        ):
+            return
+        _, frame = buffer.popleft()
+        self._last_queued_lsn = lsn
+        try:
+            self._synced(_write_and_rotate(self.wal, [frame], None, [], None))
+        except OSError as error:
+            self._stopped = True
+            self._on_failure(error)
+            return
+        self._acks.mark_durable(lsn)
+
+    def _synced(self, took: float) -> None:
+        """A batch's write and sync took ``took`` seconds, and just ended."""
+        self.sync_s += _SYNC_WEIGHT * (took - self.sync_s)
+        self._synced_at = time.perf_counter()
 
     def rotate_at(self, first_lsn: int) -> None:
         """Start a new segment at ``first_lsn`` once everything before it is written."""
@@ -95,6 +144,8 @@ class WalWriter:
         while True:
             await self._wakeup.wait()
             self._wakeup.clear()
+            if self._stopped:
+                return
             while True:
                 batch = self._take()
                 if batch:
@@ -114,6 +165,7 @@ class WalWriter:
                     else:
                         mark = self._acks.mark_durable
                         durable = partial(self._loop.call_soon_threadsafe, mark, last) if batch else None
+                        self._on_thread = True
                         try:
                             took, last = await asyncio.to_thread(
                                 self._sync_on_thread, before, rotate_at if rotate else None, after, durable, last
@@ -121,11 +173,14 @@ class WalWriter:
                         except asyncio.CancelledError:
                             self._abandoned = True  # (the worker ends after the batch it is syncing)
                             raise
+                        finally:
+                            self._on_thread = False
                 except OSError as error:
+                    self._stopped = True
                     self._on_failure(error)
                     return
                 if batch and not rotate:  # (a rotation also creates a file and syncs the directory)
-                    self.sync_s += _SYNC_WEIGHT * (took - self.sync_s)
+                    self._synced(took)
                 if last:
                     self._acks.mark_durable(last)  # (done already, unless the loop is closing)
             if self._closing and not self._buffer:
@@ -159,8 +214,8 @@ class WalWriter:
                 return last
             last = batch[-1][0]
             self._last_queued_lsn = last
-            took = _write_and_rotate(self.wal, [frame for _, frame in batch], None, [], partial(call, mark, last))
-            self.sync_s += _SYNC_WEIGHT * (took - self.sync_s)
+            frames = [frame for _, frame in batch]
+            self._synced(_write_and_rotate(self.wal, frames, None, [], partial(call, mark, last)))
 
 
 def _write_and_rotate(
