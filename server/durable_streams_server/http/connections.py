@@ -33,6 +33,9 @@ from the parser's callbacks without uvicorn's request cycle and the ASGI layers
 (``direct.py``, ``lean.py``):
 ``GuardedHttpToolsProtocol.on_headers_complete`` asks the gate's ``LeanPath`` (when
 uvicorn runs the gate itself) whether the request is one, and gives it a ``DirectCycle``.
+Once the parser returns, a lean request whose body is all there starts at once, in a task
+only if it has to wait (``eager.start_eagerly``); one still receiving its body gets a task
+from the start, as uvicorn's requests do.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 
 from ..protocol.errors import HeadersTooLarge, ProtocolError
 from .direct import DirectCycle
+from .eager import start_eagerly
 from .gate import Gate
 from .lean import LeanPath
 from .responses import error_response
@@ -174,6 +178,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     """Bytes fed to the parser while a head was pending (at most one read too few)."""
     _refusal: Callable[[], None] | None = None
     """A head's refusal waiting for the answers to the requests before it (``_refuse``)."""
+    _starting: DirectCycle | None = None
+    """A lean request parsed in this ``data_received``, to start when the parser returns."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._head_timer = ClosingDeadline(self.loop, self.head_timeout_s)
@@ -199,6 +205,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().data_received(data)
         if limit and self._head_pending and self._head_seen > limit and not self.transport.is_closing():
             self._refuse(self._send_too_large)
+        starting = self._starting
+        if starting is not None:  # (after the parser: its body, if it came with the head, is all there)
+            self._starting = None
+            if starting.more_body or starting.disconnected:
+                self._start_asgi_task(cast(RequestResponseCycle, starting), self.app)  # (it waits for its body)
+            else:
+                start_eagerly(self.loop, starting.run_asgi(self.app), self.tasks)
 
     def send_400_response(self, msg: str) -> None:
         """uvicorn's answer to bytes the parser refused, after the answers before it."""
@@ -263,7 +276,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         )
         existing, self.cycle = self.cycle, cast(RequestResponseCycle, cycle)  # (the protocol's type for it)
         if existing is None or existing.response_complete:
-            self._start_asgi_task(self.cycle, self.app)
+            self._starting = cycle  # (started by data_received once the parser returns)
         else:  # pipelined behind a request still being answered
             self.flow.pause_reading()
             self.pipeline.appendleft((self.cycle, self.app))
