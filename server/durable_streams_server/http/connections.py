@@ -33,9 +33,10 @@ from the parser's callbacks without uvicorn's request cycle and the ASGI layers
 (``direct.py``, ``lean.py``):
 ``GuardedHttpToolsProtocol.on_headers_complete`` asks the gate's ``LeanPath`` (when
 uvicorn runs the gate itself) whether the request is one, and gives it a ``DirectCycle``.
-Once the parser returns, a lean request whose body is all there starts at once, in a task
-only if it has to wait (``eager.start_eagerly``); one still receiving its body gets a task
-from the start, as uvicorn's requests do.
+Once the parser returns, a lean request whose body is all there and that is likely answered
+without waiting (``LeanPath.starts_eagerly``) starts at once, in a task only if it does wait
+(``eager.start_eagerly``); the others (a body still to come, a long-poll, a write while others
+wait for their group commit) get a task from the start, as uvicorn's requests do.
 """
 
 from __future__ import annotations
@@ -208,8 +209,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         starting = self._starting
         if starting is not None:  # (after the parser: its body, if it came with the head, is all there)
             self._starting = None
-            if starting.more_body or starting.disconnected:
-                self._start_asgi_task(cast(RequestResponseCycle, starting), self.app)  # (it waits for its body)
+            if starting.more_body or starting.disconnected or not starting.lean.starts_eagerly(starting.scope):
+                self._start_asgi_task(cast(RequestResponseCycle, starting), self.app)  # (its body to come, or a wait)
             else:
                 start_eagerly(self.loop, starting.run_asgi(self.app), self.tasks)
 
