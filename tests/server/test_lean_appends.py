@@ -263,3 +263,34 @@ def test_a_users_middleware_sees_every_append(tmp_path: Path) -> None:
             assert http.post(stream, headers=TEXT, data=body).status_code == 204
         assert gate.lean is not None and gate.lean.served == 0
         assert counting[0].posts == 3
+
+
+def test_the_lean_paths_answers_are_remembered_per_path_and_stay_the_same(tmp_path: Path) -> None:
+    """``lean_target`` remembers its answer per path: asked again, a stream's path, a
+    sub-resource's, a path with a '..' segment and one that is not UTF-8 get the same answers
+    (the last two: the app's 400 each time, nothing stored), and many paths do not grow the
+    memory past its bound."""
+    with serving(ServerConfig(data_dir=tmp_path)) as (url, gate), requests.Session() as http:
+        http.trust_env = False
+        assert gate.lean is not None
+        app = gate.lean.app
+        stream = f"{url}/v1/stream/s"
+        assert http.put(stream, headers=TEXT).status_code == 201
+        for _ in range(2):
+            before = gate.lean.served
+            assert http.post(stream, headers=TEXT, data=b"x").status_code == 204
+            assert http.post(f"{stream}/snapshot", headers=TEXT, data=b"s").status_code == 405
+            for bad in ("/v1/stream/s/%2E%2E/t", "/v1/stream/%FF"):
+                refused = http.post(f"{url}{bad}", headers=TEXT, data=b"b")
+                assert refused.status_code == 400 and refused.json()["error"]["code"].startswith("INVALID_")
+            assert gate.lean.served == before + 1
+        assert http.get(stream, params={"offset": "-1"}).content == b"xx"
+
+        def scope(index: int) -> Scope:
+            path = f"/v1/stream/many-{index}"
+            return {"path": path, "raw_path": path.encode(), "root_path": ""}
+
+        assert [app.lean_target(scope(index)) for index in range(3000)] == [
+            f"v1/stream/many-{index}" for index in range(3000)
+        ]
+        assert len(app._lean_names) <= 1024  # type: ignore[attr-defined]  # (the bound)

@@ -65,6 +65,10 @@ def _base_rest(scope: Scope) -> str | None:
     return rest
 
 
+_REMEMBERED_PATHS = 1024
+_REMEMBERED_PATH_BYTES = 256
+"""``lean_target`` remembers the answers for up to this many paths of up to this length."""
+
 Opener = Callable[[StorageObserver], tuple[Storage, Engine, SubscriptionManager]]
 """Builds storage (reporting to the observer), its engine and the subscription manager,
 and recovers their state (the manager not yet started)."""
@@ -92,6 +96,8 @@ class DurableStreamsApp:
         self.subscriptions: SubscriptionHandlers | None = None
         self.read_plans: ReadPlanHandlers | None = None
         self._start_lock = asyncio.Lock()
+        self._lean_names: dict[tuple[bytes, str, str], str | None] = {}
+        """``lean_target``'s answers by raw path, decoded path and root path."""
         self.live_readers = LiveReaders(limits.max_live_readers)
         self.metrics = ServerMetrics(self)
         self.router = Starlette(
@@ -174,9 +180,25 @@ class DurableStreamsApp:
 
     def lean_target(self, scope: Scope) -> str | None:
         """The stream a request's lean path (``lean.py``) appends to or creates: a started app and a
-        valid path of a stream itself; ``None``: the app serves the request."""
+        valid path of a stream itself; ``None``: the app serves the request. Remembered per path
+        for the paths of recent requests (a busy stream's requests all have the same; checking
+        it again took ~30 µs after an idle moment: bench/README.md, issue 18, twelfth session)."""
+        if self.handlers is None:
+            return None
+        raw_path: bytes = scope.get("raw_path", b"")
+        key = (raw_path, scope["path"], scope.get("root_path", ""))
+        if key in self._lean_names:
+            return self._lean_names[key]
+        name = self._lean_name(scope)
+        if len(raw_path) <= _REMEMBERED_PATH_BYTES:
+            if len(self._lean_names) >= _REMEMBERED_PATHS:
+                self._lean_names.clear()
+            self._lean_names[key] = name
+        return name
+
+    def _lean_name(self, scope: Scope) -> str | None:
         rest = _base_rest(scope)
-        if rest is None or self.handlers is None:
+        if rest is None:
             return None
         name = BASE_SURFACE_PREFIX + rest
         if base_target(name)[1] is not None:
