@@ -6,7 +6,7 @@ and its one-reader long-poll wake against each; the medians over the rounds are 
 checkout. Alternating in the same minutes cancels most of what the machine's other load
 does to both (a full ``server_bench.py`` run compares against the reference server instead).
 
-    python bench/latency_ab.py BEFORE_DIR AFTER_DIR [--rounds 4] [--appends 2000] [--polls 55]
+    python bench/latency_ab.py BEFORE_DIR AFTER_DIR [MORE_DIRS ...] [--rounds 4] [--appends 2000] [--polls 55]
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def _once(source: Path, work: Path, appends: int, polls: int) -> tuple[float, fl
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("sources", type=Path, nargs=2, metavar="DIR")
+    parser.add_argument("sources", type=Path, nargs="+", metavar="DIR")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--appends", type=int, default=2000)
     parser.add_argument("--polls", type=int, default=55)
