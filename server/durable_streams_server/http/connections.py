@@ -203,16 +203,23 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         limit = self.max_head_bytes
         if limit and self._head_pending:
             self._head_seen += len(data)
-        super().data_received(data)
-        if limit and self._head_pending and self._head_seen > limit and not self.transport.is_closing():
-            self._refuse(self._send_too_large)
-        starting = self._starting
-        if starting is not None:  # (after the parser: its body, if it came with the head, is all there)
-            self._starting = None
-            if starting.more_body or starting.disconnected or not starting.lean.starts_eagerly(starting.scope):
-                self._start_asgi_task(cast(RequestResponseCycle, starting), self.app)  # (its body to come, or a wait)
-            else:
-                start_eagerly(self.loop, starting.run_asgi(self.app), self.tasks)
+        try:
+            super().data_received(data)
+            if limit and self._head_pending and self._head_seen > limit and not self.transport.is_closing():
+                self._refuse(self._send_too_large)
+        finally:  # (after the parser: a lean request's body, if it came with the head, is all there)
+            starting = self._starting
+            if starting is not None:
+                self._starting = None
+                self._start_lean(starting)
+
+    def _start_lean(self, cycle: DirectCycle) -> None:
+        """Start a lean request: at once if it is likely answered without waiting, else (its body
+        still to come, a long-poll, a write behind others) in a task, as uvicorn starts requests."""
+        if cycle.more_body or cycle.disconnected or not cycle.lean.starts_eagerly(cycle.scope):
+            self._start_asgi_task(cast(RequestResponseCycle, cycle), self.app)
+        else:
+            start_eagerly(self.loop, cycle.run_asgi(self.app), self.tasks)
 
     def send_400_response(self, msg: str) -> None:
         """uvicorn's answer to bytes the parser refused, after the answers before it."""

@@ -25,8 +25,10 @@ several records, which always sync on the thread.
 
 **After a quiet spell** (no sync for ``QUIET_S``) a lone record is synced sooner still: by
 its own request, when it waits for durability (``sync_lone``, from ``Storage.wait_durable``),
-instead of by the writer task a turn of the loop later (~70 µs of a ~1.4 ms long-poll wake
-after an idle moment here; bench/README.md, issue 18, twelfth session). The engine submits
+instead of by the writer task a turn of the loop later. Alone that gains little (~15 µs of a
+~1.3 ms long-poll wake after an idle moment here), but such a request then never waits, and a
+lean request that never waits needs no task (``http/eager.py``: ~60 µs more; bench/README.md,
+issue 18, twelfth session). The engine submits
 and applies every record without an ``await`` in between, so when a request waits, what it
 wrote is applied in memory and the readers this sync wakes see it. Only one record syncs this
 way per quiet spell: in a burst the requests after it find a sync that just ended, and queue
