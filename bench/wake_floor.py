@@ -79,15 +79,15 @@ class _Floor(asyncio.Protocol):
             self.buffer = rest
 
 
-def _serve(ports: multiprocessing.Queue[int], sync: bool) -> None:
-    with tempfile.TemporaryDirectory(prefix="ds-floor-") as work:
-        fd = os.open(os.path.join(work, "log"), os.O_RDWR | os.O_CREAT)
-        os.posix_fallocate(fd, 0, _PREALLOCATED)  # (written in place, as the WAL's segment)
-        log = _Log(fd, sync)
-        loop = uvloop.new_event_loop()
-        server = loop.run_until_complete(loop.create_server(lambda: _Floor(log), "127.0.0.1", 0))
-        ports.put(server.sockets[0].getsockname()[1])
-        loop.run_forever()
+def _serve(directory: str, ports: multiprocessing.Queue[int], sync: bool) -> None:
+    """Serve until killed (``directory``: the parent's, which removes it)."""
+    fd = os.open(os.path.join(directory, "log"), os.O_RDWR | os.O_CREAT)
+    os.posix_fallocate(fd, 0, _PREALLOCATED)  # (written in place, as the WAL's segment)
+    log = _Log(fd, sync)
+    loop = uvloop.new_event_loop()
+    server = loop.run_until_complete(loop.create_server(lambda: _Floor(log), "127.0.0.1", 0))
+    ports.put(server.sockets[0].getsockname()[1])
+    loop.run_forever()
 
 
 def main() -> None:
@@ -99,13 +99,14 @@ def main() -> None:
     args = parser.parse_args()
     context = multiprocessing.get_context("spawn")
     ports: multiprocessing.Queue[int] = context.Queue()
-    process = context.Process(target=_serve, args=(ports, not args.no_sync), daemon=True)
-    process.start()
-    with contextlib.ExitStack() as running, tempfile.TemporaryDirectory(prefix="ds-floor-ours-") as work:
-        running.callback(process.kill)
+    with contextlib.ExitStack() as running, tempfile.TemporaryDirectory(prefix="ds-floor-") as work:
+        process = context.Process(target=_serve, args=(work, ports, not args.no_sync), daemon=True)
+        process.start()
+        running.callback(process.join, 10)
+        running.callback(process.kill)  # (before the join: the callbacks run last first)
         servers = [Server("floor", ports.get(timeout=30), process.pid or 0)]
         if args.ours:
-            ours = ServerProcess(Path(work)).start()
+            ours = ServerProcess(Path(work) / "ours").start()
             running.callback(ours.kill)
             assert ours.proc is not None
             servers.append(Server("ours", ours.port, ours.proc.pid))
