@@ -49,6 +49,13 @@ def request_bytes(
     return b"\r\n".join(lines) + b"\r\n\r\n" + (body or b"")
 
 
+def text_post_head(path: bytes, length: int, *extra: bytes) -> bytes:
+    """The head of a keep-alive ``POST`` of ``length`` bytes of ``text/plain`` (the body is sent
+    after it, with it or later), plus ``extra`` header lines."""
+    lines = [b"POST " + path + b" HTTP/1.1", b"Host: x", b"Content-Type: text/plain", b"Content-Length: %d" % length]
+    return b"\r\n".join([*lines, *extra]) + b"\r\n\r\n"
+
+
 def exchange(port: int, data: bytes, method: str = "GET", timeout_s: float = 30.0) -> RawResponse:
     """Send ``data`` and read one response (``method`` tells h11 whether a body follows)."""
     conn = h11.Connection(h11.CLIENT)

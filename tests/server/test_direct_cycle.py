@@ -19,18 +19,13 @@ from pathlib import Path
 
 import requests
 from inprocess import serving
-from rawhttp import connection_closed_by_server
+from rawhttp import connection_closed_by_server, text_post_head
 
 from durable_streams_server import ServerConfig
 from durable_streams_server.http.direct import _rendered
 from durable_streams_server.http.lean import LeanPath
 
 TEXT = {"Content-Type": "text/plain"}
-
-
-def _post_head(path: bytes, length: int, *extra: bytes) -> bytes:
-    lines = [b"POST " + path + b" HTTP/1.1", b"Host: x", b"Content-Type: text/plain", b"Content-Length: %d" % length]
-    return b"\r\n".join([*lines, *extra]) + b"\r\n\r\n"
 
 
 def _heads(sock: socket.socket, count: int) -> list[bytes]:
@@ -74,9 +69,9 @@ def test_a_body_that_came_with_its_head_is_checked_against_the_limit(tmp_path: P
     config = ServerConfig(data_dir=tmp_path, max_body_bytes=100)
     with _one_stream(config, "whole") as (stream, lean, connect), connect() as sock:
         put = b"PUT /v1/stream/made HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n"
-        sock.sendall(_post_head(b"/v1/stream/whole", 101) + b"x" * 101)  # one write: head and body together
+        sock.sendall(text_post_head(b"/v1/stream/whole", 101) + b"x" * 101)  # one write: head and body together
         sock.sendall(put % 101 + b"y" * 101)
-        sock.sendall(_post_head(b"/v1/stream/whole", 100) + b"x" * 100)
+        sock.sendall(text_post_head(b"/v1/stream/whole", 100) + b"x" * 100)
         sock.sendall(put % 100 + b"y" * 100)
         heads = _heads_with_bodies(sock, 4)
         assert [head.split(b" ")[1] for head in heads] == [b"413", b"413", b"204", b"201"]
@@ -103,7 +98,7 @@ def _heads_with_bodies(sock: socket.socket, count: int) -> list[bytes]:
 
 def test_a_body_that_arrives_late_is_waited_for(tmp_path: Path) -> None:
     with _one_stream(ServerConfig(data_dir=tmp_path), "late") as (stream, lean, connect), connect() as sock:
-        sock.sendall(_post_head(b"/v1/stream/late", 10))
+        sock.sendall(text_post_head(b"/v1/stream/late", 10))
         time.sleep(0.2)
         sock.sendall(b"0123")
         time.sleep(0.2)
@@ -117,7 +112,7 @@ def test_a_body_that_arrives_late_is_waited_for(tmp_path: Path) -> None:
 def test_a_client_gone_mid_body_leaves_nothing_stored(tmp_path: Path) -> None:
     with _one_stream(ServerConfig(data_dir=tmp_path), "gone") as (stream, lean, connect):
         with connect() as sock:
-            sock.sendall(_post_head(b"/v1/stream/gone", 10) + b"012")
+            sock.sendall(text_post_head(b"/v1/stream/gone", 10) + b"012")
             time.sleep(0.2)
         metrics = lean.metrics
         deadline = time.monotonic() + 10
@@ -131,7 +126,7 @@ def test_a_client_gone_mid_body_leaves_nothing_stored(tmp_path: Path) -> None:
 
 def test_connection_close_is_answered_and_closed(tmp_path: Path) -> None:
     with _one_stream(ServerConfig(data_dir=tmp_path), "c") as (stream, lean, connect), connect() as sock:
-        sock.sendall(_post_head(b"/v1/stream/c", 1, b"Connection: close") + b"c")
+        sock.sendall(text_post_head(b"/v1/stream/c", 1, b"Connection: close") + b"c")
         (head,) = _heads(sock, 1)
         assert head.startswith(b"HTTP/1.1 204 ")
         assert _header(head, b"connection") == b"close"
@@ -143,14 +138,14 @@ def test_connection_close_is_answered_and_closed(tmp_path: Path) -> None:
 def test_expect_continue_and_http_1_0_take_the_apps_path(tmp_path: Path) -> None:
     with _one_stream(ServerConfig(data_dir=tmp_path), "e") as (stream, lean, connect):
         with connect() as sock:
-            sock.sendall(_post_head(b"/v1/stream/e", 2, b"Expect: 100-continue"))
+            sock.sendall(text_post_head(b"/v1/stream/e", 2, b"Expect: 100-continue"))
             (interim,) = _heads(sock, 1)
             assert interim == b"HTTP/1.1 100 Continue"
             sock.sendall(b"ab")
             (head,) = _heads(sock, 1)
             assert head.startswith(b"HTTP/1.1 204 ")
         with connect() as sock:
-            sock.sendall(_post_head(b"/v1/stream/e", 2).replace(b"HTTP/1.1", b"HTTP/1.0", 1) + b"cd")
+            sock.sendall(text_post_head(b"/v1/stream/e", 2).replace(b"HTTP/1.1", b"HTTP/1.0", 1) + b"cd")
             (head,) = _heads(sock, 1)
             assert head.startswith(b"HTTP/1.1 204 ")
             assert connection_closed_by_server(sock, within_s=5)  # (HTTP/1.0: no keep-alive asked for)
@@ -166,7 +161,7 @@ def test_a_long_pipeline_of_both_paths_is_answered_in_order(tmp_path: Path) -> N
     wire = b"".join(
         chunked + b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
         if index % 5 == 4
-        else _post_head(b"/v1/stream/p", len(body)) + body
+        else text_post_head(b"/v1/stream/p", len(body)) + body
         for index, body in enumerate(bodies)
     )
     with _one_stream(ServerConfig(data_dir=tmp_path), "p") as (stream, lean, connect):
@@ -185,7 +180,7 @@ def test_an_idle_connection_after_a_lean_answer_gets_the_head_deadline(tmp_path:
     response: the connection is closed well before uvicorn's keep-alive timeout (5 s)."""
     config = ServerConfig(data_dir=tmp_path, request_timeout_s=0.5)
     with _one_stream(config, "i") as (_, lean, connect), connect() as sock:
-        sock.sendall(_post_head(b"/v1/stream/i", 1) + b"i")
+        sock.sendall(text_post_head(b"/v1/stream/i", 1) + b"i")
         (head,) = _heads(sock, 1)
         assert head.startswith(b"HTTP/1.1 204 ")
         started = time.monotonic()
@@ -211,7 +206,7 @@ def test_a_large_read_and_a_head_on_one_connection(tmp_path: Path) -> None:
         while len(body) < 90_000:
             body += sock.recv(65536)
         assert body == b"".join(parts)
-        sock.sendall(b"HEAD /v1/stream/big HTTP/1.1\r\nHost: x\r\n\r\n" + _post_head(b"/v1/stream/big", 1) + b"!")
+        sock.sendall(b"HEAD /v1/stream/big HTTP/1.1\r\nHost: x\r\n\r\n" + text_post_head(b"/v1/stream/big", 1) + b"!")
         heads = _heads(sock, 2)
         assert heads[0].startswith(b"HTTP/1.1 200 ") and heads[1].startswith(b"HTTP/1.1 204 ")
         assert _header(heads[1], b"stream-next-offset") == b"%016d_%016d" % (4, 0)

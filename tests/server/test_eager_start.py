@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import requests
 from inprocess import serving
+from rawhttp import text_post_head
 
 from durable_streams_server import ServerConfig
 from durable_streams_server.http.eager import start_eagerly
@@ -159,11 +160,6 @@ def _served(config: ServerConfig) -> Iterator[tuple[str, _TaskNoting, int]]:
         yield url, _TaskNoting(gate.lean), int(url.rsplit(":", 1)[1])
 
 
-def _post(path: bytes, length: int) -> bytes:
-    """A POST's head, for a body of ``length`` bytes (sent after it)."""
-    return b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n" % (path, length)
-
-
 def test_requests_that_never_wait_run_without_a_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A HEAD, a read from memory and an append after a quiet spell (synced by the request
     itself; its body sent with its head, as one write) are answered within the parser's turn;
@@ -176,7 +172,7 @@ def test_requests_that_never_wait_run_without_a_task(tmp_path: Path, monkeypatch
             assert http.put(stream, headers=TEXT).status_code == 201
             noted.seen.clear()
             time.sleep(QUIET_S * 20)
-            head = _post(b"/v1/stream/quiet", 1)
+            head = text_post_head(b"/v1/stream/quiet", 1)
             sock.sendall(head + b"a")
             assert sock.recv(65536).startswith(b"HTTP/1.1 204 ")
             assert http.head(stream).status_code == 200
@@ -203,7 +199,7 @@ def test_requests_that_never_wait_run_without_a_task(tmp_path: Path, monkeypatch
             assert http.get(stream, params={"offset": "-1"}).content == b"a" + b"b" * 80
 
 
-def poller_parked(url: str) -> bool:
+def _poller_parked(url: str) -> bool:
     """One long-poll waits (the server's gauge of live readers)."""
     metrics = requests.get(f"{url}/metrics").text
     return 'durable_streams_live_readers{mode="long_poll"} 1.0' in metrics
@@ -225,10 +221,10 @@ def test_a_long_poll_and_a_late_body_start_in_a_task(tmp_path: Path) -> None:
             )
             polling.start()
             deadline = time.monotonic() + 10
-            while not poller_parked(url) and time.monotonic() < deadline:
+            while not _poller_parked(url) and time.monotonic() < deadline:
                 time.sleep(0.01)
             with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
-                sock.sendall(_post(b"/v1/stream/waits", 4) + b"la")
+                sock.sendall(text_post_head(b"/v1/stream/waits", 4) + b"la")
                 time.sleep(0.2)
                 sock.sendall(b"te")
                 assert sock.recv(65536).startswith(b"HTTP/1.1 204 ")
