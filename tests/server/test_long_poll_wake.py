@@ -1,4 +1,4 @@
-"""A parked long-poll answered at its wake (``StreamHandlers._answer_at_wake``, ``DirectCycle.answer_now``).
+"""A parked long-poll answered at its wake (``read_answers.ParkedRead``, ``DirectCycle.answer_now``).
 
 The group commit's completion wakes the stream's readers (``Stream.wake``); on the lean path a
 long-poll whose new messages are in memory is answered right there, with the bytes its task would
@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import requests
 from inprocess import serving
+from rawhttp import RawResponse, exchange, request_bytes
 from test_lean_appends import Answer
 from test_lean_appends import _answer as _any_answer
 
@@ -40,14 +41,18 @@ def _answer(response: requests.Response) -> Answer:
     return status, [(k, v.split("-")[0] + "-T" if k == "stream-incarnation" else v) for k, v in headers], body
 
 
-def _parked(http: requests.Session, url: str, offset: str, **params: str) -> tuple[threading.Thread, list[Answer]]:
+def _parked(
+    http: requests.Session, url: str, offset: str, headers: dict[str, str] | None = None, **params: str
+) -> tuple[threading.Thread, list[Answer]]:
     """A long-poll from ``offset`` in a thread, once the server has it parked: its answer comes in the list."""
     answers: list[Answer] = []
 
     def poll() -> None:
         with requests.Session() as own:
             own.trust_env = False
-            answers.append(_answer(own.get(url, params={"offset": offset, "live": "long-poll", **params})))
+            answers.append(
+                _answer(own.get(url, params={"offset": offset, "live": "long-poll", **params}, headers=headers))
+            )
 
     thread = threading.Thread(target=poll)
     thread.start()
@@ -55,10 +60,23 @@ def _parked(http: requests.Session, url: str, offset: str, **params: str) -> tup
     return thread, answers
 
 
-def _woken(http: requests.Session, url: str, wake: tuple[str, dict[str, str], bytes], **params: str) -> Answer:
-    """Park a long-poll at the tail of ``url``, send ``wake`` (method, headers, body), return its answer."""
-    tail = http.head(url).headers["Stream-Next-Offset"]
-    thread, answers = _parked(http, url, tail, **params)
+def _woken(
+    http: requests.Session,
+    url: str,
+    wake: tuple[str, dict[str, str], bytes],
+    matching_etag: bool = False,
+    **params: str,
+) -> Answer:
+    """Park a long-poll at the tail of ``url``, send ``wake`` (method, headers, body), return its
+    answer. ``matching_etag``: the long-poll sends the ETag its answer will have (one message) as
+    ``If-None-Match``."""
+    head = http.head(url).headers
+    tail = head["Stream-Next-Offset"]
+    headers = None
+    if matching_etag:
+        uid = head["ETag"].strip('"').split(":")[0]
+        headers = {"If-None-Match": f'"{uid}:{tail}:{int(tail.split("_")[0]) + 1:016d}_{0:016d}"'}
+    thread, answers = _parked(http, url, tail, headers, **params)
     method, headers, body = wake
     assert http.request(method, url, headers=headers, data=body).status_code in (200, 204)
     thread.join(timeout=30)
@@ -75,6 +93,7 @@ def _script(http: requests.Session, url: str) -> list[Answer]:
     return [
         _woken(http, text, ("POST", TEXT, b"one")),
         _woken(http, text, ("POST", TEXT, b"two"), cursor="1"),
+        _woken(http, text, ("POST", TEXT, b"three"), matching_etag=True),  # the client has it: a 304, from the task
         _woken(http, json_stream, ("POST", JSON, b'[{"a":1},[2]]')),
         _woken(http, closing, ("POST", {**TEXT, "Stream-Closed": "true"}, b"last")),
         _woken(http, text, ("POST", {**TEXT, "Stream-Closed": "true"}, b"")),  # closed, no data: the task answers
@@ -95,10 +114,51 @@ def test_a_woken_long_poll_answers_as_the_app_does(tmp_path: Path) -> None:
                 answers.append(_script(http, url))
             at_wake.append(handlers.answered_at_wake)
     lean_answers, app_answers = answers
-    assert [status for status, _, _ in lean_answers] == [200, 200, 200, 200, 204, 404]
-    assert [body for _, _, body in lean_answers[:4]] == [b"one", b"two", b'[{"a":1},[2]]', b"last"]
+    assert [status for status, _, _ in lean_answers] == [200, 200, 304, 200, 200, 204, 404]
+    assert [body for _, _, body in lean_answers[:5]] == [b"one", b"two", b"", b'[{"a":1},[2]]', b"last"]
     assert lean_answers == app_answers
     assert at_wake == [4, 0]  # the four with new messages; the app's path has no connection to answer on
+
+
+def _exchange_into(answers: list[RawResponse], port: int, data: bytes) -> None:
+    answers.append(exchange(port, data))
+
+
+def test_a_woken_long_polls_head_has_the_apps_headers_in_the_apps_order(tmp_path: Path) -> None:
+    """On the wire: the lean answer at the wake and the app's carry the same header lines, in the
+    same order (the date, the creation time in the incarnation and the cursor's interval aside)."""
+    heads: list[list[tuple[str, str]]] = []
+    for index, lean in enumerate((True, False)):
+        config = ServerConfig(data_dir=tmp_path / f"s{index}", long_poll_timeout_ms=10_000)
+        with serving(config, lean=lean) as (url, gate):
+            stream = f"{url}/v1/stream/ordered"
+            assert requests.put(stream, headers=TEXT).status_code == 201
+            tail = requests.head(stream).headers["Stream-Next-Offset"]
+            target = f"/v1/stream/ordered?offset={tail}&live=long-poll".encode()
+            answers: list[RawResponse] = []
+            port = int(url.rsplit(":", 1)[1])
+            poll = threading.Thread(target=_exchange_into, args=(answers, port, request_bytes("GET", target, [], None)))
+            poll.start()
+            time.sleep(0.15)  # (parked)
+            assert requests.post(stream, headers=TEXT, data=b"ordered").status_code == 204
+            poll.join(timeout=30)
+            (answer,) = answers
+            assert answer.status == 200 and answer.body == b"ordered"
+            hidden = {"date": "", "stream-incarnation": "", "stream-cursor": ""}
+            heads.append([(name, hidden.get(name, value)) for name, value in answer.headers.items()])
+            if lean:  # (answered at the wake)
+                assert gate.lean is not None and gate.lean.app.handlers is not None
+                assert gate.lean.app.handlers.answered_at_wake == 1
+    lean_head, app_head = heads
+    assert [name for name, _ in lean_head][:6] == [
+        "date",
+        "server",
+        "content-type",
+        "stream-incarnation",
+        "cache-control",
+        "vary",
+    ]
+    assert lean_head == app_head
 
 
 def _recv_until(sock: socket.socket, count: int, marker: bytes) -> bytes:

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from collections.abc import AsyncIterator, Callable
 
@@ -46,10 +45,8 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 
 from .lean import LeanPath
-from .responses import SECURITY_HEAD, sets_security_header, with_security_headers
+from .responses import SECURITY_HEAD, UNSAFE_VALUE, sets_security_header, with_security_headers
 
-_UNSAFE_VALUE = re.compile(b"[\x00-\x08\x0a-\x1f\x7f]")
-"""Header values uvicorn refuses to render (a control character could split the head)."""
 _JOINED_BODY = 16 * 1024
 """Bodies up to this size go out in one write with the head; larger ones in a write of their own."""
 _ERROR_LOG = logging.getLogger("uvicorn.error")
@@ -70,7 +67,7 @@ def _rendered(default_headers: list[tuple[bytes, bytes]]) -> bytes | None:
     uvicorn would refuse, which each response handles as its own headers."""
     global _defaults
     if _defaults[0] is not default_headers:
-        plain = all(name != b"connection" and not _UNSAFE_VALUE.search(value) for name, value in default_headers)
+        plain = all(name != b"connection" and not UNSAFE_VALUE.search(value) for name, value in default_headers)
         rendered = b"".join(b"%s: %s\r\n" % pair for pair in default_headers) if plain else None
         _defaults = (default_headers, rendered)
     return _defaults[1]
@@ -193,39 +190,44 @@ class DirectCycle:
             self.flow.resume_reading()
             await self.message_event.wait()
 
-    def answer_now(self, response: Response) -> bool:
-        """Write ``response`` from outside the request's task (a long-poll answered at its wake)
-        if the connection takes it at once; the task then ends without writing. ``False``: it
-        does not (the client is gone, the transport's writes are paused, or already answered)."""
-        if self.disconnected or self.response_complete or self.flow.write_paused:
+    def answer_now(self, status: int, lines: bytes, body: bytes) -> bool:
+        """Write an answer from outside the request's task (a long-poll answered at its wake:
+        ``read_answers.ParkedRead``) if the connection takes it at once; the task then ends
+        without writing. ``lines``: its own header lines (``responses.head_lines``: none of the
+        security headers, no ``connection``). ``False``: it does not (the client is gone, the
+        transport's writes are paused, already answered, or uvicorn's default headers need
+        rendering with each answer)."""
+        defaults = _rendered(self.default_headers)
+        if self.disconnected or self.response_complete or self.flow.write_paused or defaults is None:
             return False
-        self._write(response)
+        self._send(status, defaults + lines + SECURITY_HEAD, body)
         return True
 
     def _write(self, response: Response) -> None:
-        status = response.status_code
         raw = response.raw_headers
         own_security = sets_security_header(raw)  # (rare: else the pre-rendered lines)
-        head = [STATUS_LINE[status]]
         headers = with_security_headers(raw) if own_security else raw
         defaults = _rendered(self.default_headers)
+        head: list[bytes] = []
         if defaults is None:
             headers = [*self.default_headers, *headers]
         else:
             head.append(defaults)
         for name, value in headers:
-            if _UNSAFE_VALUE.search(value):
+            if UNSAFE_VALUE.search(value):
                 raise RuntimeError("Invalid HTTP header value.")
             if name == b"connection" and b"close" in value.lower():
                 self.keep_alive = False
-                continue  # (written once, below)
+                continue  # (written once, by _send)
             head += (name, b": ", value, b"\r\n")
         if not own_security:
             head.append(SECURITY_HEAD)
-        if not self.keep_alive:
-            head.append(b"connection: close\r\n")
-        head.append(b"\r\n")
-        body = b"" if self.scope["method"] == "HEAD" else response.body  # (a read's may be a memoryview: not copied)
+        self._send(response.status_code, b"".join(head), response.body)
+
+    def _send(self, status: int, lines: bytes, body: bytes | memoryview) -> None:
+        """Status line, header ``lines``, the connection's own line, then ``body`` (none for HEAD)."""
+        if self.scope["method"] == "HEAD":
+            body = b""
         if self.access_log:
             scope = self.scope
             _ACCESS_LOG.info(
@@ -236,10 +238,11 @@ class DirectCycle:
                 scope["http_version"],
                 status,
             )
+        end = b"\r\n" if self.keep_alive else b"connection: close\r\n\r\n"
         if len(body) <= _JOINED_BODY:
-            self.transport.write(b"".join((*head, body)))
-        else:  # (not copied into one buffer with the head)
-            self.transport.write(b"".join(head))
+            self.transport.write(b"".join((STATUS_LINE[status], lines, end, body)))
+        else:  # (not copied into one buffer with the head; a read's body may be a memoryview)
+            self.transport.write(b"".join((STATUS_LINE[status], lines, end)))
             self.transport.write(body)
         self.response_complete = True
         if not self.keep_alive:

@@ -37,9 +37,10 @@ from ..protocol.tokens import AuthConfig
 from .auth import admit
 from .limits import LiveReaders, RequestLimits
 from .metrics import ROUTE_KEY, STREAM_ROUTE, ServerMetrics
+from .read_answers import AnswerNow
 from .read_plans import wants_plan
 from .responses import error_response
-from .streams import AnswerNow, StreamHandlers, append_flags
+from .streams import StreamHandlers, append_flags
 
 _WRITES = frozenset({"POST", "PUT"})
 _READS = frozenset({"GET", "HEAD"})

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Mapping
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -66,6 +68,19 @@ _SECURITY_NAMES = frozenset(name for name, _ in SECURITY_HEADERS)
 
 SECURITY_HEAD = b"".join(b"%s: %s\r\n" % pair for pair in SECURITY_HEADERS)
 """``SECURITY_HEADERS`` as lines of a response head, for responses that set none of them."""
+
+
+UNSAFE_VALUE = re.compile(b"[\x00-\x08\x0a-\x1f\x7f]")
+"""Header values uvicorn refuses to render (a control character could split the head)."""
+_UNSAFE_TEXT = re.compile(UNSAFE_VALUE.pattern.decode("ascii"))
+
+
+def head_lines(headers: Mapping[str, str]) -> bytes | None:
+    """``headers`` as lines of a response head, as Starlette's ``Response`` renders them (names
+    lower-cased, latin-1); ``None`` if a value is one uvicorn would refuse to write."""
+    if _UNSAFE_TEXT.search("".join(headers.values())):
+        return None
+    return "".join([f"{name.lower()}: {value}\r\n" for name, value in headers.items()]).encode("latin-1")
 
 
 def sets_security_header(headers: list[tuple[bytes, bytes]]) -> bool:

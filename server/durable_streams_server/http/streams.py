@@ -10,7 +10,6 @@ import contextlib
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Literal
 from urllib.parse import quote, urlsplit
 
 from starlette.datastructures import URL
@@ -25,20 +24,18 @@ from ..engine.types import AppendOutcome, AppendRequest, AppendResult, CreateReq
 from ..protocol import bulk
 from ..protocol import headers as h
 from ..protocol.cursor import response_cursor
-from ..protocol.errors import BadRequest, PayloadTooLarge, ProtocolError
+from ..protocol.errors import BadRequest, PayloadTooLarge
 from ..protocol.json_mode import frame
 from ..protocol.offsets import BEGINNING_SENTINEL, NOW_SENTINEL, Offset, encode_seq, parse_offset
 from . import arrow_ipc, multipart, sse
 from .limits import BodyDeadline, HttpLimits, LiveReaders
+from .read_answers import CACHEABLE, AnswerNow, Framing, ParkedRead, etag, position_headers, stream_headers
 
 _SUB_OFFSET_HEADER_RE = re.compile(r"^(0|[1-9][0-9]{0,15})$")
 _DECIMAL_RE = re.compile(r"[0-9]{1,19}")
 _PLAIN_HOST_RE = re.compile(rb"[A-Za-z0-9.-]+(?::(0|[1-9][0-9]{0,4}))?")
-CACHEABLE = "public, max-age=60, stale-while-revalidate=300"
-AnswerNow = Callable[[Response], bool]
-"""Writes a response at once if the connection can take it (``DirectCycle.answer_now``)."""
-Framing = Literal["plain", "multipart", "arrow"]
-_ETAG_SUFFIX: dict[Framing, str] = {"plain": "", "multipart": ":m", "arrow": ":a"}
+_ANSWERED = Response(status_code=200)
+"""What a long-poll answered at its wake returns to its cycle: its status (the bytes are written)."""
 
 
 class StreamHandlers:
@@ -47,7 +44,7 @@ class StreamHandlers:
         self.limits = limits
         self.live_readers = live_readers
         self.answered_at_wake = 0
-        """Long-polls answered at their wake (``_answer_at_wake``; tests check the path is taken)."""
+        """Long-polls answered at their wake (``read_answers.ParkedRead``; tests check the path is taken)."""
 
     # -- shared -----------------------------------------------------------------------
 
@@ -191,7 +188,7 @@ class StreamHandlers:
             h.STREAM_NEXT_OFFSET: encode_seq(stream.visible_tail),
             h.STREAM_INCARNATION: stream.incarnation,
             "Cache-Control": "no-store",
-            "ETag": _etag(stream, BEGINNING_SENTINEL, encode_seq(stream.visible_tail), stream.visible_closed),
+            "ETag": etag(stream, BEGINNING_SENTINEL, encode_seq(stream.visible_tail), stream.visible_closed),
             bulk.BULK_APPEND: bulk.ARROW_STREAM,
         }
         if stream.ttl_s is not None:
@@ -209,7 +206,7 @@ class StreamHandlers:
     async def read(self, request: Request, name: str, answer_now: AnswerNow | None = None) -> Response:
         """A read, long-poll or SSE of ``name``. ``answer_now``: how the connection takes a
         response from outside this task (the lean path's), which lets a long-poll be answered
-        at the wake itself (``_answer_at_wake``)."""
+        at the wake itself (``read_answers.ParkedRead``)."""
         params = request.query_params
         offsets = params.getlist("offset")
         if len(offsets) > 1:
@@ -250,47 +247,34 @@ class StreamHandlers:
         if live == "long-poll" and _empty(result):
             if not result.closed:
                 self.live_readers.admit(request.scope, "long-poll")
-                answered: Response | None = None
+                answered = False
                 at_wake = None
                 if answer_now is not None and framing == "plain":
+                    parked = ParkedRead(
+                        self.engine,
+                        stream,
+                        start,
+                        token,
+                        cursor,
+                        request.headers.get("if-none-match"),
+                        self.limits.max_read_bytes,
+                        answer_now,
+                    )
 
                     def at_wake() -> None:
                         nonlocal answered
-                        answered = self._answer_at_wake(request, stream, start, token, cursor, answer_now)
+                        answered = parked.answer()
+                        self.answered_at_wake += answered
 
                 await reads.wait_for_change(stream, start.seq, self.limits.long_poll_timeout_s, at_wake)
-                if answered is not None:
-                    return answered  # (written already)
+                if answered:
+                    return _ANSWERED  # (written already)
                 stream = self.engine.get_live(name)
                 self.engine.touch(stream)
                 result = await self._read_once(stream, start, framing, stop)
             if _empty(result):
                 return self._long_poll_empty(result, cursor)
         return self._data_response(request, result, token, live, cursor, framing)
-
-    def _answer_at_wake(
-        self, request: Request, stream: Stream, start: Offset, token: str, cursor: str | None, answer_now: AnswerNow
-    ) -> Response | None:
-        """A parked long-poll's response, made and written at the wake (from the group commit's
-        completion: nothing between the sync and the reader's bytes but this) when nothing needs
-        waiting for: the same stream still at its name, its new messages in memory
-        (``reads.read_now``), the connection able to take the bytes now. ``None``: the reader's
-        task answers a turn later, as it would without this."""
-        engine = self.engine
-        if engine.streams.get(stream.name) is not stream or stream.soft_deleted or stream.expired(engine.clock()):
-            return None  # (the task answers what became of it)
-        try:
-            found = reads.read_now(engine, stream, start, self.limits.max_read_bytes)
-        except ProtocolError:
-            return None  # (e.g. retention moved past the offset: the task answers the error)
-        if found is None or _empty(found):
-            return None
-        engine.touch(stream)
-        response = self._data_response(request, found, token, "long-poll", cursor, "plain")
-        if not answer_now(response):
-            return None
-        self.answered_at_wake += 1
-        return response
 
     async def _read_once(
         self, stream: Stream, start: Offset, framing: Framing, stop: int | None
@@ -336,24 +320,10 @@ class StreamHandlers:
         framing: Framing,
     ) -> Response:
         stream = result.stream
-        next_token = result.next.encode()
-        etag = _etag(stream, start_token, next_token, result.closed, framing)
-        headers = {
-            "Content-Type": stream.content_type,
-            h.STREAM_NEXT_OFFSET: next_token,
-            h.STREAM_INCARNATION: stream.incarnation,
-            "ETag": etag,
-            "Cache-Control": CACHEABLE,
-            "Vary": "Accept",
-        }
-        if result.up_to_date:
-            headers[h.STREAM_UP_TO_DATE] = "true"
-        if result.closed:
-            headers[h.STREAM_CLOSED] = "true"
-        if live == "long-poll" or not result.closed:
-            headers[h.STREAM_CURSOR] = response_cursor(cursor, time.time())
-        if request.headers.get("if-none-match") == etag:
-            return Response(status_code=304, headers={"ETag": etag, "Cache-Control": CACHEABLE})
+        tag = etag(stream, start_token, result.next.encode(), result.closed, framing)
+        headers = {**stream_headers(stream), **position_headers(result, tag, live, cursor)}
+        if request.headers.get("if-none-match") == tag:
+            return Response(status_code=304, headers={"ETag": tag, "Cache-Control": CACHEABLE})
         if isinstance(result, reads.Slice):
             headers["Content-Type"] = arrow_ipc.ARROW_STREAM
             return Response(arrow_ipc.body(result, stream.content_type), status_code=200, headers=headers)
@@ -364,10 +334,6 @@ class StreamHandlers:
             return Response(parts + multipart.closing(boundary), status_code=200, headers=headers)
         body = frame(result.chunks) if h.is_json(stream.content_type) else b"".join(result.chunks)
         return Response(body, status_code=200, headers=headers)
-
-
-def _etag(stream: Stream, start: str, end: str, closed: bool, framing: Framing = "plain") -> str:
-    return f'"{stream.uid}:{start}:{end}{":c" if closed else ""}{_ETAG_SUFFIX[framing]}"'
 
 
 def _empty(result: ReadResult | reads.Slice) -> bool:
