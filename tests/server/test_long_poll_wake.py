@@ -29,6 +29,7 @@ from test_lean_appends import _answer as _any_answer
 from durable_streams_server import ServerConfig
 from durable_streams_server.engine.reads import wait_for_change
 from durable_streams_server.engine.stream import Stream
+from durable_streams_server.http import direct
 from durable_streams_server.http.streams import StreamHandlers
 
 TEXT = {"Content-Type": "text/plain"}
@@ -159,6 +160,38 @@ def test_a_woken_long_polls_head_has_the_apps_headers_in_the_apps_order(tmp_path
         "vary",
     ]
     assert lean_head == app_head
+
+
+def test_the_core_is_yielded_after_each_answer_at_a_wake_and_only_then(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``DirectCycle.answer_now`` lets a reader woken on the server's core run first
+    (``os.sched_yield``): once per long-poll answered at the wake, never for other answers."""
+    yields: list[float] = []
+    real = direct._yield_cpu
+
+    def counted() -> None:
+        yields.append(time.monotonic())
+        real()
+
+    monkeypatch.setattr(direct, "_yield_cpu", counted)
+    with serving(ServerConfig(data_dir=tmp_path, long_poll_timeout_ms=10_000)) as (url, gate):
+        assert gate.lean is not None and gate.lean.app.handlers is not None
+        stream = f"{url}/v1/stream/yields"
+        with requests.Session() as http:
+            http.trust_env = False
+            assert http.put(stream, headers=TEXT).status_code == 201
+            assert http.post(stream, headers=TEXT, data=b"before").status_code == 204
+            tail = http.head(stream).headers["Stream-Next-Offset"]
+            assert http.get(stream, params={"offset": "-1"}).content == b"before"
+            assert yields == []  # (a create, an append, a HEAD, a read: their own answers)
+            parked = [_parked(http, stream, tail) for _ in range(2)]
+            assert http.post(stream, headers=TEXT, data=b"woken").status_code == 204
+            for thread, answers in parked:
+                thread.join(timeout=30)
+                assert [body for _, _, body in answers] == [b"woken"]
+        assert gate.lean.app.handlers.answered_at_wake == 2
+        assert len(yields) == 2
 
 
 def _recv_until(sock: socket.socket, count: int, marker: bytes) -> bytes:

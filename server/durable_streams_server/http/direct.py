@@ -25,6 +25,15 @@ uvicorn's cycle, so uvicorn's own connection handling still applies to it unchan
 - **failures**: an exception from the handler is logged as uvicorn logs one and answered
   with its 500 (and close); a client gone mid-request gets nothing.
 
+**A woken reader runs first.** A long-poll answered at its wake (``answer_now``) is written
+from the group commit's completion with more work right behind it: the writer's own answer,
+other readers, bookkeeping. A socket's write wakes its reader as a *synchronous* wake-up (the
+kernel expects the writer to sleep soon), so a reader on this machine is put on this core and
+waits behind that work: ~0.2 ms of the bench's one-reader wake (bench/README.md, issue 18,
+thirteenth session). ``answer_now`` yields the core after writing (``os.sched_yield``): a
+reader waiting there runs now; with nothing else runnable the call returns at once. Only at
+wakes: a request's own answer ends its work (the loop then sleeps or serves the next one).
+
 What a request gets is the gate's answer, to the byte (tests/server/test_lean_appends.py):
 ``LeanPath.respond`` runs the gate's checks and the same handlers; metrics are observed
 here as the gate observes them (in flight; route, status, duration).
@@ -34,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Callable
 
@@ -56,6 +66,9 @@ _SERVER_ERROR = (
     b"Internal Server Error"
 )
 
+
+_yield_cpu: Callable[[], None] = getattr(os, "sched_yield", lambda: None)
+"""Lets a reader just woken on this core run first (module docstring); not on every platform."""
 
 _defaults: tuple[object, bytes | None] = (None, b"")
 
@@ -201,6 +214,7 @@ class DirectCycle:
         if self.disconnected or self.response_complete or self.flow.write_paused or defaults is None:
             return False
         self._send(status, defaults + lines + SECURITY_HEAD, body)
+        _yield_cpu()  # (the reader first: see the module docstring)
         return True
 
     def _write(self, response: Response) -> None:
