@@ -302,7 +302,7 @@ class Engine:
         if (
             has_data
             and request.content_type is not None
-            and normalize_content_type(request.content_type) != normalize_content_type(stream.content_type)
+            and normalize_content_type(request.content_type) != stream.media_type
         ):
             raise Conflict(
                 f"content type {request.content_type!r} does not match the stream's {stream.content_type!r}",
@@ -328,7 +328,7 @@ class Engine:
         elif request.body:
             messages = (
                 tuple(split_messages(request.body, allow_empty_array=False))
-                if is_json(stream.content_type)
+                if stream.is_json
                 else (request.body,)
             )
         header = AppendHeader(

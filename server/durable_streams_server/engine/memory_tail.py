@@ -110,7 +110,7 @@ class MemoryTail:
 
     def add(self, first_seq: int, messages: Sequence[bytes], ts_ms: int) -> int:
         """Messages ``first_seq…`` (right after the last ones); returns their bytes."""
-        if isinstance(messages, MessageBatch):
+        if type(messages) is MessageBatch:
             self._append(_Arrow(first_seq, messages.array, ts_ms))
             self.count += len(messages)
             return messages.nbytes

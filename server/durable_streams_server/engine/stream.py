@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..protocol.headers import JSON_CONTENT_TYPE, normalize_content_type
 from ..protocol.producers import ProducerState
 from ..storage.message_batch import MessageBatch
 from .memory_tail import MemoryTail
@@ -49,6 +50,9 @@ class Stream:
     snapshot_content_type: str | None = None
     snapshot_lsn: int = 0
     # Derived, never persisted.
+    media_type: str = field(init=False)
+    """``content_type`` without parameters, lower-cased: what content types compare by."""
+    is_json: bool = field(init=False)
     forks: int = 0
     visible_tail: int = 0
     visible_closed: bool = False
@@ -67,6 +71,10 @@ class Stream:
     waiters: dict[asyncio.Future[None], Callable[[], object] | None] = field(default_factory=dict)
     """Readers waiting for visible data (``reads.wait_for_change``), each with what to run
     at the wake itself, if anything."""
+
+    def __post_init__(self) -> None:
+        self.media_type = normalize_content_type(self.content_type)
+        self.is_json = self.media_type == JSON_CONTENT_TYPE
 
     @property
     def incarnation(self) -> str:
@@ -99,7 +107,7 @@ class Stream:
     def remember(self, first_seq: int, messages: Sequence[bytes], ts_ms: int) -> None:
         if not self.mem:
             self.mem_base = first_seq
-        if len(messages) > 1 and not isinstance(messages, MessageBatch):  # (a bulk append's are one each)
+        if len(messages) > 1 and type(messages) is not MessageBatch:  # (a bulk append's are one each)
             self.batches[first_seq] = len(messages)
         self.mem_bytes += self.mem.add(first_seq, messages, ts_ms)
 

@@ -102,7 +102,7 @@ def commit_table(records: Sequence[Record[Header]], states: Mapping[int, dict[st
             name, batches = names.get(record.uid) or "", ()
         else:  # (no other kind carries messages)
             continue
-        if isinstance(record.messages, MessageBatch):
+        if type(record.messages) is MessageBatch:
             rows.add_batch(name, record.uid, header.first_seq, ts_us, record.messages, record.lsn)
             continue
         batch_starts = _batch_starts(batches or (len(record.messages),))

@@ -284,7 +284,7 @@ class Record(Generic[H_co]):
         return self.header.KIND
 
     def encoded_size(self) -> int:
-        if isinstance(self.messages, MessageBatch):
+        if type(self.messages) is MessageBatch:
             return self.messages.nbytes
         return sum(len(m) for m in self.messages)
 
@@ -304,7 +304,7 @@ def encode(record: Record[Header]) -> bytes:
     header = orjson.dumps(record.header.to_json(), option=orjson.OPT_NON_STR_KEYS)  # (compact, as json's)
     parts: list[bytes | memoryview] = [_PREFIX.pack(record.lsn, record.kind, record.uid, len(header)), header]
     messages = record.messages
-    if isinstance(messages, MessageBatch):
+    if type(messages) is MessageBatch:
         parts.append(_U32.pack(_BULK) + _U32.pack(len(messages)))
         parts.extend(messages.frame_parts())
     else:
