@@ -54,7 +54,7 @@ STEPS: list[tuple[type, str, str]] = [
     (Storage, "submit", "record encoded, queued"),
     (WriteAheadLog, "write", "WAL write + sync"),
     (Acknowledgements, "mark_durable", "marked durable"),
-    (DirectCycle, "_write", "response written"),
+    (DirectCycle, "_send", "response written"),
 ]
 
 
