@@ -166,7 +166,8 @@ def test_the_core_is_yielded_after_each_answer_at_a_wake_and_only_then(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``DirectCycle.answer_now`` lets a reader woken on the server's core run first
-    (``os.sched_yield``): once per long-poll answered at the wake, never for other answers."""
+    (``os.sched_yield``): once per long-poll answered at the wake (its reader here, on 127.0.0.1),
+    never for other answers."""
     yields: list[float] = []
     real = direct._yield_cpu
 
@@ -192,6 +193,23 @@ def test_the_core_is_yielded_after_each_answer_at_a_wake_and_only_then(
                 assert [body for _, _, body in answers] == [b"woken"]
         assert gate.lean.app.handlers.answered_at_wake == 2
         assert len(yields) == 2
+
+
+@pytest.mark.parametrize(
+    ("client", "server", "local"),
+    [
+        (("127.0.0.1", 50000), ("127.0.0.1", 8080), True),
+        (("192.0.2.2", 50000), ("192.0.2.2", 8080), True),  # (this machine, through its own address)
+        (("::1", 50000), ("::1", 8080), True),
+        (None, None, True),  # (a Unix socket)
+        (("192.0.2.7", 50000), ("192.0.2.2", 8080), False),
+        (("10.0.0.5", 50000), ("127.0.0.1", 8080), False),
+    ],
+)
+def test_only_a_reader_on_this_machine_is_yielded_to(
+    client: tuple[str, int] | None, server: tuple[str, int] | None, local: bool
+) -> None:
+    assert direct.peer_is_local({"client": client, "server": server}) is local
 
 
 def _recv_until(sock: socket.socket, count: int, marker: bytes) -> bytes:

@@ -30,9 +30,11 @@ from the group commit's completion with more work right behind it: the writer's 
 other readers, bookkeeping. A socket's write wakes its reader as a *synchronous* wake-up (the
 kernel expects the writer to sleep soon), so a reader on this machine is put on this core and
 waits behind that work: ~0.2 ms of the bench's one-reader wake (bench/README.md, issue 18,
-thirteenth session). ``answer_now`` yields the core after writing (``os.sched_yield``): a
-reader waiting there runs now; with nothing else runnable the call returns at once. Only at
-wakes: a request's own answer ends its work (the loop then sleeps or serves the next one).
+thirteenth session). ``answer_now`` yields the core after writing (``os.sched_yield``) when
+the reader is on this machine (its address is the server's: ``peer_is_local``): the reader
+runs now; with nothing else runnable the call returns at once. If a busy thread shares the
+core (a compaction's), the loop resumes after that thread's turn: the price of this choice.
+Only at wakes: a request's own answer ends its work (the loop then sleeps or serves the next one).
 
 What a request gets is the gate's answer, to the byte (tests/server/test_lean_appends.py):
 ``LeanPath.respond`` runs the gate's checks and the same handlers; metrics are observed
@@ -84,6 +86,14 @@ def _rendered(default_headers: list[tuple[bytes, bytes]]) -> bytes | None:
         rendered = b"".join(b"%s: %s\r\n" % pair for pair in default_headers) if plain else None
         _defaults = (default_headers, rendered)
     return _defaults[1]
+
+
+def peer_is_local(scope: Scope) -> bool:
+    """Whether the request's client is on this machine: its address is the server's own (TCP
+    between two processes here uses the same address at both ends), or there is no address (a
+    Unix socket)."""
+    client, server = scope.get("client"), scope.get("server")
+    return client is None or server is None or client[0] == server[0]
 
 
 class _Wakeup:
@@ -214,7 +224,8 @@ class DirectCycle:
         if self.disconnected or self.response_complete or self.flow.write_paused or defaults is None:
             return False
         self._send(status, defaults + lines + SECURITY_HEAD, body)
-        _yield_cpu()  # (the reader first: see the module docstring)
+        if peer_is_local(self.scope):
+            _yield_cpu()  # (the reader first: see the module docstring)
         return True
 
     def _write(self, response: Response) -> None:
