@@ -327,9 +327,7 @@ class Engine:
             messages = MessageBatch(request.batch)
         elif request.body:
             messages = (
-                tuple(split_messages(request.body, allow_empty_array=False))
-                if stream.is_json
-                else (request.body,)
+                tuple(split_messages(request.body, allow_empty_array=False)) if stream.is_json else (request.body,)
             )
         header = AppendHeader(
             first_seq=stream.tail,
