@@ -84,7 +84,6 @@ class ParkedRead:
         "cursor",
         "engine",
         "if_none_match",
-        "json",
         "max_bytes",
         "start",
         "stream",
@@ -110,7 +109,6 @@ class ParkedRead:
         self.if_none_match = if_none_match
         self.max_bytes = max_bytes
         self.answer_now = answer_now
-        self.json = h.is_json(stream.content_type)
         self._lines = head_lines(stream_headers(stream))
 
     def answer(self) -> bool:
@@ -129,7 +127,7 @@ class ParkedRead:
         tag = etag(stream, self.token, found.next.encode(), found.closed)
         if tag == self.if_none_match:
             return False  # (a 304)
-        body = frame(found.chunks) if self.json else b"".join(found.chunks)
+        body = frame(found.chunks) if stream.is_json else b"".join(found.chunks)
         position = position_headers(found, tag, "long-poll", self.cursor)
         position["Content-Length"] = str(len(body))  # (last, as Starlette adds it)
         read_lines = head_lines(position)
