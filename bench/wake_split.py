@@ -84,9 +84,9 @@ def _instrument(stamps: list[tuple[str, float]]) -> None:
         write(self, frames)
         stamps.append(("synced", time.perf_counter()))
 
-    def answer(self: Any, *args: Any) -> None:
+    def answer(self: Any, *args: Any, **kwargs: Any) -> None:
         stamps.append(("answer", time.perf_counter()))  # (the transport's write follows at once)
-        send(self, *args)
+        send(self, *args, **kwargs)
 
     GuardedHttpToolsProtocol.data_received = data_received  # type: ignore[method-assign]
     WriteAheadLog.write = wal_write  # type: ignore[method-assign]
