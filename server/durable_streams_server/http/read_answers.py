@@ -9,7 +9,7 @@ A long-poll parked on the lean path is answered at its wake, from the group comm
 completion (``Stream.wake``): nothing between the sync and the reader's bytes but this. The
 work then is all first-touched after the idle moment before the append, which on this
 machine runs several times slower than warm code (bench/README.md, issue 18): so what can
-be made before the wake is. ``ParkedRead.park`` renders the stream's header lines when the
+be made before the wake is. A ``ParkedRead`` renders the stream's header lines when the
 read parks; ``ParkedRead.answer`` reads the new messages from memory (``reads.read_now``),
 renders the read's few lines and hands status, lines and body to the connection
 (``AnswerNow``: ``DirectCycle.answer_now``), which adds its default, security and framing
@@ -62,10 +62,12 @@ def stream_headers(stream: Stream) -> dict[str, str]:
 
 
 def position_headers(
-    result: ReadResult | reads.Slice, tag: str, live: str | None, cursor: str | None
+    result: ReadResult | reads.Slice, start: str, live: str | None, cursor: str | None, framing: Framing = "plain"
 ) -> dict[str, str]:
-    """A data answer's headers that depend on the read (after ``stream_headers``)."""
-    headers = {h.STREAM_NEXT_OFFSET: result.next.encode(), "ETag": tag}
+    """A data answer's headers that depend on the read (after ``stream_headers``); ``start``: the
+    offset the read was asked from, as given (its ETag names it)."""
+    end = result.next.encode()
+    headers = {h.STREAM_NEXT_OFFSET: end, "ETag": etag(result.stream, start, end, result.closed, framing)}
     if result.up_to_date:
         headers[h.STREAM_UP_TO_DATE] = "true"
     if result.closed:
@@ -124,11 +126,10 @@ class ParkedRead:
             return False  # (e.g. retention moved past the offset: the task answers the error)
         if found is None or not found.chunks:
             return False
-        tag = etag(stream, self.token, found.next.encode(), found.closed)
-        if tag == self.if_none_match:
+        position = position_headers(found, self.token, "long-poll", self.cursor)
+        if position["ETag"] == self.if_none_match:
             return False  # (a 304)
         body = frame(found.chunks) if stream.is_json else b"".join(found.chunks)
-        position = position_headers(found, tag, "long-poll", self.cursor)
         position["Content-Length"] = str(len(body))  # (last, as Starlette adds it)
         read_lines = head_lines(position)
         if read_lines is None or not self.answer_now(200, lines + read_lines, body):

@@ -320,8 +320,8 @@ class StreamHandlers:
         framing: Framing,
     ) -> Response:
         stream = result.stream
-        tag = etag(stream, start_token, result.next.encode(), result.closed, framing)
-        headers = {**stream_headers(stream), **position_headers(result, tag, live, cursor)}
+        headers = {**stream_headers(stream), **position_headers(result, start_token, live, cursor, framing)}
+        tag = headers["ETag"]
         if request.headers.get("if-none-match") == tag:
             return Response(status_code=304, headers={"ETag": tag, "Cache-Control": CACHEABLE})
         if isinstance(result, reads.Slice):
@@ -332,7 +332,7 @@ class StreamHandlers:
             headers["Content-Type"] = multipart.content_type(boundary)
             parts = multipart.message_parts(boundary, stream.content_type, result.start, result.chunks, result.stamps)
             return Response(parts + multipart.closing(boundary), status_code=200, headers=headers)
-        body = frame(result.chunks) if h.is_json(stream.content_type) else b"".join(result.chunks)
+        body = frame(result.chunks) if stream.is_json else b"".join(result.chunks)
         return Response(body, status_code=200, headers=headers)
 
 
