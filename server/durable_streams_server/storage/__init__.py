@@ -14,7 +14,9 @@ flusher (``flusher``) periodically cuts the log at the newest LSN, asks the engi
 the state of every stream the cut's records touched (``view.StateView``), and commits
 messages + states to Delta (``delta_log``) with the cut LSN as the commit's
 application-transaction version. The WAL (``wal``) rotates at the cut, and segments
-below it are deleted once the commit has succeeded.
+below it are deleted once the commit has succeeded. On a local disk a commit succeeds
+only once its data files, log entry and directories are fsynced (``local_sync``:
+delta-rs never syncs local files), so no record is ever durable nowhere.
 
 ``durability="delta"``: no WAL; the flusher runs continuously and a record is durable
 when the Delta commit containing it succeeds (group commit at Delta's pace).

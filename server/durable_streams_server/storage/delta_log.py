@@ -52,6 +52,7 @@ from deltalake.exceptions import TableNotFoundError
 
 from .commit_rows import clustered, commit_table
 from .compaction_plan import Bin, FileSpan, spans_intersecting
+from .local_sync import LocalSync
 from .log_trim import table_properties, trim_due, trim_log
 from .records import (
     Header,
@@ -93,6 +94,10 @@ class DeltaLog:
         self.checkpoint_interval = checkpoint_interval
         self._configuration = table_properties(checkpoint_interval, log_retention_hours)
         self._table = self._open_or_create()
+        self._sync = LocalSync.for_uri(self.uri)
+        """A local table's commits are fsynced before they count (``local_sync``)."""
+        if self._sync is not None:
+            self._sync.opened(self._table.version())
         self._lock = threading.Lock()
         self.recovered_checkpoint = (0, 0, 0)
         """After ``load_rows``: rows of the state checkpoint, commits and rows after it."""
@@ -121,9 +126,12 @@ class DeltaLog:
             return self._table.transaction_version(APP_ID) or 0
 
     def refreshed_lsn(self) -> int:
-        """``committed_lsn`` after re-reading the log: a commit that raised may have landed."""
+        """``committed_lsn`` after re-reading the log: a commit that raised may have landed
+        (and on a local disk, its files are synced before it counts: ``local_sync``)."""
         with self._lock:
             self._table.update_incremental()
+            if self._sync is not None:
+                self._sync.commit_made(self._table.version())
             return self._table.transaction_version(APP_ID) or 0
 
     def vacuum(self, retention_hours: int) -> int:
@@ -233,8 +241,11 @@ class DeltaLog:
         return True
 
     def _committed(self) -> None:
-        """(Under the lock, after a commit through the handle.) Trim the Delta log one commit
-        before delta-rs writes a log checkpoint (``log_trim``)."""
+        """(Under the lock, after a commit through the handle.) On a local disk, fsync what
+        it wrote (``local_sync``); trim the Delta log one commit before delta-rs writes a log
+        checkpoint (``log_trim``)."""
+        if self._sync is not None:
+            self._sync.commit_made(self._table.version())
         if trim_due(self._table.version(), self.checkpoint_interval):
             trim_log(self._table)
 

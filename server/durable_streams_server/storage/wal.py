@@ -44,6 +44,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+from .local_sync import fsync_path
 from .records import Header, Record, decode_frames
 
 _SUFFIX = ".wal"
@@ -105,7 +106,7 @@ class WriteAheadLog:
         self._segment_start = first_lsn
         self._end = self._allocated = os.fstat(self._fd).st_size  # reopened after a restart (replayed: frames only)
         self._resize(first_lsn, self._end)
-        _fsync_directory(self.directory)
+        fsync_path(self.directory)
 
     def write(self, frames: list[bytes]) -> None:
         """Append frames and make them durable before returning."""
@@ -172,11 +173,3 @@ class WriteAheadLog:
             finally:
                 os.close(self._fd)
                 self._fd = None
-
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
