@@ -1,7 +1,7 @@
 """The WAL writer's group commit on a real directory: where each batch is synced.
 
 A lone record on a fast disk is written and synced on the loop's thread (no thread hand-offs
-for a client appending alone); several records, a slow disk (the recent average sync above
+for a client appending alone); several records, a slow disk (the typical recent sync above
 ``INLINE_SYNC_S``) or a rotation go to a worker thread, so requests keep being served while
 it waits. Either way a record is durable (replayable) before its waiter is woken.
 """
@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from durable_streams_server.storage.acks import Acknowledgements
 from durable_streams_server.storage.records import AppendHeader, Header, Record, decode_frames, encode
 from durable_streams_server.storage.wal import WriteAheadLog
-from durable_streams_server.storage.wal_writer import INLINE_SYNC_S, QUIET_S, WalWriter
+from durable_streams_server.storage.wal_writer import INLINE_SYNC_S, LONE_SYNC_S, QUIET_S, RECENT_SYNCS, WalWriter
 
 T = TypeVar("T")
 
@@ -102,15 +102,30 @@ def test_on_a_slow_disk_even_a_lone_record_is_synced_on_a_worker_thread(tmp_path
     assert [record.lsn for record in WriteAheadLog(tmp_path / "wal").replay()] == [1, 2]
 
 
-def test_the_average_follows_the_syncs(tmp_path: Path) -> None:
+def test_the_typical_sync_follows_the_disk_not_one_slow_sync(tmp_path: Path) -> None:
+    """``sync_s`` is the median of the recent syncs: one slow sync among quick ones leaves it
+    (and where lone records sync) as it was; a run of them moves it."""
+    writer = WalWriter(WriteAheadLog(tmp_path / "wal"), Acknowledgements(), lambda error: None)
+    for _ in range(20):
+        writer._synced(0.0002)
+    writer._synced(0.005)
+    assert writer.sync_s == 0.0002
+    for _ in range(RECENT_SYNCS // 2):
+        writer._synced(0.005)
+    assert writer.sync_s == 0.005 > INLINE_SYNC_S
+
+
+def test_the_typical_sync_comes_back_with_quick_syncs(tmp_path: Path) -> None:
     """A writer that measured slow syncs moves lone records to the thread on its own, and
-    back once syncs are quick again: the average is of real syncs (a fresh writer on this
+    back once syncs are quick again: the median is of real syncs (a fresh writer on this
     disk measures well under a second)."""
     wal = WriteAheadLog(tmp_path / "wal")
 
     async def main() -> float:
         acks, writer, task = _started(wal)
-        writer.sync_s = 1.0
+        for _ in range(RECENT_SYNCS):
+            writer._synced(1.0)
+        assert writer.sync_s == 1.0
         for _ in range(60):
             await _append(writer, acks, 1)
         writer.close()
@@ -262,6 +277,32 @@ def test_after_a_quiet_spell_a_lone_record_is_synced_by_its_own_request(tmp_path
     loop_thread = asyncio.run(main())
     assert wal.writes == [(loop_thread, 1)]
     assert [record.lsn for record in WriteAheadLog(tmp_path / "wal").replay()] == [1]
+
+
+def test_a_lone_record_after_a_quiet_spell_is_synced_by_its_request_on_a_disk_a_little_slower(
+    tmp_path: Path,
+) -> None:
+    """Up to ``LONE_SYNC_S`` (beyond the writer task's ``INLINE_SYNC_S``) the request syncs its
+    record itself; beyond it, the writer task takes it to the worker thread."""
+    wal = _ThreadNotingLog(tmp_path / "wal")
+
+    async def main() -> tuple[list[bool], int]:
+        acks, writer, task = _started(wal)
+        synced_at_once = []
+        for typical in ((INLINE_SYNC_S + LONE_SYNC_S) / 2, LONE_SYNC_S * 2):
+            await _quiet()
+            (lsn,) = _queue(writer, acks, 1)
+            writer.sync_s = typical
+            writer.sync_lone(lsn)
+            synced_at_once.append(acks.is_durable(lsn))
+            await acks.wait(lsn)
+        writer.close()
+        await task
+        return synced_at_once, threading.get_ident()
+
+    synced_at_once, loop_thread = asyncio.run(main())
+    assert synced_at_once == [True, False]
+    assert [thread == loop_thread for thread, _ in wal.writes] == [True, False]
 
 
 def test_in_a_burst_only_the_first_lone_record_is_synced_by_its_request(tmp_path: Path) -> None:

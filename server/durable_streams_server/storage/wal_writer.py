@@ -18,10 +18,15 @@ A batch of one record on a fast disk is written and synced on the loop's own thr
 instead: that is a client appending alone (or a first append after a quiet spell), whose
 answer waits for the sync either way, and the two thread hand-offs cost it about as much
 as the sync (sequential appends: ~1,200/s -> ~1,500/s here; see bench/README.md). The
-loop is blocked meanwhile, so this is only done while syncs are quick: while the recent
-average (``sync_s``) is at most ``INLINE_SYNC_S``; on a slow disk every sync goes to the
+loop is blocked meanwhile, so this is only done while syncs are quick: while the typical
+recent sync (``sync_s``) is at most ``INLINE_SYNC_S``; on a slow disk every sync goes to the
 thread, and requests keep being served while it waits. Concurrent appends make batches of
-several records, which always sync on the thread.
+several records, which always sync on the thread. ``sync_s`` is the median of the last
+``RECENT_SYNCS`` syncs, not an average: the disk's speed, which one slow sync does not
+change. (With a moving average, one 2 ms sync among this disk's ~0.4 ms ones pushed it past
+the limit for the next five, and as syncs were slower for a minute, it crossed the limit
+back and forth: each lone sync sent to the thread made a one-reader long-poll wake ~180 µs
+slower, 1.11-1.19 against 1.26-1.40 ms here, alternating runs.)
 
 **After a quiet spell** (no sync for ``QUIET_S``) a lone record is synced sooner still: by
 its own request, when it waits for durability (``sync_lone``, from ``Storage.wait_durable``),
@@ -32,7 +37,10 @@ issue 18, twelfth session). The engine submits
 and applies every record without an ``await`` in between, so when a request waits, what it
 wrote is applied in memory and the readers this sync wakes see it. Only one record syncs this
 way per quiet spell: in a burst the requests after it find a sync that just ended, and queue
-for the writer task as always, which batches them.
+for the writer task as always, which batches them. So it may block the loop for longer than
+a sync of the writer task's may: while syncs take up to ``LONE_SYNC_S`` (a disk syncing in
+0.5-1 ms, as many network-attached SSDs do, still gives its lone writers and their readers
+the shorter path; it blocks the loop for one sync per quiet spell at most).
 
 The flusher asks for a rotation at its cut (``rotate_at``): the frames below the cut go
 into the current segment, the rest into a new segment named by the cut, so the segments
@@ -54,11 +62,13 @@ from .acks import Acknowledgements
 from .wal import WriteAheadLog
 
 INLINE_SYNC_S = 0.0005
-"""A lone record is synced on the loop's thread while syncs take at most this, on average."""
+"""The writer task syncs a lone record on the loop's thread while syncs typically take at most this."""
+LONE_SYNC_S = 0.001
+"""A lone record after a quiet spell is synced by its request while syncs typically take at most this."""
 QUIET_S = 0.001
 """A lone record is synced by its own request when no sync ended for this long."""
-_SYNC_WEIGHT = 0.2
-"""Weight of the newest sync in the average."""
+RECENT_SYNCS = 15
+"""``sync_s`` is the median duration of this many recent syncs."""
 
 
 class WalWriter:
@@ -76,7 +86,8 @@ class WalWriter:
         self._abandoned = False
         """The writer task was cancelled while the worker synced: it takes no more batches."""
         self.sync_s = 0.0
-        """Recent average duration of a batch's write and sync."""
+        """The median duration of a batch's write and sync, over the last ``RECENT_SYNCS``."""
+        self._recent_syncs: deque[float] = deque(maxlen=RECENT_SYNCS)
         self._synced_at = 0.0
         """When the last batch's sync ended (``time.perf_counter``)."""
         self._on_thread = False
@@ -106,7 +117,7 @@ class WalWriter:
             or self._closing
             or self._abandoned
             or self._stopped
-            or self.sync_s > INLINE_SYNC_S
+            or self.sync_s > LONE_SYNC_S
             or time.perf_counter() - self._synced_at < QUIET_S
         ):
             return
@@ -121,8 +132,11 @@ class WalWriter:
         self._acks.mark_durable(lsn)
 
     def _synced(self, took: float) -> None:
-        """A batch's write and sync took ``took`` seconds, and just ended."""
-        self.sync_s += _SYNC_WEIGHT * (took - self.sync_s)
+        """A batch's write and sync took ``took`` seconds, and just ended (on the worker thread
+        or the loop's: a ``deque`` append, and a copy of it, are atomic)."""
+        recent = self._recent_syncs
+        recent.append(took)
+        self.sync_s = sorted(recent)[len(recent) // 2]
         self._synced_at = time.perf_counter()
 
     def rotate_at(self, first_lsn: int) -> None:
