@@ -23,7 +23,7 @@ from durable_streams_server.engine.types import AppendRequest, CreateRequest
 from durable_streams_server.storage.committer import Storage, StorageConfig
 from durable_streams_server.storage.compaction import CompactionConfig
 from durable_streams_server.storage.delta_log import DeltaLog
-from durable_streams_server.storage.local_sync import LocalSync
+from durable_streams_server.storage.local_sync import LocalSync, TornCommit
 from durable_streams_server.storage.wal import WriteAheadLog
 
 Events = list[tuple[str, Any]]
@@ -158,6 +158,36 @@ def test_opening_a_table_syncs_what_a_killed_server_left_unsynced(tmp_path: Path
     events.clear()
     DeltaLog(str(tmp_path), {})
     assert unsynced <= _synced(events)
+
+
+@pytest.mark.parametrize("crash", ["cut short", "missing"])
+def test_a_data_file_a_crash_left_torn_stops_the_start(tmp_path: Path, crash: str) -> None:
+    """The window ``local_sync`` leaves: the log entry made it to disk, its data file did not
+    (whole). The table does not open, saying which file; nothing is changed."""
+    killed = DeltaLog(str(tmp_path), {})
+    killed.commit([], {1: _state(1, 3)}, 4)
+    killed._sync = None  # killed before the next commit's sync, and then the OS crashed
+    killed.commit([], {2: _state(2, 5)}, 6)
+    (torn,) = [Path(path) for path in _version_files(killed, killed._table.version()) if path.endswith(".parquet")]
+    if crash == "missing":
+        torn.unlink()
+    else:
+        torn.write_bytes(torn.read_bytes()[:100])
+    with pytest.raises(TornCommit, match=f"commit 2 .* uses {torn.name}, of [0-9,]+ bytes, which is "):
+        DeltaLog(str(tmp_path), {})
+
+
+def test_files_a_later_commit_removed_may_be_gone(tmp_path: Path) -> None:
+    delta = DeltaLog(str(tmp_path), {})
+    delta.commit([], {1: _state(1, 3)}, 4)
+    removed = [Path(path) for path in _version_files(delta, 1) if path.endswith(".parquet")]
+    delta.commit([], {2: _state(2, 5)}, 6)
+    delta.delete("stream_uid = 1")  # (the first file's only rows: the file is removed, not rewritten)
+    for path in removed:
+        path.unlink()  # (vacuumed)
+    reopened = DeltaLog(str(tmp_path), {})
+    assert reopened.committed_lsn() == 6
+    assert set(reopened.load_states()) == {2}
 
 
 def test_a_failed_sync_fails_the_commit_and_every_later_one(

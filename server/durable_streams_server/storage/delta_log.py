@@ -97,7 +97,7 @@ class DeltaLog:
         self._sync = LocalSync.for_uri(self.uri)
         """A local table's commits are fsynced before they count (``local_sync``)."""
         if self._sync is not None:
-            self._sync.opened(self._table.version())
+            self._sync.opened(self._table.version(), _active_paths(self._table))
         self._lock = threading.Lock()
         self.recovered_checkpoint = (0, 0, 0)
         """After ``load_rows``: rows of the state checkpoint, commits and rows after it."""
@@ -297,6 +297,11 @@ def plain(table: pa.Table) -> pa.Table:
 def plain_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
     """``plain`` for one batch of all the table's columns."""
     return batch.cast(SCHEMA)
+
+
+def _active_paths(table: DeltaTable) -> list[str]:
+    """The paths of the table's data files, as its ``add`` actions name them."""
+    return [str(path) for path in pa.table(table.get_add_actions(flatten=True))["path"].to_pylist()]
 
 
 def _spans(table: DeltaTable) -> list[FileSpan]:

@@ -26,6 +26,10 @@ On opening a table, ``LocalSync.opened`` fsyncs the versions since the newest lo
 (at most ``delta.checkpointInterval`` of them): a server killed between a commit and its
 sync leaves that commit in the page cache only, and its WAL segments are dropped after the
 next commit of the new server. (Older versions were synced by the server that made them.)
+It also checks that each data file those versions added, and the table still uses, is there
+at the size its ``add`` action states: a file lost or cut short by a crash in the window
+above is an error at start (``TornCommit``), never a gap a reader finds later; the WAL,
+which still holds that commit's records, is left as it is.
 
 Object stores (``s3://``, ``az://``, ``gs://`` ...) have made a write durable when they
 acknowledge it: ``for_uri`` gives ``None`` for them, and nothing is synced.
@@ -34,13 +38,17 @@ acknowledge it: ``for_uri`` gives ``None`` for them, and nothing is synced.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import orjson
 
 LOG_DIR = "_delta_log"
+
+
+class TornCommit(RuntimeError):
+    """A data file the table uses is missing or shorter than its commit says."""
 
 
 class LocalSync:
@@ -64,12 +72,14 @@ class LocalSync:
             return cls(Path(table_uri))
         return None
 
-    def opened(self, version: int) -> None:
+    def opened(self, version: int, active: Collection[str]) -> None:
         """Sync the versions since the newest log checkpoint, up to ``version`` (the table's
-        current one), as the last server may have been killed before syncing them. A data
-        file gone since is skipped: a later version removed it, and vacuum deleted it."""
+        current one), as the last server may have been killed before syncing them; the data
+        files they added that are still ``active`` (the table's, by the paths of their ``add``
+        actions) must be whole (``TornCommit``). Others may be gone: removed by a later
+        version, and vacuumed."""
         self.synced_version = _last_checkpoint_version(self.log_dir) - 1
-        self._sync_through(version, missing_ok=True)
+        self._sync_through(version, {unquote(path) for path in active})
 
     def commit_made(self, version: int) -> None:
         """Sync every version after the last synced one up to ``version`` (see the module
@@ -80,12 +90,13 @@ class LocalSync:
         if self.failure is not None:
             raise OSError(f"an fsync of the Delta table failed earlier ({self.failure}); restart the server")
         try:
-            self._sync_through(version, missing_ok=False)
+            self._sync_through(version, None)
         except OSError as error:
             self.failure = error
             raise
 
-    def _sync_through(self, version: int, *, missing_ok: bool) -> None:
+    def _sync_through(self, version: int, active: Collection[str] | None) -> None:
+        """``active``: check the files against it (``opened``); ``None``: all must be there."""
         if version <= self.synced_version:
             return
         directories = {self.log_dir, self.table_dir}
@@ -93,10 +104,12 @@ class LocalSync:
             entry = self.log_dir / f"{each:020d}.json"
             if not entry.exists():
                 continue  # trimmed already (``log_trim``): its files were synced by its maker
-            for relative in _added_paths(entry):
+            for relative, size in _added_files(entry):
                 path = self.table_dir / relative
-                if missing_ok and not path.exists():
-                    continue
+                if active is not None:
+                    if relative not in active:
+                        continue  # (removed by a later version)
+                    _check_whole(path, size, each)
                 fsync_path(path)
                 directories.add(path.parent)
             fsync_path(entry)
@@ -111,12 +124,27 @@ class LocalSync:
         self.synced_version = version
 
 
-def _added_paths(entry: Path) -> Iterator[str]:
-    """The (decoded, table-relative) paths of the data files a log entry adds."""
+def _added_files(entry: Path) -> Iterator[tuple[str, int]]:
+    """The (decoded, table-relative) paths of the data files a log entry adds, and their sizes."""
     with entry.open("rb") as lines:
         for line in lines:
             if line.startswith(b'{"add"'):
-                yield unquote(orjson.loads(line)["add"]["path"])
+                add = orjson.loads(line)["add"]
+                yield unquote(add["path"]), int(add["size"])
+
+
+def _check_whole(path: Path, size: int, version: int) -> None:
+    try:
+        found = path.stat().st_size
+    except FileNotFoundError:
+        found = None
+    if found != size:
+        state = "missing" if found is None else f"{found:,} bytes"
+        raise TornCommit(
+            f"Delta commit {version} of {path.parent} uses {path.name}, of {size:,} bytes, which is {state}: "
+            "the table lost data in a crash before the commit was synced. The server does not start on it; "
+            "the WAL directory still holds that commit's records: keep it."
+        )
 
 
 def _last_checkpoint_version(log_dir: Path) -> int:
