@@ -28,8 +28,9 @@ sync leaves that commit in the page cache only, and its WAL segments are dropped
 next commit of the new server. (Older versions were synced by the server that made them.)
 It also checks that each data file those versions added, and the table still uses, is there
 at the size its ``add`` action states: a file lost or cut short by a crash in the window
-above is an error at start (``TornCommit``), never a gap a reader finds later; the WAL,
-which still holds that commit's records, is left as it is.
+above is an error at start (``TornCommit``), never a gap a reader finds later; nothing is
+changed (the WAL still holds a flush's records then; a compaction's replaced files are still
+on disk until vacuum).
 
 Object stores (``s3://``, ``az://``, ``gs://`` ...) have made a write durable when they
 acknowledge it: ``for_uri`` gives ``None`` for them, and nothing is synced.
@@ -142,8 +143,9 @@ def _check_whole(path: Path, size: int, version: int) -> None:
         state = "missing" if found is None else f"{found:,} bytes"
         raise TornCommit(
             f"Delta commit {version} of {path.parent} uses {path.name}, of {size:,} bytes, which is {state}: "
-            "the table lost data in a crash before the commit was synced. The server does not start on it; "
-            "the WAL directory still holds that commit's records: keep it."
+            "the table lost data in a crash before the commit was synced, and the server does not start on it. "
+            "Keep the WAL directory and the table's files as they are: the WAL holds a flush's records until its "
+            "commit is synced, and the files a compaction rewrote stay on disk until vacuumed."
         )
 
 
