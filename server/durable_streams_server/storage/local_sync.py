@@ -103,17 +103,16 @@ class LocalSync:
         directories = {self.log_dir, self.table_dir}
         for each in range(max(self.synced_version + 1, 0), version + 1):
             entry = self.log_dir / f"{each:020d}.json"
-            if not entry.exists():
-                continue  # trimmed already (``log_trim``): its files were synced by its maker
-            for relative, size in _added_files(entry):
-                path = self.table_dir / relative
-                if active is not None:
-                    if relative not in active:
-                        continue  # (removed by a later version)
-                    _check_whole(path, size, each)
-                fsync_path(path)
-                directories.add(path.parent)
-            fsync_path(entry)
+            if entry.exists():  # (else trimmed already, ``log_trim``: its files were synced by its maker)
+                for relative, size in _added_files(entry):
+                    path = self.table_dir / relative
+                    if active is not None:
+                        if relative not in active:
+                            continue  # (removed by a later version)
+                        _check_whole(path, size, each)
+                    fsync_path(path)
+                    directories.add(path.parent)
+                fsync_path(entry)
             checkpoint = self.log_dir / f"{each:020d}.checkpoint.parquet"
             if checkpoint.exists():
                 fsync_path(checkpoint)
