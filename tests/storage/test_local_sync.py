@@ -127,7 +127,10 @@ def test_the_flusher_drops_wal_segments_only_after_the_commit_holding_them_is_sy
         await engine.create(CreateRequest("v1/stream/a", "text/plain", None, None, None, False, b""))
         for index in range(3):
             await engine.append("v1/stream/a", AppendRequest(f"m{index}".encode(), "text/plain", None, None, False))
-            await asyncio.sleep(0.15)  # a flush after each
+            for _ in range(1000):  # a flush after each (and its WAL segments dropped)
+                if storage.unflushed_bytes == 0:
+                    break
+                await asyncio.sleep(0.01)
         await storage.close()
         return storage.delta
 
