@@ -27,7 +27,7 @@ def same_config(stream: Stream, request: CreateRequest, source: Stream | None) -
     requested_type = request.content_type or (source.content_type if source else DEFAULT_CONTENT_TYPE)
     ttl_s, _, expires_at_ms = effective_expiry(request, source)
     return (
-        normalize_content_type(requested_type) == normalize_content_type(stream.content_type)
+        normalize_content_type(requested_type) == stream.media_type
         and ttl_s == stream.ttl_s
         and expires_at_ms == stream.expires_at_ms
         and request.closed == stream.closed

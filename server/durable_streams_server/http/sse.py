@@ -50,7 +50,7 @@ def _control_event(fields: dict[str, object]) -> bytes:
 async def _events(
     engine: Engine, stream: Stream, offset: Offset, cursor: str | None, binary: bool, limits: HttpLimits
 ) -> AsyncIterator[bytes]:
-    is_json = h.is_json(stream.content_type)
+    is_json = stream.is_json
     recycle_at = time.monotonic() + limits.sse_reconnect_s
     name = stream.name
     while True:

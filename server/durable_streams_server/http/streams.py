@@ -165,9 +165,9 @@ class StreamHandlers:
             raise BadRequest(f"{bulk.BULK_CONTENT_TYPE} is empty", code="MISSING_CONTENT_TYPE")
         messages = bulk.parse_body(body)
         stream = self.engine.get_live(name)
-        same_type = h.normalize_content_type(content_type) == h.normalize_content_type(stream.content_type)
+        same_type = h.normalize_content_type(content_type) == stream.media_type
         # (a mismatch is the engine's 409, whatever the messages are)
-        bulk.check_messages(messages, json_stream=same_type and h.is_json(stream.content_type))
+        bulk.check_messages(messages, json_stream=same_type and stream.is_json)
         outcome = await self.engine.append(
             name,
             AppendRequest(b"", content_type, producer, request.headers.get(h.STREAM_SEQ), close, batch=messages),
@@ -294,7 +294,7 @@ class StreamHandlers:
         }
         if stream.visible_closed:
             headers[h.STREAM_CLOSED] = "true"
-        body = b"[]" if h.is_json(stream.content_type) else b""
+        body = b"[]" if stream.is_json else b""
         return Response(body, status_code=200, headers=headers)
 
     def _long_poll_empty(self, result: ReadResult | reads.Slice, cursor: str | None) -> Response:
