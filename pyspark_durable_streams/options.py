@@ -204,6 +204,8 @@ URL = Option("url", text, None)
 PATH = Option("path", text, None)
 SERVER = Option("server", text, None)
 BUCKET = Option("bucket", text, None)
+FREEZE_WORKER_GC = Option("freezeWorkerGc", boolean, False, "freeze_worker_gc")
+"""Tasks freeze their Python worker's objects out of the collection after every task (``_worker_gc``)."""
 
 # -- write options -------------------------------------------------------------------------
 
@@ -225,6 +227,7 @@ WRITE: tuple[Option[Any], ...] = (
     Option("producerEpoch", epoch, None, "producer_epoch"),
     Option("checkpointLocation", text, None, "checkpoint_location"),  # passed by Spark: read for the query id
     Option("queryName", text, None),  # passed by Spark for streaming writes with .queryName(); not used
+    FREEZE_WORKER_GC,
 )
 WRITE_OPTIONS = tuple(option.key for option in WRITE)
 _WRITE_DEFAULTS = {option.field: option.default for option in WRITE if option.field is not None}
@@ -255,6 +258,7 @@ class WriteOptions:
     producer_epoch: int | None = _WRITE_DEFAULTS["producer_epoch"]
     checkpoint_location: str | None = _WRITE_DEFAULTS["checkpoint_location"]
     test_fail_after_requests: int | None = _WRITE_DEFAULTS["test_fail_after_requests"]
+    freeze_worker_gc: bool = FREEZE_WORKER_GC.default
 
 
 def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
@@ -307,6 +311,7 @@ READ: tuple[Option[Any], ...] = (
     Option("pollIntervalMs", positive_int, 250, "poll_interval_ms"),
     Option("historyReads", one_of("auto", "delta", "http"), "auto", "history_reads"),
     Option("localFiles", boolean, True, "local_files"),
+    FREEZE_WORKER_GC,
 )
 READ_OPTIONS = tuple(option.key for option in READ)
 _READ_DEFAULTS = {option.field: option.default for option in READ if option.field is not None}
@@ -342,6 +347,7 @@ class ReadOptions:
     ``delta``: fail where it does not, ``http``: always over HTTP."""
     local_files: bool = _READ_DEFAULTS["local_files"]
     """Direct reads open the server's local data files where an executor sees them."""
+    freeze_worker_gc: bool = FREEZE_WORKER_GC.default
     connection: ConnectionOptions = ConnectionOptions()
 
     @property

@@ -222,7 +222,8 @@ class _Sink:
     # -- executors ----------------------------------------------------------------------
 
     def _write(self, iterator: Iterator[Any]) -> SinkCommitMessage:
-        freeze_worker_imports()  # the daemon's collection after each task skips the imports
+        if self.options.freeze_worker_gc:
+            freeze_worker_imports()
         context = TaskContext.get()
         assert context is not None, "write() runs in a Spark task"
         properties = {key: context.getLocalProperty(key) for key in (QUERY_ID_PROPERTY, BATCH_ID_PROPERTY)}

@@ -144,7 +144,8 @@ class _Reader:
         return self._driver
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        freeze_worker_imports()  # the daemon's collection after each task skips the imports
+        if self._options.freeze_worker_gc:
+            freeze_worker_imports()
         if isinstance(partition, DirectRange):
             return read_direct(self._options, self._schema, partition)
         assert isinstance(partition, StreamRange)

@@ -1,5 +1,6 @@
-"""Reads and writes of ``durable_streams`` freeze their Python workers' imports, so that the
-collection PySpark's daemon runs after every task skips them (``_worker_gc``).
+"""Reads and writes of ``durable_streams`` leave their Python workers' collector alone by
+default, and freeze the workers' imports (so that the collection PySpark's daemon runs after
+every task skips them, ``_worker_gc``) only with option ``freezeWorkerGc=true``.
 
 Each test runs in a Python worker pool of its own (Spark keys pools by the registered source's
 environment), so what another test's tasks did to the shared workers cannot make it pass: a
@@ -68,27 +69,41 @@ def own_workers(spark: SparkSession, pool: str) -> Iterator[Callable[[], dict[in
         pyspark_durable_streams.register(spark)
 
 
-def test_a_read_freezes_its_workers(spark: SparkSession, server: ServerProcess) -> None:
+def test_a_read_freezes_its_workers_only_when_asked(spark: SparkSession, server: ServerProcess) -> None:
     url = server.stream_url("gc-read")
     with session() as http:
         assert http.put(url, headers={"Content-Type": "text/plain"}).status_code == 201
         for i in range(4):
             assert http.post(url, headers={"Content-Type": "text/plain"}, data=f"m{i}").status_code == 204
+
+    def read(**options: str) -> None:
+        frame = spark.read.format("durable_streams").options(url=url, minPartitions="2", **options).load()
+        assert sorted(row.value for row in frame.collect()) == ["m0", "m1", "m2", "m3"]
+
     with own_workers(spark, "gc-read") as probe:
         assert set(probe().values()) == {0}  # a fresh pool: nothing frozen
-        rows = spark.read.format("durable_streams").option("url", url).option("minPartitions", "2").load().collect()
-        assert sorted(row.value for row in rows) == ["m0", "m1", "m2", "m3"]
-        assert max(probe().values()) > 10_000  # the worker's imports, at least
+        read()
+        read(freezeWorkerGc="false")
+        assert set(probe().values()) == {0}  # the default: the workers' collector left alone
+        read(freezeWorkerGc="true")
+        assert max(probe().values()) > 10_000  # the worker's imports, at least (so the pool is ours)
 
 
-def test_a_write_freezes_its_workers(spark: SparkSession, server: ServerProcess) -> None:
+def test_a_write_freezes_its_workers_only_when_asked(spark: SparkSession, server: ServerProcess) -> None:
     url = server.stream_url("gc-write")
+
+    def write(first: int, **options: str) -> None:
+        frame = spark.createDataFrame([(f"m{i}",) for i in range(first, first + 4)], "value string").repartition(2)
+        frame.write.format("durable_streams").options(
+            url=url, createStream="true", contentType="text/plain", **options
+        ).mode("append").save()
+
     with own_workers(spark, "gc-write") as probe:
         assert set(probe().values()) == {0}
-        frame = spark.createDataFrame([(f"m{i}",) for i in range(4)], "value string").repartition(2)
-        frame.write.format("durable_streams").option("url", url).option("createStream", "true").option(
-            "contentType", "text/plain"
-        ).mode("append").save()
+        write(0)
+        assert set(probe().values()) == {0}
+        write(4, freezeWorkerGc="true")
         assert max(probe().values()) > 10_000
     with session() as http:
-        assert sorted(http.get(url, params={"offset": "-1"}).text) == sorted("m0m1m2m3")
+        body = http.get(url, params={"offset": "-1"}).text
+    assert sorted(body) == sorted("".join(f"m{i}" for i in range(8)))

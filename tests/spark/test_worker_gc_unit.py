@@ -1,5 +1,5 @@
 """``freeze_worker_imports`` in this process (no Spark): when it freezes, and when it leaves
-the collector alone. Each test unfreezes what it froze."""
+the collector alone; and the option that turns it on. Each test unfreezes what it froze."""
 
 from __future__ import annotations
 
@@ -10,7 +10,10 @@ from collections.abc import Iterator
 import pytest
 
 from pyspark_durable_streams import _worker_gc
-from pyspark_durable_streams._worker_gc import OPT_OUT, REEXAMINE_S, REFREEZE_AT, freeze_worker_imports
+from pyspark_durable_streams._worker_gc import REEXAMINE_S, REFREEZE_AT, freeze_worker_imports
+from pyspark_durable_streams.options import OptionError, parse_read_options, parse_write_options
+
+URL = "http://127.0.0.1:1/v1/stream/x"
 
 
 class Survivor:
@@ -22,7 +25,6 @@ class Survivor:
 @pytest.fixture
 def reused_worker(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("SPARK_REUSE_WORKER", "1")
-    monkeypatch.delenv(OPT_OUT, raising=False)
     gc.unfreeze()
     try:
         yield
@@ -61,11 +63,13 @@ def test_not_outside_a_reused_worker(monkeypatch: pytest.MonkeyPatch) -> None:
     assert gc.get_freeze_count() == 0
 
 
-@pytest.mark.parametrize("value", ["false", "0", "OFF", " no "])
-def test_the_opt_out(reused_worker: None, monkeypatch: pytest.MonkeyPatch, value: str) -> None:
-    monkeypatch.setenv(OPT_OUT, value)
-    assert freeze_worker_imports() is False
-    assert gc.get_freeze_count() == 0
+def test_the_option_is_off_unless_set_and_checked() -> None:
+    for parse in (parse_read_options, parse_write_options):
+        assert parse({"url": URL}).freeze_worker_gc is False
+        assert parse({"url": URL, "FreezeWorkerGC": " TRUE "}).freeze_worker_gc is True
+        assert parse({"url": URL, "freezeWorkerGc": "false"}).freeze_worker_gc is False
+        with pytest.raises(OptionError, match="option 'freezeWorkerGc' must be true or false, got 'yes'"):
+            parse({"url": URL, "freezeWorkerGc": "yes"})
 
 
 def test_frozen_garbage_is_collected_when_the_frozen_objects_are_looked_at_again(reused_worker: None) -> None:
