@@ -19,7 +19,7 @@ import uvicorn
 from .allocators import tune_allocators
 from .collector import freeze_start_up_objects
 from .config import ConfigError, ServerConfig, require_number
-from .http.connections import HttpParser, guarded_protocol
+from .http.fastpath.protocol import HttpParser, connection_protocol
 from .protocol.tokens import AuthConfig, AuthConfigError, parse_tokens
 from .server import create_app
 from .storage.committer import Durability
@@ -369,7 +369,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         log_config=None,
         access_log=args.access_log,
         timeout_graceful_shutdown=5,
-        http=guarded_protocol(args.http_parser, config.request_timeout_s, config.max_header_bytes),
+        http=connection_protocol(args.http_parser, config.request_timeout_s, config.max_header_bytes),
         h11_max_incomplete_event_size=config.max_header_bytes or None,
         loop=args.event_loop,
         timeout_keep_alive=args.keep_alive_timeout_s,

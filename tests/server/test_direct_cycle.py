@@ -22,8 +22,8 @@ from inprocess import serving
 from rawhttp import connection_closed_by_server, text_post_head
 
 from durable_streams_server import ServerConfig
-from durable_streams_server.http.direct import _rendered
-from durable_streams_server.http.lean import LeanPath
+from durable_streams_server.http.fastpath.cycle import _rendered
+from durable_streams_server.http.fastpath.route import FastPath
 
 TEXT = {"Content-Type": "text/plain"}
 
@@ -51,16 +51,16 @@ def _stored(url: str) -> bytes:
 
 
 @contextlib.contextmanager
-def _one_stream(config: ServerConfig, name: str) -> Iterator[tuple[str, LeanPath, Callable[[], socket.socket]]]:
+def _one_stream(config: ServerConfig, name: str) -> Iterator[tuple[str, FastPath, Callable[[], socket.socket]]]:
     """A server with the text stream ``name`` created: its URL, the lean path (``served``
     counted from after the create) and a way to open a socket to the server."""
-    with serving(config) as (url, gate):
-        assert gate.lean is not None
+    with serving(config) as (url, server):
+        assert server.fast_path is not None
         stream = f"{url}/v1/stream/{name}"
         assert requests.put(stream, headers=TEXT).status_code == 201
-        gate.lean.served = 0
+        server.fast_path.served = 0
         port = int(url.rsplit(":", 1)[1])
-        yield stream, gate.lean, lambda: socket.create_connection(("127.0.0.1", port), timeout=30)
+        yield stream, server.fast_path, lambda: socket.create_connection(("127.0.0.1", port), timeout=30)
 
 
 def test_a_body_that_came_with_its_head_is_checked_against_the_limit(tmp_path: Path) -> None:

@@ -24,8 +24,8 @@ from inprocess import serving
 from rawhttp import text_post_head
 
 from durable_streams_server import ServerConfig
-from durable_streams_server.http.eager import start_eagerly
-from durable_streams_server.http.lean import LeanPath
+from durable_streams_server.http.fastpath.eager import start_eagerly
+from durable_streams_server.http.fastpath.route import FastPath
 from durable_streams_server.storage import wal_writer
 from durable_streams_server.storage.wal_writer import QUIET_S
 
@@ -139,9 +139,9 @@ class _TaskNoting:
     """Wraps the lean path's ``respond``: notes, per request, the method and whether it
     started in a task and whether it ended in one."""
 
-    def __init__(self, lean: LeanPath) -> None:
+    def __init__(self, fast_path: FastPath) -> None:
         self.seen: list[tuple[str, bool, bool]] = []
-        original = lean.respond
+        original = fast_path.respond
 
         async def respond(name: str, scope: Any, *args: Any) -> Any:
             started_in_task = asyncio.current_task() is not None
@@ -150,14 +150,14 @@ class _TaskNoting:
             finally:
                 self.seen.append((scope["method"], started_in_task, asyncio.current_task() is not None))
 
-        lean.respond = respond  # type: ignore[method-assign]
+        fast_path.respond = respond  # type: ignore[method-assign]
 
 
 @contextlib.contextmanager
 def _served(config: ServerConfig) -> Iterator[tuple[str, _TaskNoting, int]]:
-    with serving(config) as (url, gate):
-        assert gate.lean is not None
-        yield url, _TaskNoting(gate.lean), int(url.rsplit(":", 1)[1])
+    with serving(config) as (url, server):
+        assert server.fast_path is not None
+        yield url, _TaskNoting(server.fast_path), int(url.rsplit(":", 1)[1])
 
 
 def test_requests_that_never_wait_run_without_a_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -62,16 +62,15 @@ def _both(config: ServerConfig, script: Callable[[requests.Session, str], list[A
     and how many requests the lean path served."""
     answers = []
     served = []
-    for index, lean in enumerate((True, False)):
+    for index, fast in enumerate((True, False)):
         data = replace(config, data_dir=config.data_dir / f"server{index}")
-        with serving(data, lean=lean) as (url, gate), requests.Session() as http:
+        with serving(data, fast_path=fast) as (url, server), requests.Session() as http:
             http.trust_env = False
-            assert gate.lean is not None
             answers.append(script(http, url))
-            served.append(gate.lean.served)
+            served.append(server.fast_path.served if server.fast_path is not None else 0)
             counted = [line for line in http.get(f"{url}/metrics").text.splitlines() if "_requests_total{" in line]
             answers[-1].append((0, [("metrics", line) for line in counted], b""))
-    assert served[1] == 0, "a wrapped gate keeps every request on the app's path"
+    assert served[1] == 0, "without the fast path every request takes the app's path"
     assert answers[0] == answers[1]  # (the last: the request counts of /metrics)
     return answers[0][:-1], served[0]
 
@@ -222,12 +221,12 @@ def test_auth_and_rate_limits_answer_as_the_app_does(tmp_path: Path) -> None:
 
 
 def test_other_requests_stay_on_the_apps_path(tmp_path: Path) -> None:
-    with serving(ServerConfig(data_dir=tmp_path)) as (url, gate), requests.Session() as http:
+    with serving(ServerConfig(data_dir=tmp_path)) as (url, server), requests.Session() as http:
         http.trust_env = False
-        assert gate.lean is not None
+        assert server.fast_path is not None
         stream = f"{url}/v1/stream/s"
         assert http.put(stream, headers=TEXT).status_code == 201
-        before = gate.lean.served
+        before = server.fast_path.served
         chunked = http.post(stream, headers=TEXT, data=iter([b"chunk", b"ed"]))  # no Content-Length
         forwarded = http.post(stream, headers={**TEXT, "X-Forwarded-For": "10.0.0.1"}, data=b"f")
         large = http.post(stream, headers=TEXT, data=b"L" * (64 * 1024 + 1))
@@ -240,9 +239,9 @@ def test_other_requests_stay_on_the_apps_path(tmp_path: Path) -> None:
         assert plan.status_code == 200 and plan.headers["Content-Type"] == READ_PLAN
         with_body = http.get(stream, params={"offset": "-1"}, data=b"?")
         assert with_body.status_code == 200
-        assert gate.lean.served == before
+        assert server.fast_path.served == before
         assert http.post(stream, headers=TEXT, data=b"!").status_code == 204
-        assert gate.lean.served == before + 1
+        assert server.fast_path.served == before + 1
         assert http.get(stream, params={"offset": "-1"}).content == b"chunkedf" + b"L" * (64 * 1024 + 1) + b"!"
 
 
@@ -255,13 +254,13 @@ def test_a_users_middleware_sees_every_append(tmp_path: Path) -> None:
         counting.append(_Counting(app))
         return counting[0]
 
-    with serving(ServerConfig(data_dir=tmp_path), wrap=wrap) as (url, gate), requests.Session() as http:
+    with serving(ServerConfig(data_dir=tmp_path), wrap=wrap) as (url, server), requests.Session() as http:
         http.trust_env = False
         stream = f"{url}/v1/stream/w"
         assert http.put(stream, headers=TEXT).status_code == 201
         for body in (b"a", b"b", b"c"):
             assert http.post(stream, headers=TEXT, data=body).status_code == 204
-        assert gate.lean is not None and gate.lean.served == 0
+        assert server.fast_path is not None and server.fast_path.served == 0
         assert counting[0].posts == 3
 
 
@@ -270,27 +269,27 @@ def test_the_lean_paths_answers_are_remembered_per_path_and_stay_the_same(tmp_pa
     sub-resource's, a path with a '..' segment and one that is not UTF-8 get the same answers
     (the last two: the app's 400 each time, nothing stored), and many paths do not grow the
     memory past its bound."""
-    with serving(ServerConfig(data_dir=tmp_path)) as (url, gate), requests.Session() as http:
+    with serving(ServerConfig(data_dir=tmp_path)) as (url, server), requests.Session() as http:
         http.trust_env = False
-        assert gate.lean is not None
-        app = gate.lean.app
+        assert server.fast_path is not None
+        app = server.fast_path.app
         stream = f"{url}/v1/stream/s"
         assert http.put(stream, headers=TEXT).status_code == 201
         for _ in range(2):
-            before = gate.lean.served
+            before = server.fast_path.served
             assert http.post(stream, headers=TEXT, data=b"x").status_code == 204
             assert http.post(f"{stream}/snapshot", headers=TEXT, data=b"s").status_code == 405
             for bad in ("/v1/stream/s/%2E%2E/t", "/v1/stream/%FF"):
                 refused = http.post(f"{url}{bad}", headers=TEXT, data=b"b")
                 assert refused.status_code == 400 and refused.json()["error"]["code"].startswith("INVALID_")
-            assert gate.lean.served == before + 1
+            assert server.fast_path.served == before + 1
         assert http.get(stream, params={"offset": "-1"}).content == b"xx"
 
         def scope(index: int) -> Scope:
             path = f"/v1/stream/many-{index}"
             return {"path": path, "raw_path": path.encode(), "root_path": ""}
 
-        assert [app.lean_target(scope(index)) for index in range(3000)] == [
+        assert [app.stream_target(scope(index)) for index in range(3000)] == [
             f"v1/stream/many-{index}" for index in range(3000)
         ]
-        assert len(app._lean_names) <= 1024  # type: ignore[attr-defined]  # (the bound)
+        assert len(app._stream_names) <= 1024  # type: ignore[attr-defined]  # (the bound)

@@ -49,7 +49,7 @@ def test_a_delete_then_unparseable_bytes_answers_the_delete_first(tmp_path: Path
 
 
 def test_an_append_then_unparseable_bytes_answers_the_append_first(tmp_path: Path) -> None:
-    with serving(ServerConfig(data_dir=tmp_path)) as (url, gate):
+    with serving(ServerConfig(data_dir=tmp_path)) as (url, server):
         stream = f"{url}/v1/stream/a"
         assert requests.put(stream, headers=TEXT).status_code == 201
         post = b"POST /v1/stream/a HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok"
@@ -57,7 +57,7 @@ def test_an_append_then_unparseable_bytes_answers_the_append_first(tmp_path: Pat
             sock.sendall(post + post + GARBAGE)
             assert _statuses(sock) == [b"HTTP/1.1 204 No Content"] * 2 + [b"HTTP/1.1 400 Bad Request"]
         assert requests.get(stream, params={"offset": "-1"}).content == b"okok"
-        assert gate.lean is not None and gate.lean.served >= 3  # (the PUT and both POSTs: the direct cycle)
+        assert server.fast_path is not None and server.fast_path.served >= 3  # (the PUT and both POSTs: the fast path)
 
 
 def test_an_oversized_head_waits_for_the_long_poll_before_it(tmp_path: Path) -> None:

@@ -37,8 +37,8 @@ from ..protocol.tokens import AuthConfig
 from ..storage.committer import Storage
 from ..storage.observer import StorageObserver
 from .extensions import ExtensionHandlers
+from .fastpath.route import FastPath
 from .gate import Gate
-from .lean import LeanPath
 from .limits import HttpLimits, LiveReaders, RequestLimits
 from .metrics import ROUTE_KEY, STREAM_ROUTE, ServerMetrics
 from .read_plans import ReadPlanHandlers, wants_plan
@@ -67,7 +67,7 @@ def _base_rest(scope: Scope) -> str | None:
 
 _REMEMBERED_PATHS = 1024
 _REMEMBERED_PATH_BYTES = 256
-"""``lean_target`` remembers the answers for up to this many paths of up to this length."""
+"""``stream_target`` remembers the answers for up to this many paths of up to this length."""
 
 Opener = Callable[[StorageObserver], tuple[Storage, Engine, SubscriptionManager]]
 """Builds storage (reporting to the observer), its engine and the subscription manager,
@@ -96,8 +96,8 @@ class DurableStreamsApp:
         self.subscriptions: SubscriptionHandlers | None = None
         self.read_plans: ReadPlanHandlers | None = None
         self._start_lock = asyncio.Lock()
-        self._lean_names: dict[tuple[bytes, str, str], str | None] = {}
-        """``lean_target``'s answers by raw path, decoded path and root path."""
+        self._stream_names: dict[tuple[bytes, str, str], str | None] = {}
+        """``stream_target``'s answers by raw path, decoded path and root path."""
         self.live_readers = LiveReaders(limits.max_live_readers)
         self.metrics = ServerMetrics(self)
         self.router = Starlette(
@@ -122,7 +122,7 @@ class DurableStreamsApp:
             rate_limit_rps=limits.rate_limit_rps,
             rate_limit_burst=limits.rate_limit_burst,
         )
-        self.lean = LeanPath(self, auth, request_limits, self.metrics, self.live_readers)
+        self.fast_path = FastPath(self, auth, request_limits, self.metrics, self.live_readers)
         self.asgi = Gate(
             self.router,
             self.hot_route,
@@ -130,7 +130,7 @@ class DurableStreamsApp:
             auth=auth,
             limits=request_limits,
             live_readers=self.live_readers,
-            lean=self.lean,
+            fast_path=self.fast_path,
         )
         """The ASGI app: the gate in front of the router (see ``gate.py``)."""
 
@@ -178,25 +178,26 @@ class DurableStreamsApp:
         rest = _base_rest(scope)
         return await self._base(Request(scope, receive), rest) if rest is not None else None
 
-    def lean_target(self, scope: Scope) -> str | None:
-        """The stream a request's lean path (``lean.py``) appends to or creates: a started app and a
-        valid path of a stream itself; ``None``: the app serves the request. Remembered per path
-        for the paths of recent requests (a busy stream's requests all have the same; checking
-        it again took ~30 µs after an idle moment: bench/README.md, issue 18, twelfth session)."""
+    def stream_target(self, scope: Scope) -> str | None:
+        """The stream of the base surface a request addresses itself (not a sub-resource): a started
+        app and a valid path; ``None``: the request is the router's. The fast path asks it of every
+        request it might serve (``fastpath.route``). Remembered per path for the paths of recent
+        requests: a busy stream's requests all have the same, and checking a path again is work
+        first-touched after an idle moment (bench/README.md)."""
         if self.handlers is None:
             return None
         raw_path: bytes = scope.get("raw_path", b"")
         key = (raw_path, scope["path"], scope.get("root_path", ""))
-        if key in self._lean_names:
-            return self._lean_names[key]
-        name = self._lean_name(scope)
+        if key in self._stream_names:
+            return self._stream_names[key]
+        name = self._stream_name(scope)
         if len(raw_path) <= _REMEMBERED_PATH_BYTES:
-            if len(self._lean_names) >= _REMEMBERED_PATHS:
-                self._lean_names.clear()
-            self._lean_names[key] = name
+            if len(self._stream_names) >= _REMEMBERED_PATHS:
+                self._stream_names.clear()
+            self._stream_names[key] = name
         return name
 
-    def _lean_name(self, scope: Scope) -> str | None:
+    def _stream_name(self, scope: Scope) -> str | None:
         rest = _base_rest(scope)
         if rest is None:
             return None

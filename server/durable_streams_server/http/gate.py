@@ -32,7 +32,7 @@ from .metrics import ServerMetrics
 from .responses import error_response, send_plain, with_security_headers
 
 if TYPE_CHECKING:
-    from .lean import LeanPath
+    from .fastpath.route import FastPath
 
 HotRoute = Callable[[Scope, Receive], Awaitable[Response | None]]
 """The response of a request the app serves without its router; ``None``: route it."""
@@ -65,7 +65,7 @@ class Gate:
     auth: AuthConfig | None
     limits: RequestLimits
     live_readers: LiveReaders
-    lean: LeanPath | None = None
+    fast_path: FastPath | None = None
     """A stream's hot requests, served by the protocol class without the ASGI layers (``lean.py``, ``direct.py``)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -28,8 +28,9 @@ from ..protocol.errors import BadRequest, PayloadTooLarge
 from ..protocol.json_mode import frame
 from ..protocol.offsets import BEGINNING_SENTINEL, NOW_SENTINEL, Offset, encode_seq, parse_offset
 from . import arrow_ipc, multipart, sse
+from .fastpath.parked import ParkedRead
 from .limits import BodyDeadline, HttpLimits, LiveReaders
-from .read_answers import CACHEABLE, AnswerNow, Framing, ParkedRead, etag, position_headers, stream_headers
+from .read_answers import CACHEABLE, AnswerNow, Framing, etag, position_headers, stream_headers
 
 _SUB_OFFSET_HEADER_RE = re.compile(r"^(0|[1-9][0-9]{0,15})$")
 _DECIMAL_RE = re.compile(r"[0-9]{1,19}")

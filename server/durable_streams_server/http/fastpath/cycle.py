@@ -1,13 +1,11 @@
-"""A lean request served from the connection's parser callbacks: no ASGI between.
+"""A fast-path request and its response on the connection: ``FastCycle``, in the place of uvicorn's cycle.
 
-uvicorn gives every request a ``RequestResponseCycle``: an ``asyncio.Event``, a task
-running the app with ``receive``/``send``, an ASGI message per body chunk and per response
-part, header validation and rendering in ``send`` (two socket writes: head, then body).
-For the requests ``LeanPath`` takes (small appends and creates, reads, long-polls and HEADs
-of a stream, ``lean.py``) that was most of what the server did per request beyond the
-work itself. ``DirectCycle`` stands in the cycle's place on the connection:
-``GuardedHttpToolsProtocol.on_headers_complete`` (``connections.py``) makes one instead of
-uvicorn's cycle, so uvicorn's own connection handling still applies to it unchanged:
+uvicorn gives every request a ``RequestResponseCycle``: an ``asyncio.Event``, a task running
+the app with ``receive``/``send``, an ASGI message per body chunk and per response part,
+header validation and rendering in ``send`` (two socket writes: head, then body). For the
+requests ``FastPath`` takes that is most of what the server does per request beyond the work
+itself. ``FastPathProtocol.on_headers_complete`` (``protocol.py``) makes a ``FastCycle``
+instead, so uvicorn's own connection handling still applies to it unchanged:
 
 - **ordering**: it is queued in the connection's ``pipeline`` behind a request still being
   answered and started by uvicorn's ``_start_asgi_task`` (a task running ``run_asgi``);
@@ -29,15 +27,15 @@ uvicorn's cycle, so uvicorn's own connection handling still applies to it unchan
 from the group commit's completion with more work right behind it: the writer's own answer,
 other readers, bookkeeping. A socket's write wakes its reader as a *synchronous* wake-up (the
 kernel expects the writer to sleep soon), so a reader on this machine is put on this core and
-waits behind that work: ~0.2 ms of the bench's one-reader wake (bench/README.md, issue 18,
-thirteenth session). ``answer_now`` yields the core after writing (``os.sched_yield``) when
-the reader is on this machine (its address is the server's: ``peer_is_local``): the reader
-runs now; with nothing else runnable the call returns at once. If a busy thread shares the
-core (a compaction's), the loop resumes after that thread's turn: the price of this choice.
-Only at wakes: a request's own answer ends its work (the loop then sleeps or serves the next one).
+waits behind that work (bench/README.md measures the one-reader wake). ``answer_now`` yields
+the core after writing (``os.sched_yield``) when the reader is on this machine (its address is
+the server's: ``peer_is_local``): the reader runs now; with nothing else runnable the call
+returns at once. If a busy thread shares the core (a compaction's), the loop resumes after that
+thread's turn: the price of this choice. Only at wakes: a request's own answer ends its work
+(the loop then sleeps or serves the next one).
 
-What a request gets is the gate's answer, to the byte (tests/server/test_lean_appends.py):
-``LeanPath.respond`` runs the gate's checks and the same handlers; metrics are observed
+What a request gets is the app's answer, to the byte (tests/server/test_lean_appends.py):
+``FastPath.respond`` runs the gate's checks and the same handlers; metrics are observed
 here as the gate observes them (in flight; route, status, duration).
 """
 
@@ -56,8 +54,8 @@ from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 
-from .lean import LeanPath
-from .responses import SECURITY_HEAD, UNSAFE_VALUE, sets_security_header, with_security_headers
+from ..responses import SECURITY_HEAD, UNSAFE_VALUE, sets_security_header, with_security_headers
+from .route import FastPath
 
 _JOINED_BODY = 16 * 1024
 """Bodies up to this size go out in one write with the head; larger ones in a write of their own."""
@@ -118,7 +116,7 @@ class _Wakeup:
             self._waiter = None
 
 
-class DirectCycle:
+class FastCycle:
     """One lean request and its response, in the place of uvicorn's ``RequestResponseCycle``
     (the attributes the protocol reads and writes have its names)."""
 
@@ -127,9 +125,9 @@ class DirectCycle:
         "body",
         "default_headers",
         "disconnected",
+        "fast_path",
         "flow",
         "keep_alive",
-        "lean",
         "message_event",
         "more_body",
         "name",
@@ -143,7 +141,7 @@ class DirectCycle:
         self,
         scope: Scope,
         name: str,
-        lean: LeanPath,
+        fast_path: FastPath,
         transport: asyncio.Transport,
         flow: FlowControl,
         default_headers: list[tuple[bytes, bytes]],
@@ -153,7 +151,7 @@ class DirectCycle:
     ) -> None:
         self.scope = scope
         self.name = name
-        self.lean = lean
+        self.fast_path = fast_path
         self.transport = transport
         self.flow = flow
         self.default_headers = default_headers
@@ -168,7 +166,7 @@ class DirectCycle:
 
     async def run_asgi(self, _app: object) -> None:
         """The request, start to end (the name under which uvicorn starts a cycle)."""
-        metrics = self.lean.metrics
+        metrics = self.fast_path.metrics
         metrics.in_flight += 1
         started = time.perf_counter()
         status = 500  # unless the handler answers (observed as the gate does, whether or not the client stayed)
@@ -178,7 +176,7 @@ class DirectCycle:
                 body, self.body = self.body, b""
             else:
                 body = self._chunks()
-            response = await self.lean.respond(self.name, self.scope, body, self.answer_now)
+            response = await self.fast_path.respond(self.name, self.scope, body, self.answer_now)
             status = response.status_code
             if not self.response_complete:  # (unless ``answer_now`` wrote it)
                 if self.flow.write_paused and not self.disconnected:

@@ -1,22 +1,22 @@
-"""The lean path of a stream's hot requests: which ones, and their answer without the ASGI layers.
+"""Which requests take the fast path, and their answer without the ASGI layers (``FastPath``).
 
 Small appends are most of what a busy server does, then reads and long-polls of a stream,
 then creates (many streams, each created once). Through the ASGI app such a request passes
-uvicorn's request cycle and proxy-headers middleware, the gate, the hot-route dispatch and
-Starlette's ``Request``/``Response`` machinery (bench/README.md, issue 18). ``LeanPath.target``
-picks such a request when its head has been parsed, and the protocol class serves it in a
-``DirectCycle`` (``direct.py``: the connection's side) with ``LeanPath.respond`` (this
-module: the answer), which gives the request what the app would:
+uvicorn's request cycle and proxy-headers middleware, the gate, the base-route dispatch and
+Starlette's ``Request``/``Response`` machinery. ``FastPath.target`` picks such a request when
+its head has been parsed, and the protocol serves it in a ``FastCycle`` (``cycle.py``: the
+connection's side) with ``FastPath.respond`` (this module: the answer), which gives the
+request what the app would:
 
 - the gate's checks first (``auth.admit``: 401/403, 431, 429), then the same handler
   (``StreamHandlers.read`` / ``head``; ``read_body`` with ``plain_append`` or ``create_stream``), protocol
   errors as the same JSON (``error_response``), the same security headers, a long-poll's live-reader slot
   released at the end; the same metrics are observed by the cycle (route ``base_stream``, or ``unrouted``
   for the gate's refusals; in flight);
-- which requests, all to a stream of the base surface (``DurableStreamsApp.lean_target``: not a
+- which requests, all to a stream of the base surface (``DurableStreamsApp.stream_target``: not a
   sub-resource, not ``__ds``, a valid path, the app started) and without forwarding headers (the
   proxy-headers middleware would rewrite the client the rate limit charges): ``POST`` or ``PUT``
-  with one decimal ``Content-Length`` of at most ``LEAN_MAX_BODY``, no ``Transfer-Encoding``, no bulk
+  with one decimal ``Content-Length`` of at most ``FAST_MAX_BODY``, no ``Transfer-Encoding``, no bulk
   append header (``protocol.bulk``: large bodies, their own handler); ``GET`` or ``HEAD`` without
   a body, not SSE (a streamed response: its query string has no ``sse``) and not asking for a read plan.
   Everything else goes through the app.
@@ -31,22 +31,22 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Scope
 
-from ..protocol import bulk
-from ..protocol.errors import ProtocolError
-from ..protocol.tokens import AuthConfig
-from .auth import admit
-from .limits import LiveReaders, RequestLimits
-from .metrics import ROUTE_KEY, STREAM_ROUTE, ServerMetrics
-from .read_answers import AnswerNow
-from .read_plans import wants_plan
-from .responses import error_response
-from .streams import StreamHandlers, append_flags
+from ...protocol import bulk
+from ...protocol.errors import ProtocolError
+from ...protocol.tokens import AuthConfig
+from ..auth import admit
+from ..limits import LiveReaders, RequestLimits
+from ..metrics import ROUTE_KEY, STREAM_ROUTE, ServerMetrics
+from ..read_answers import AnswerNow
+from ..read_plans import wants_plan
+from ..responses import error_response
+from ..streams import StreamHandlers, append_flags
 
 _WRITES = frozenset({"POST", "PUT"})
 _READS = frozenset({"GET", "HEAD"})
-LEAN_MAX_BODY = 64 * 1024
+FAST_MAX_BODY = 64 * 1024
 """Declared bodies up to this size (uvicorn's read buffer never pauses below it)."""
-_NOT_LEAN = frozenset(
+_NOT_FAST = frozenset(
     {
         b"transfer-encoding",
         bulk.BULK_CONTENT_TYPE.lower().encode(),
@@ -59,12 +59,12 @@ _NOT_LEAN = frozenset(
 )
 
 
-class LeanApp(Protocol):
+class FastPathApp(Protocol):
     """What the lean path needs of the app (``DurableStreamsApp``)."""
 
     handlers: StreamHandlers | None
 
-    def lean_target(self, scope: Scope) -> str | None: ...
+    def stream_target(self, scope: Scope) -> str | None: ...
 
 
 class _Headers(dict[str, str]):
@@ -78,10 +78,10 @@ class _Headers(dict[str, str]):
         return super().get(key.lower(), default)
 
 
-class LeanPath:
+class FastPath:
     def __init__(
         self,
-        app: LeanApp,
+        app: FastPathApp,
         auth: AuthConfig | None,
         limits: RequestLimits,
         metrics: ServerMetrics,
@@ -121,22 +121,22 @@ class LeanPath:
                 if declared is not None:
                     return None
                 declared = value
-            elif name in _NOT_LEAN:
+            elif name in _NOT_FAST:
                 return None
-        if declared is None or not declared.isdigit() or len(declared) > 7 or int(declared) > LEAN_MAX_BODY:
+        if declared is None or not declared.isdigit() or len(declared) > 7 or int(declared) > FAST_MAX_BODY:
             return None
-        return self.app.lean_target(scope)
+        return self.app.stream_target(scope)
 
     def _read_target(self, scope: Scope) -> str | None:
         """A read or HEAD of a stream: no body, no SSE (a streamed response), no read plan."""
         if b"sse" in scope["query_string"]:
             return None
         for name, value in scope["headers"]:
-            if name in _NOT_LEAN or (name == b"content-length" and value != b"0"):
+            if name in _NOT_FAST or (name == b"content-length" and value != b"0"):
                 return None
             if name == b"accept" and wants_plan(value.decode("latin-1")):
                 return None
-        return self.app.lean_target(scope)
+        return self.app.stream_target(scope)
 
     async def respond(
         self, name: str, scope: Scope, body: bytes | AsyncIterator[bytes], answer_now: AnswerNow | None = None
@@ -148,7 +148,7 @@ class LeanPath:
         wake (``StreamHandlers.read``: the response returned is then written already)."""
         self.served += 1
         handlers = self.app.handlers
-        assert handlers is not None  # (lean_target: the app has started)
+        assert handlers is not None  # (stream_target: the app has started)
         writing = False
         try:
             refusal = admit(self.auth, self.limits, scope)

@@ -1,9 +1,9 @@
 """Starting a request's coroutine at once, and in a task only if it has to wait.
 
 uvicorn starts every request as a task (``loop.create_task``), whose first step runs a turn of
-the loop later. On Python 3.11 making that task is the costliest part of starting a lean
-request (~40 µs after an idle moment here: ``Task.__init__`` registers itself in a Python
-``WeakSet``), and most lean requests never wait for anything -- a HEAD, a read from memory, an
+the loop later. On Python 3.11 making that task is the costliest part of starting a fast-path
+request (``Task.__init__`` registers itself in a Python ``WeakSet``; bench/README.md has the
+figures), and most such requests never wait for anything -- a HEAD, a read from memory, an
 append after a quiet spell (its sync runs on the loop: ``storage.wal_writer``). ``start_eagerly``
 runs the coroutine now, in the caller's turn, up to its first wait; only a coroutine that does
 wait (for a group commit, a long-poll's wake, a thread) is handed to a task, which continues it
@@ -11,8 +11,8 @@ from that wait (Python 3.12's eager task factory does the same thing for every t
 
 What differs for the coroutine's first step: ``asyncio.current_task()`` is ``None`` there, so
 nothing that needs a task (``asyncio.timeout``, ``limits.BodyDeadline``) may run before the first
-wait -- the lean path starts a request this way only when its body is all there
-(``connections.GuardedHttpToolsProtocol``). The first step runs in a copy of the caller's
+wait -- the fast path starts a request this way only when its body is all there
+(``protocol.FastPathProtocol``). The first step runs in a copy of the caller's
 context, and the task continuing it in that same copy, as one task's steps would.
 """
 

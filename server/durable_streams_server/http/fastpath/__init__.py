@@ -1,0 +1,1 @@
+"""The fast path: see ``protocol.py``."""

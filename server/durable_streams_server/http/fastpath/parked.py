@@ -1,0 +1,89 @@
+"""A parked long-poll's answer, made ready before its wake and finished at it (``ParkedRead``).
+
+A long-poll parked on the fast path is answered at its wake, from the group commit's
+completion (``Stream.wake``): nothing between the sync and the reader's bytes but this. The
+work then is all first-touched after the idle moment before the append, which runs several
+times slower than warm code (bench/README.md): so what can be made before the wake is. A
+``ParkedRead`` renders the stream's header lines when the read parks; ``ParkedRead.answer``
+reads the new messages from memory (``reads.read_now``), renders the read's few lines and hands
+status, lines and body to the connection (``AnswerNow``: ``FastCycle.answer_now``), which adds
+its default, security and framing lines as for any answer. The bytes are the app path's answer
+to a plain long-poll (tests/server/test_long_poll_wake.py): the same headers, in the same order.
+
+Whatever needs waiting for or is rare is left to the reader's task, a turn of the loop later,
+which answers as it would without this: the stream replaced, deleted or expired meanwhile,
+messages not in memory, an ``If-None-Match`` that matches (a 304), a connection that cannot
+take the bytes at once.
+"""
+
+from __future__ import annotations
+
+from ...engine import reads
+from ...engine.engine import Engine
+from ...engine.stream import Stream
+from ...protocol.errors import ProtocolError
+from ...protocol.json_mode import frame
+from ...protocol.offsets import Offset
+from ..read_answers import AnswerNow, position_headers, stream_headers
+from ..responses import head_lines
+
+
+class ParkedRead:
+    """A plain long-poll parked at ``start`` of ``stream``, its answer made ready to finish at the wake."""
+
+    __slots__ = (
+        "_lines",
+        "answer_now",
+        "cursor",
+        "engine",
+        "if_none_match",
+        "max_bytes",
+        "start",
+        "stream",
+        "token",
+    )
+
+    def __init__(
+        self,
+        engine: Engine,
+        stream: Stream,
+        start: Offset,
+        token: str,
+        cursor: str | None,
+        if_none_match: str | None,
+        max_bytes: int,
+        answer_now: AnswerNow,
+    ) -> None:
+        self.engine = engine
+        self.stream = stream
+        self.start = start
+        self.token = token
+        self.cursor = cursor
+        self.if_none_match = if_none_match
+        self.max_bytes = max_bytes
+        self.answer_now = answer_now
+        self._lines = head_lines(stream_headers(stream))
+
+    def answer(self) -> bool:
+        """Answer now, at the wake, if nothing needs waiting for; ``False``: the task answers."""
+        engine, stream, lines = self.engine, self.stream, self._lines
+        if lines is None:
+            return False  # (a value no head may carry: the task's answer fails as usual)
+        if engine.streams.get(stream.name) is not stream or stream.soft_deleted or stream.expired(engine.clock()):
+            return False  # (the task answers what became of it)
+        try:
+            found = reads.read_now(engine, stream, self.start, self.max_bytes)
+        except ProtocolError:
+            return False  # (e.g. retention moved past the offset: the task answers the error)
+        if found is None or not found.chunks:
+            return False
+        position = position_headers(found, self.token, "long-poll", self.cursor)
+        if position["ETag"] == self.if_none_match:
+            return False  # (a 304)
+        body = frame(found.chunks) if stream.is_json else b"".join(found.chunks)
+        position["Content-Length"] = str(len(body))  # (last, as Starlette adds it)
+        read_lines = head_lines(position)
+        if read_lines is None or not self.answer_now(200, lines + read_lines, body):
+            return False
+        engine.touch(stream)
+        return True
