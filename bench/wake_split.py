@@ -65,8 +65,8 @@ def _client(port: int, rounds: int) -> list[tuple[float, float, float, float]]:
 
 def _instrument(stamps: list[tuple[str, float]]) -> None:
     """Stamp the append's arrival, the WAL write's start and end, and each lean answer's write."""
-    from durable_streams_server.http.connections import GuardedHttpToolsProtocol
-    from durable_streams_server.http.direct import DirectCycle
+    from durable_streams_server.http.fastpath.cycle import FastCycle as DirectCycle
+    from durable_streams_server.http.fastpath.protocol import FastPathProtocol as GuardedHttpToolsProtocol
     from durable_streams_server.storage.wal import WriteAheadLog
 
     received = GuardedHttpToolsProtocol.data_received

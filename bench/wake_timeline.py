@@ -37,9 +37,9 @@ from server_bench import Server, long_poll_wake  # noqa: E402
 
 from durable_streams_server import ServerConfig  # noqa: E402
 from durable_streams_server.engine.engine import Engine  # noqa: E402
-from durable_streams_server.http.connections import GuardedHttpToolsProtocol  # noqa: E402
-from durable_streams_server.http.direct import DirectCycle  # noqa: E402
-from durable_streams_server.http.lean import LeanPath  # noqa: E402
+from durable_streams_server.http.fastpath.cycle import FastCycle as DirectCycle  # noqa: E402
+from durable_streams_server.http.fastpath.protocol import FastPathProtocol as GuardedHttpToolsProtocol  # noqa: E402
+from durable_streams_server.http.fastpath.route import FastPath as LeanPath  # noqa: E402
 from durable_streams_server.http.streams import StreamHandlers  # noqa: E402
 from durable_streams_server.storage.acks import Acknowledgements  # noqa: E402
 from durable_streams_server.storage.committer import Storage  # noqa: E402
