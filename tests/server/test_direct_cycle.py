@@ -22,7 +22,7 @@ from inprocess import serving
 from rawhttp import connection_closed_by_server, text_post_head
 
 from durable_streams_server import ServerConfig
-from durable_streams_server.http.fastpath.cycle import _rendered
+from durable_streams_server.http.fastpath.cycle import DefaultLines
 from durable_streams_server.http.fastpath.route import FastPath
 
 TEXT = {"Content-Type": "text/plain"}
@@ -114,7 +114,7 @@ def test_a_client_gone_mid_body_leaves_nothing_stored(tmp_path: Path) -> None:
         with connect() as sock:
             sock.sendall(text_post_head(b"/v1/stream/gone", 10) + b"012")
             time.sleep(0.2)
-        metrics = lean.metrics
+        metrics = lean.policy.metrics
         deadline = time.monotonic() + 10
         while metrics.in_flight and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -224,9 +224,9 @@ def test_a_long_poll_whose_client_left_is_observed_with_its_status(tmp_path: Pat
             sock.sendall(b"GET /v1/stream/lp?offset=%s&live=long-poll HTTP/1.1\r\nHost: x\r\n\r\n" % tail.encode())
             time.sleep(0.1)
         deadline = time.monotonic() + 10
-        while lean.metrics.in_flight and time.monotonic() < deadline:
+        while lean.policy.metrics.in_flight and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert lean.metrics.in_flight == 0
+        assert lean.policy.metrics.in_flight == 0
         assert lean.served == 2
         counted = requests.get(stream.split("/v1/")[0] + "/metrics").text.splitlines()
         assert 'durable_streams_http_requests_total{method="GET",route="long_poll",status="204"} 1.0' in counted
@@ -238,7 +238,9 @@ def test_default_headers_are_rendered_once_unless_a_response_must_handle_them() 
     configured with a ``connection`` header or a value uvicorn would refuse is left to each
     response, which closes the connection or refuses the value as uvicorn does."""
     plain = [(b"date", b"Wed, 25 Nov 2026 05:00:00 GMT"), (b"server", b"uvicorn")]
-    assert _rendered(plain) == b"date: Wed, 25 Nov 2026 05:00:00 GMT\r\nserver: uvicorn\r\n"
-    assert _rendered(plain) is _rendered(plain)  # (cached for the same list)
-    assert _rendered([*plain, (b"connection", b"close")]) is None
-    assert _rendered([*plain, (b"x-note", b"a\r\nb")]) is None
+    lines = DefaultLines()
+    assert lines.render(plain) == b"date: Wed, 25 Nov 2026 05:00:00 GMT\r\nserver: uvicorn\r\n"
+    assert lines.render(plain) is lines.render(plain)  # (rendered once for the same list)
+    assert lines.render([*plain, (b"connection", b"close")]) is None
+    assert lines.render([*plain, (b"x-note", b"a\r\nb")]) is None
+    assert DefaultLines().render(plain) == lines.render(plain)  # (each server its own)

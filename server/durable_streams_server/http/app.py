@@ -42,6 +42,7 @@ from .gate import Gate
 from .limits import HttpLimits, LiveReaders, RequestLimits
 from .metrics import ROUTE_KEY, STREAM_ROUTE, ServerMetrics
 from .read_plans import ReadPlanHandlers, wants_plan
+from .request_policy import RequestPolicy
 from .responses import error_response, http_error_response, preflight_response
 from .routes import route_path, starlette_routes
 from .streams import StreamHandlers
@@ -117,21 +118,19 @@ class DurableStreamsApp:
             exception_handlers={HTTPException: http_error_response},
             lifespan=self._lifespan,
         )
-        request_limits = RequestLimits(
-            max_header_bytes=limits.max_header_bytes,
-            rate_limit_rps=limits.rate_limit_rps,
-            rate_limit_burst=limits.rate_limit_burst,
+        self.policy = RequestPolicy(
+            auth,
+            RequestLimits(
+                max_header_bytes=limits.max_header_bytes,
+                rate_limit_rps=limits.rate_limit_rps,
+                rate_limit_burst=limits.rate_limit_burst,
+            ),
+            self.metrics,
+            self.live_readers,
         )
-        self.fast_path = FastPath(self, auth, request_limits, self.metrics, self.live_readers)
-        self.asgi = Gate(
-            self.router,
-            self.hot_route,
-            metrics=self.metrics,
-            auth=auth,
-            limits=request_limits,
-            live_readers=self.live_readers,
-            fast_path=self.fast_path,
-        )
+        """Admit, observe, decorate: what every request passes, on either path (``request_policy.py``)."""
+        self.fast_path = FastPath(self, self.policy)
+        self.asgi = Gate(self.router, self.base_route, self.policy, self.fast_path)
         """The ASGI app: the gate in front of the router (see ``gate.py``)."""
 
     @contextlib.asynccontextmanager
@@ -172,7 +171,7 @@ class DurableStreamsApp:
 
     # -- routing ----------------------------------------------------------------------
 
-    async def hot_route(self, scope: Scope, receive: Receive) -> Response | None:
+    async def base_route(self, scope: Scope, receive: Receive) -> Response | None:
         """The router's ``base`` route without the router: the request's response, or
         ``None`` for a path another route serves (the gate then routes it)."""
         rest = _base_rest(scope)

@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..protocol.errors import Forbidden, ProtocolError, Unauthorized
 from ..protocol.tokens import AuthConfig, TokenGrant
-from .limits import PRINCIPAL_KEY, RequestLimits
+from .limits import PRINCIPAL_KEY
 from .policy import Need, request_needs, unmet
 from .responses import error_response
 from .routes import route_path
@@ -79,16 +79,9 @@ def authorize(config: AuthConfig, scope: Scope) -> ProtocolError | None:
     return None
 
 
-def admit(auth: AuthConfig | None, limits: RequestLimits, scope: Scope) -> ProtocolError | None:
-    """Auth, then limits: the refusal to answer instead of routing, if any (the gate's and the
-    lean path's first step)."""
-    refusal = authorize(auth, scope) if auth is not None else None
-    return refusal if refusal is not None else limits.refusal(scope)
-
-
 class AuthMiddleware:
     """``authorize`` as ASGI middleware, for an embedder who composes the pieces itself
-    (the server's own gate calls ``authorize`` directly)."""
+    (the server's own request policy calls ``authorize`` directly: ``request_policy.py``)."""
 
     def __init__(self, app: ASGIApp, config: AuthConfig) -> None:
         self.app = app

@@ -1,23 +1,15 @@
-"""The one ASGI wrapper in front of the app: what a middleware chain would do, in one call.
+"""The one ASGI wrapper in front of the app: the request policy, then the routes, in one call.
 
-Per HTTP request, in this order (as the four middlewares it replaces did):
-
-1. metrics: the request is counted in flight and, however it ends, observed with its route
-   label, status and duration (``ServerMetrics.observe_scope``);
-2. auth (when tokens are configured): 401/403 before anything else (``auth.authorize``);
-3. limits: 431 for heads over ``--max-header-bytes``, 429 over the rate limit
-   (``limits.RequestLimits``); live-reader slots are released when the response is done;
-4. the security headers (CORS, ``nosniff`` ...) on every response (``SECURITY_HEADERS``).
-
-Then the hot routes (stream requests on ``/v1/stream/...``) go straight to their handler
-(``HotRoute``: no router, no per-request middleware frames or ``send`` wrappers), and a
-plain response is sent as two ASGI messages with the pre-rendered headers appended;
-everything else goes through the Starlette router, whose ``send`` is wrapped once.
+Per HTTP request the gate applies the request policy (``request_policy.RequestPolicy``: admit,
+observe, decorate -- what a middleware chain would do) around the routes: a refusal is answered
+at once; the base route's stream requests (``/v1/stream/...``) go straight to their handler
+(``BaseRoute``: no router, no per-request middleware frames or ``send`` wrappers), and a plain
+response is sent as two ASGI messages with the security headers added; everything else goes
+through the Starlette router, whose ``send`` is wrapped once to add them.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -25,16 +17,12 @@ from typing import TYPE_CHECKING
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..protocol.tokens import AuthConfig
-from .auth import admit
-from .limits import LiveReaders, RequestLimits
-from .metrics import ServerMetrics
-from .responses import error_response, send_plain, with_security_headers
+from .request_policy import RequestPolicy, decorate
 
 if TYPE_CHECKING:
     from .fastpath.route import FastPath
 
-HotRoute = Callable[[Scope, Receive], Awaitable[Response | None]]
+BaseRoute = Callable[[Scope, Receive], Awaitable[Response | None]]
 """The response of a request the app serves without its router; ``None``: route it."""
 
 _PLAIN = (Response, JSONResponse)
@@ -52,46 +40,47 @@ class _Secured:
     async def __call__(self, message: Message) -> None:
         if message["type"] == "http.response.start":
             self.status = message["status"]
-            message["headers"] = with_security_headers(list(message.get("headers", [])))
+            message["headers"] = decorate(list(message.get("headers", [])))
         await self.send(message)
+
+
+async def _send_plain(response: Response, send: Send) -> None:
+    """A response whose body is all there (no background task) as its two ASGI messages."""
+    await send(
+        {"type": "http.response.start", "status": response.status_code, "headers": decorate(response.raw_headers)}
+    )
+    await send({"type": "http.response.body", "body": response.body})
 
 
 @dataclass(frozen=True, slots=True)
 class Gate:
     router: ASGIApp
-    """Everything but the hot routes (and the lifespan events)."""
-    hot: HotRoute
-    metrics: ServerMetrics
-    auth: AuthConfig | None
-    limits: RequestLimits
-    live_readers: LiveReaders
+    """Everything but the base route's stream requests (and the lifespan events)."""
+    base_route: BaseRoute
+    policy: RequestPolicy
     fast_path: FastPath | None = None
-    """A stream's hot requests, served by the protocol class without the ASGI layers (``lean.py``, ``direct.py``)."""
+    """A stream's requests, served by the protocol class without the ASGI layers (``fastpath/``)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.router(scope, receive, send)  # lifespan
             return
-        metrics = self.metrics
-        metrics.in_flight += 1
-        started = time.perf_counter()
+        policy = self.policy
+        started = policy.begin()
         secured: _Secured | None = None
         status = 500  # unless a response starts: the app raised
         try:
-            refusal = admit(self.auth, self.limits, scope)
-            response = error_response(refusal) if refusal is not None else await self.hot(scope, receive)
+            response = policy.admit(scope)
+            if response is None:
+                response = await self.base_route(scope, receive)
             if response is None:
                 secured = _Secured(send)
                 await self.router(scope, receive, secured)
             elif type(response) in _PLAIN and response.background is None:
                 status = response.status_code
-                await send_plain(response, send)
+                await _send_plain(response, send)
             else:  # a streaming body (SSE)
                 secured = _Secured(send)
                 await response(scope, receive, secured)
         finally:
-            metrics.in_flight -= 1
-            self.live_readers.release(scope)
-            if secured is not None:
-                status = secured.status
-            metrics.observe_scope(scope, status, time.perf_counter() - started)
+            policy.end(scope, status if secured is None else secured.status, started)

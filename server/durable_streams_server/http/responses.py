@@ -1,4 +1,7 @@
-"""Response plumbing shared by every route: error bodies, browser security headers, CORS."""
+"""Response plumbing shared by every route: error bodies, CORS preflights, head lines.
+
+(The security headers every response gets are the request policy's: ``request_policy.py``.)
+"""
 
 from __future__ import annotations
 
@@ -9,7 +12,6 @@ from collections.abc import Mapping
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import Send
 
 from ..protocol.errors import ProtocolError
 
@@ -56,20 +58,6 @@ def preflight_response() -> Response:
     )
 
 
-SECURITY_HEADERS: list[tuple[bytes, bytes]] = [
-    (b"access-control-allow-origin", b"*"),
-    (b"access-control-expose-headers", EXPOSED_HEADERS.encode()),
-    (b"x-content-type-options", b"nosniff"),
-    (b"cross-origin-resource-policy", b"cross-origin"),
-]
-"""CORS and browser-hardening headers of every response, errors included (pre-rendered)."""
-_SECURITY_NAMES = frozenset(name for name, _ in SECURITY_HEADERS)
-
-
-SECURITY_HEAD = b"".join(b"%s: %s\r\n" % pair for pair in SECURITY_HEADERS)
-"""``SECURITY_HEADERS`` as lines of a response head, for responses that set none of them."""
-
-
 UNSAFE_VALUE = re.compile(b"[\x00-\x08\x0a-\x1f\x7f]")
 """Header values uvicorn refuses to render (a control character could split the head)."""
 _UNSAFE_TEXT = re.compile(UNSAFE_VALUE.pattern.decode("ascii"))
@@ -81,23 +69,3 @@ def head_lines(headers: Mapping[str, str]) -> bytes | None:
     if _UNSAFE_TEXT.search("".join(headers.values())):
         return None
     return "".join([f"{name.lower()}: {value}\r\n" for name, value in headers.items()]).encode("latin-1")
-
-
-def sets_security_header(headers: list[tuple[bytes, bytes]]) -> bool:
-    return any(name.lower() in _SECURITY_NAMES for name, _ in headers)
-
-
-def with_security_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    """``headers`` plus those of ``SECURITY_HEADERS`` it does not set itself."""
-    if not sets_security_header(headers):
-        return headers + SECURITY_HEADERS
-    present = {name.lower() for name, _ in headers}
-    return headers + [(name, value) for name, value in SECURITY_HEADERS if name not in present]
-
-
-async def send_plain(response: Response, send: Send) -> None:
-    """A response whose body is all there (no background task) as its two ASGI messages,
-    with the security headers."""
-    headers = with_security_headers(response.raw_headers)
-    await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
-    await send({"type": "http.response.body", "body": response.body})

@@ -34,9 +34,10 @@ returns at once. If a busy thread shares the core (a compaction's), the loop res
 thread's turn: the price of this choice. Only at wakes: a request's own answer ends its work
 (the loop then sleeps or serves the next one).
 
-What a request gets is the app's answer, to the byte (tests/server/test_lean_appends.py):
-``FastPath.respond`` runs the gate's checks and the same handlers; metrics are observed
-here as the gate observes them (in flight; route, status, duration).
+What a request gets is the app's answer, to the byte (tests/server/test_lean_appends.py): the
+gate's request policy (``request_policy.RequestPolicy``) admits it in ``FastPath.respond``, which
+runs the same handlers; the cycle observes it (``begin`` / ``end``) and decorates its answer
+(``security_lines``) as the gate does.
 """
 
 from __future__ import annotations
@@ -44,7 +45,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 from collections.abc import AsyncIterator, Callable
 
 from starlette.requests import ClientDisconnect
@@ -54,7 +54,8 @@ from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 
-from ..responses import SECURITY_HEAD, UNSAFE_VALUE, sets_security_header, with_security_headers
+from ..request_policy import security_lines
+from ..responses import UNSAFE_VALUE
 from .route import FastPath
 
 _JOINED_BODY = 16 * 1024
@@ -67,23 +68,30 @@ _SERVER_ERROR = (
 )
 
 
+_NO_HEADERS: list[tuple[bytes, bytes]] = []
 _yield_cpu: Callable[[], None] = getattr(os, "sched_yield", lambda: None)
 """Lets a reader just woken on this core run first (module docstring); not on every platform."""
 
-_defaults: tuple[object, bytes | None] = (None, b"")
 
+class DefaultLines:
+    """uvicorn's default headers of one server (``date``, ``server``, and any an embedder
+    configured) as lines of a response head. uvicorn renews its list once a second (the date);
+    it is rendered once per list, not per response."""
 
-def _rendered(default_headers: list[tuple[bytes, bytes]]) -> bytes | None:
-    """uvicorn's default headers (``date``, ``server``, and any an embedder configured) as
-    lines of a response head. uvicorn renews the list once a second (the date); it is rendered
-    once per list, not per response. ``None``: it holds a ``connection`` header or a value
-    uvicorn would refuse, which each response handles as its own headers."""
-    global _defaults
-    if _defaults[0] is not default_headers:
-        plain = all(name != b"connection" and not UNSAFE_VALUE.search(value) for name, value in default_headers)
-        rendered = b"".join(b"%s: %s\r\n" % pair for pair in default_headers) if plain else None
-        _defaults = (default_headers, rendered)
-    return _defaults[1]
+    __slots__ = ("_headers", "_lines")
+
+    def __init__(self) -> None:
+        self._headers: object = None
+        self._lines: bytes | None = b""
+
+    def render(self, default_headers: list[tuple[bytes, bytes]]) -> bytes | None:
+        """The lines of ``default_headers``; ``None``: the list holds a ``connection`` header or a
+        value uvicorn would refuse, which each response then handles as its own headers."""
+        if self._headers is not default_headers:
+            plain = all(name != b"connection" and not UNSAFE_VALUE.search(value) for name, value in default_headers)
+            self._lines = b"".join(b"%s: %s\r\n" % pair for pair in default_headers) if plain else None
+            self._headers = default_headers
+        return self._lines
 
 
 def peer_is_local(scope: Scope) -> bool:
@@ -117,13 +125,14 @@ class _Wakeup:
 
 
 class FastCycle:
-    """One lean request and its response, in the place of uvicorn's ``RequestResponseCycle``
+    """One fast-path request and its response, in the place of uvicorn's ``RequestResponseCycle``
     (the attributes the protocol reads and writes have its names)."""
 
     __slots__ = (
         "access_log",
         "body",
         "default_headers",
+        "default_lines",
         "disconnected",
         "fast_path",
         "flow",
@@ -145,6 +154,7 @@ class FastCycle:
         transport: asyncio.Transport,
         flow: FlowControl,
         default_headers: list[tuple[bytes, bytes]],
+        default_lines: DefaultLines,
         keep_alive: bool,
         access_log: bool,
         on_response: Callable[[], None],
@@ -155,6 +165,7 @@ class FastCycle:
         self.transport = transport
         self.flow = flow
         self.default_headers = default_headers
+        self.default_lines = default_lines
         self.keep_alive = keep_alive
         self.access_log = access_log
         self.on_response = on_response
@@ -166,9 +177,8 @@ class FastCycle:
 
     async def run_asgi(self, _app: object) -> None:
         """The request, start to end (the name under which uvicorn starts a cycle)."""
-        metrics = self.fast_path.metrics
-        metrics.in_flight += 1
-        started = time.perf_counter()
+        policy = self.fast_path.policy
+        started = policy.begin()
         status = 500  # unless the handler answers (observed as the gate does, whether or not the client stayed)
         try:
             body: bytes | AsyncIterator[bytes]
@@ -194,8 +204,7 @@ class FastCycle:
                     self.transport.write(_SERVER_ERROR)
                     self.transport.close()
         finally:
-            metrics.in_flight -= 1
-            metrics.observe_scope(self.scope, status, time.perf_counter() - started)
+            policy.end(self.scope, status, started)
 
     async def _chunks(self) -> AsyncIterator[bytes]:
         """The body as it arrives (``receive``'s part): usually all there at the first call."""
@@ -218,23 +227,22 @@ class FastCycle:
         security headers, no ``connection``). ``False``: it does not (the client is gone, the
         transport's writes are paused, already answered, or uvicorn's default headers need
         rendering with each answer)."""
-        defaults = _rendered(self.default_headers)
+        defaults = self.default_lines.render(self.default_headers)
         if self.disconnected or self.response_complete or self.flow.write_paused or defaults is None:
             return False
-        self._send(status, defaults + lines + SECURITY_HEAD, body)
+        self._send(status, defaults + lines + security_lines(_NO_HEADERS), body)
         if peer_is_local(self.scope):
             _yield_cpu()  # (the reader first: see the module docstring)
         return True
 
     def _write(self, response: Response) -> None:
         raw = response.raw_headers
-        own_security = sets_security_header(raw)  # (rare: else the pre-rendered lines)
-        headers = with_security_headers(raw) if own_security else raw
-        defaults = _rendered(self.default_headers)
+        defaults = self.default_lines.render(self.default_headers)
         head: list[bytes] = []
         if defaults is None:
-            headers = [*self.default_headers, *headers]
+            headers = [*self.default_headers, *raw]
         else:
+            headers = raw
             head.append(defaults)
         for name, value in headers:
             if UNSAFE_VALUE.search(value):
@@ -243,8 +251,7 @@ class FastCycle:
                 self.keep_alive = False
                 continue  # (written once, by _send)
             head += (name, b": ", value, b"\r\n")
-        if not own_security:
-            head.append(SECURITY_HEAD)
+        head.append(security_lines(raw))
         self._send(response.status_code, b"".join(head), response.body)
 
     def _send(self, status: int, lines: bytes, body: bytes | memoryview) -> None:

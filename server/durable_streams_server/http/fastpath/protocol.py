@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import urllib.parse
-from typing import Literal, cast
+from typing import ClassVar, Literal, cast
 
 import httptools
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
 from ..gate import Gate
-from .cycle import FastCycle
+from .cycle import DefaultLines, FastCycle
 from .deadline import ClosingDeadline
 from .eager import start_eagerly
 from .guards import GuardedH11Protocol, GuardedHttpToolsProtocol
@@ -41,6 +41,8 @@ def _as_uvicorn_cycle(cycle: FastCycle) -> RequestResponseCycle:
 
 
 class FastPathProtocol(GuardedHttpToolsProtocol):
+    default_lines: ClassVar[DefaultLines] = DefaultLines()
+    """uvicorn's default headers rendered (one per server: ``connection_protocol`` gives each its own)."""
     _keep_alive: ClosingDeadline
     _fast: FastPath | None = None
     _starting: FastCycle | None = None
@@ -115,6 +117,7 @@ class FastPathProtocol(GuardedHttpToolsProtocol):
             self.transport,
             self.flow,
             self.server_state.default_headers,
+            self.default_lines,
             keep_alive=parser.should_keep_alive(),
             access_log=self.access_log,
             on_response=self.on_response_complete,
@@ -169,4 +172,5 @@ def connection_protocol(
 
     Configured.head_timeout_s = head_timeout_s
     Configured.max_head_bytes = max_head_bytes
+    Configured.default_lines = DefaultLines()
     return Configured

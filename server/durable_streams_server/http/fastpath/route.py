@@ -8,11 +8,11 @@ its head has been parsed, and the protocol serves it in a ``FastCycle`` (``cycle
 connection's side) with ``FastPath.respond`` (this module: the answer), which gives the
 request what the app would:
 
-- the gate's checks first (``auth.admit``: 401/403, 431, 429), then the same handler
-  (``StreamHandlers.read`` / ``head``; ``read_body`` with ``plain_append`` or ``create_stream``), protocol
-  errors as the same JSON (``error_response``), the same security headers, a long-poll's live-reader slot
-  released at the end; the same metrics are observed by the cycle (route ``base_stream``, or ``unrouted``
-  for the gate's refusals; in flight);
+- the same request policy as the gate's (``request_policy.RequestPolicy``): admitted here
+  (401/403, 431, 429), observed and decorated by the cycle (in flight; route ``base_stream``, or
+  ``unrouted`` for a refusal; a long-poll's live-reader slot released at the end; the security
+  headers); then the same handler (``StreamHandlers.read`` / ``head``; ``read_body`` with
+  ``plain_append`` or ``create_stream``), protocol errors as the same JSON (``error_response``);
 - which requests, all to a stream of the base surface (``DurableStreamsApp.stream_target``: not a
   sub-resource, not ``__ds``, a valid path, the app started) and without forwarding headers (the
   proxy-headers middleware would rewrite the client the rate limit charges): ``POST`` or ``PUT``
@@ -33,12 +33,10 @@ from starlette.types import Scope
 
 from ...protocol import bulk
 from ...protocol.errors import ProtocolError
-from ...protocol.tokens import AuthConfig
-from ..auth import admit
-from ..limits import LiveReaders, RequestLimits
-from ..metrics import ROUTE_KEY, STREAM_ROUTE, ServerMetrics
+from ..metrics import ROUTE_KEY, STREAM_ROUTE
 from ..read_answers import AnswerNow
 from ..read_plans import wants_plan
+from ..request_policy import RequestPolicy
 from ..responses import error_response
 from ..streams import StreamHandlers, append_flags
 
@@ -60,7 +58,7 @@ _NOT_FAST = frozenset(
 
 
 class FastPathApp(Protocol):
-    """What the lean path needs of the app (``DurableStreamsApp``)."""
+    """What the fast path needs of the app (``DurableStreamsApp``)."""
 
     handlers: StreamHandlers | None
 
@@ -79,19 +77,11 @@ class _Headers(dict[str, str]):
 
 
 class FastPath:
-    def __init__(
-        self,
-        app: FastPathApp,
-        auth: AuthConfig | None,
-        limits: RequestLimits,
-        metrics: ServerMetrics,
-        live_readers: LiveReaders,
-    ) -> None:
+    """Which requests of an app the fast path serves, and their answers (module docstring)."""
+
+    def __init__(self, app: FastPathApp, policy: RequestPolicy) -> None:
         self.app = app
-        self.auth = auth
-        self.limits = limits
-        self.metrics = metrics
-        self.live_readers = live_readers
+        self.policy = policy
         self.served = 0
         """Requests served this way (tests check that the path is taken)."""
         self.writes_in_flight = 0
@@ -109,7 +99,7 @@ class FastPath:
         return b"live=" not in scope["query_string"]
 
     def target(self, scope: Scope) -> str | None:
-        """The stream a request reads, appends to or creates on the lean path, or ``None``: the app serves it."""
+        """The stream a request reads, appends to or creates on the fast path, or ``None``: the app serves it."""
         method = scope["method"]
         if method in _READS:
             return self._read_target(scope)
@@ -151,9 +141,9 @@ class FastPath:
         assert handlers is not None  # (stream_target: the app has started)
         writing = False
         try:
-            refusal = admit(self.auth, self.limits, scope)
+            refusal = self.policy.admit(scope)
             if refusal is not None:
-                return error_response(refusal)  # (route label: unrouted, as the gate's refusals)
+                return refusal  # (route label: unrouted, as the gate's refusals)
             scope[ROUTE_KEY] = STREAM_ROUTE
             method = scope["method"]
             if method == "GET":
@@ -179,7 +169,6 @@ class FastPath:
         except ProtocolError as error:
             return error_response(error)
         finally:
-            self.live_readers.release(scope)  # (a long-poll's slot)
             if writing:
                 self.writes_in_flight -= 1
         return Response(status_code=status, headers=answer)
