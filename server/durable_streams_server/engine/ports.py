@@ -60,8 +60,7 @@ class StoragePort(Protocol):
 
     async def plan_reads(self, segments: list[tuple[int, int, int]]) -> TablePlan:
         """The table version and the data files that hold the messages ``first <= seq < end``
-        of each segment's uid (``storage.read_plans``); raises ``PlansUnavailable`` when the
-        table's files cannot be handed out."""
+        of each segment's uid (``storage.read_plans``)."""
         ...
 
     async def read_snapshot(self, uid: int, seq: int) -> tuple[str, bytes] | None:

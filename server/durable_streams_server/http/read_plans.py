@@ -1,5 +1,5 @@
 """Extension: read plans (``Accept: application/vnd.durable-streams.read-plan+json``) and the
-signed file endpoint that serves a local table's data files to readers.
+signed file endpoint that serves the table's data files to readers (unless presigned S3 URLs do).
 
 ``GET <stream URL>?offset=<o>[&end=<e>]`` with that ``Accept`` answers, instead of the
 messages, where they are stored (``engine.read_plans``): a JSON object
@@ -15,11 +15,10 @@ read it, open the file there instead) and ``row_groups`` (``index``, ``first_seq
 A reader takes, from each listed row group, the rows with ``stream_uid`` equal to the
 segment's, ``kind = 'message'`` and ``first_seq <= seq < end_seq``: their ``seq``, ``ts``
 and ``data`` are exactly what an Arrow read of the range returns. Reads need read scope on
-the stream, as any GET; the same offset checks apply (410 below retention). A server whose
-table's files cannot be handed out answers 501 ``READ_PLANS_UNAVAILABLE``.
+the stream, as any GET; the same offset checks apply (410 below retention).
 
 File URLs are relative to the plan's URL: ``/v1/files/<path>?expires=…&signature=…``
-(``protocol.signed_paths``), or absolute presigned object-store URLs. The file endpoint
+(``protocol.signed_paths``), or absolute presigned S3 URLs. The file endpoint
 needs no bearer token (the signature is the grant), answers ``Range`` requests, and 403 /
 404 (JSON) for a bad or expired signature / a file no longer there.
 """
@@ -37,19 +36,15 @@ from starlette.responses import FileResponse, Response
 
 from ..engine import read_plans
 from ..engine.engine import Engine
-from ..protocol.errors import MethodNotAllowed, NotFound, ProtocolError
+from ..protocol.errors import MethodNotAllowed, NotFound
 from ..protocol.offsets import BEGINNING_SENTINEL, Offset, encode_seq, parse_offset
 from ..protocol.signed_paths import signature, verify
-from ..storage.read_plans import FileAccess, PlannedFile, PlansUnavailable
+from ..storage.read_plans import FileAccess, PlannedFile
 from .arrow_ipc import stop_seq
+from .stored_files import stored_file_response
 
 READ_PLAN = "application/vnd.durable-streams.read-plan+json"
 FILES_PREFIX = "/v1/files/"
-
-
-class NotImplementedHere(ProtocolError):
-    status = 501
-    default_code = "READ_PLANS_UNAVAILABLE"
 
 
 def wants_plan(accept: str | None) -> bool:
@@ -68,10 +63,7 @@ class ReadPlanHandlers:
         raw = params.get("offset", BEGINNING_SENTINEL)
         start = Offset(0) if raw == BEGINNING_SENTINEL else parse_offset(raw)
         stream = self.engine.get_live(name)
-        try:
-            found = await read_plans.plan(self.engine, stream, start, stop_seq(params.get("end")))
-        except PlansUnavailable as exc:
-            raise NotImplementedHere(str(exc)) from exc
+        found = await read_plans.plan(self.engine, stream, start, stop_seq(params.get("end")))
         expires = int(time.time()) + self.ttl_s
         body: dict[str, Any] = {
             "stream": name,
@@ -108,11 +100,14 @@ class ReadPlanHandlers:
         return found | ({"local_path": planned.local} if planned.local is not None else {})
 
     async def file(self, request: Request, path: str) -> Response:
-        """``GET /v1/files/<path>``: a data file of a local table, for a signed URL."""
+        """``GET /v1/files/<path>``: a data file of the table (local, or read from its object
+        store), for a signed URL."""
         if request.method not in ("GET", "HEAD"):
             raise MethodNotAllowed("data files are read-only")
         params = request.query_params
         verify(self._key, path, params.get("expires"), params.get("signature"), time.time())
+        if self.access.stored is not None:
+            return await stored_file_response(request, self.access.stored, path)
         local = self.access.local_file(path)
         if local is None:
             raise NotFound(f"data file {path!r} is not in the table (compacted and vacuumed?)", code="FILE_NOT_FOUND")

@@ -16,6 +16,7 @@ try again. The HTTP layer turns one into a JSON body ``{"error": {"code": ...,
     ├── Conflict               409  config mismatch, closed stream, sequence problems; a full bucket
     ├── Gone                   410  offset before the retained history / soft-deleted stream
     ├── PayloadTooLarge        413
+    ├── RangeNotSatisfiable    416  a file's byte range that starts past its end
     ├── UnsupportedMediaType   415
     ├── TooManyRequests        429  over the per-client rate limit
     ├── HeadersTooLarge        431  request line + headers over the limit
@@ -90,6 +91,11 @@ class Gone(ProtocolError):
 class PayloadTooLarge(ProtocolError):
     status = 413
     default_code = "PAYLOAD_TOO_LARGE"
+
+
+class RangeNotSatisfiable(ProtocolError):
+    status = 416
+    default_code = "RANGE_NOT_SATISFIABLE"
 
 
 class UnsupportedMediaType(ProtocolError):

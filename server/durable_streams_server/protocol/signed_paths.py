@@ -1,6 +1,7 @@
 """Signed file URLs: an HMAC over a path and an expiry, so a URL needs no bearer token.
 
-Read plans of a local table point executors at the server's own file endpoint
+Read plans of a table whose files the server serves itself (a local table, or one on an
+object store without presigned URLs) point executors at the server's own file endpoint
 (``/v1/files/<path>?expires=<unix s>&signature=<hex>``). The signature is
 HMAC-SHA256(key, ``<path>\\n<expires>``); the key is random per server process, so a
 restart invalidates every URL handed out (readers then ask for a new plan). Pure: the

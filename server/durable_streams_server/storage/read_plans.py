@@ -11,10 +11,12 @@ of ``state`` rows only are left out). A row group
 is ``exact`` when its ``stream_uid`` statistics say it holds that uid only, so its ``seq``
 statistics are the uid's own. Planning reads the Delta log and footers, never data pages.
 
-How executors reach a file (``FileAccess``): a local table's files are served by the
-server's own file endpoint (the HTTP layer signs those URLs; the plan also names the local
-path, for readers that share the server's filesystem); an ``s3://`` table's files
-by presigned GETs (``presign``), valid ``ttl_s``. Other stores get no plans.
+How executors reach a file (``FileAccess``): an ``s3://`` table's files with static
+credentials by presigned GETs (``presign``), valid ``ttl_s``; every other table's through the
+server's own file endpoint (the HTTP layer signs those URLs). The server answers them from
+the local file (the plan also names its path, for readers that share the server's
+filesystem) or, for a table on any other object store, with the bytes it reads from the
+store (``stored_files``). Every table the server can open thus has plans.
 
 Lifetime: a planned file is in the table version the plan names, so compaction may only
 remove it afterwards, and vacuum deletes a removed file ``vacuum_retention_hours`` after
@@ -37,12 +39,9 @@ from deltalake.fs import DeltaStorageHandler
 from .data_files import local_root
 from .footers import FooterCache, message_files, message_row_groups
 from .presign import S3Presigner
+from .stored_files import StoredFiles, is_data_file_path
 
 _COLUMNS = ["path", "size_bytes", "min.stream_uid", "max.stream_uid", "min.seq", "max.seq", "min.kind", "max.kind"]
-
-
-class PlansUnavailable(RuntimeError):
-    """This table's files cannot be handed to readers (a store without URL signing)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +60,7 @@ class PlannedFile:
     """Relative to the table root, as in the Delta log."""
     size: int
     url: str | None
-    """A presigned URL (object stores); ``None``: the HTTP layer signs one to its file endpoint."""
+    """A presigned URL (S3); ``None``: the HTTP layer signs one to its file endpoint."""
     local: str | None
     """A local table's file: readers on the same filesystem may open it instead of the URL."""
     row_groups: tuple[RowGroupSpan, ...]
@@ -74,20 +73,19 @@ class TablePlan:
 
 
 class FileAccess:
-    """How readers reach the table's files: ``local_root`` or ``presigner`` (or neither)."""
+    """How readers reach the table's files: exactly one of ``local_root`` (a local table),
+    ``presigner`` (an ``s3://`` table with static credentials) and ``stored`` (any other
+    object store: the server reads the files it serves)."""
 
     def __init__(self, uri: str, storage_options: Mapping[str, str]) -> None:
         root = local_root(uri)
         self.local_root = Path(root).resolve() if root is not None else None
-        self.presigner = S3Presigner.for_table(uri, storage_options)
-
-    @property
-    def available(self) -> bool:
-        return self.local_root is not None or self.presigner is not None
+        self.presigner = S3Presigner.for_table(uri, storage_options) if root is None else None
+        self.stored = StoredFiles(uri, storage_options) if root is None and self.presigner is None else None
 
     def local_file(self, path: str) -> Path | None:
         """The local file of a table path, ``None`` unless it is a file inside the table root."""
-        if self.local_root is None or not path or path.startswith("/") or "\\" in path:
+        if self.local_root is None or not is_data_file_path(path):
             return None
         candidate = (self.local_root / path).resolve()
         if candidate.parent != self.local_root and self.local_root not in candidate.parents:
@@ -107,13 +105,11 @@ class ReadPlanner:
         self._lock = threading.Lock()
         self._table: DeltaTable | None = None
         handler = DeltaStorageHandler(uri, self.storage_options)
-        self._footers = FooterCache(lambda path: pa.PythonFile(handler._handler.open_input_file(path), mode="r"))
+        self._footers = FooterCache(handler.open_input_file)
 
     def plan(self, segments: Sequence[tuple[int, int, int]]) -> TablePlan:
         """The files of the newest table version that may hold messages ``first <= seq < end``
         of each segment's uid, ordered by their first sequence number. Blocks."""
-        if not self.access.available:
-            raise PlansUnavailable(f"read plans need a local or s3:// table, not {self.uri}")
         with self._lock:
             self.plans += 1
             if self._table is None:
