@@ -26,8 +26,6 @@ from rawhttp import text_post_head
 from durable_streams_server import ServerConfig
 from durable_streams_server.http.fastpath.eager import start_eagerly
 from durable_streams_server.http.fastpath.route import FastPath
-from durable_streams_server.storage import wal_writer
-from durable_streams_server.storage.wal_writer import QUIET_S
 
 TEXT = {"Content-Type": "text/plain"}
 _NOTE: contextvars.ContextVar[str] = contextvars.ContextVar("note", default="unset")
@@ -160,25 +158,24 @@ def _served(config: ServerConfig) -> Iterator[tuple[str, _TaskNoting, int]]:
         yield url, _TaskNoting(server.fast_path), int(url.rsplit(":", 1)[1])
 
 
-def test_requests_that_never_wait_run_without_a_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A HEAD, a read from memory and an append after a quiet spell (synced by the request
-    itself; its body sent with its head, as one write) are answered within the parser's turn;
-    concurrent appends wait for the WAL writer's group commit, and one that comes while others
-    wait starts in a task."""
-    monkeypatch.setattr(wal_writer, "INLINE_SYNC_S", 1.0)  # (whatever this disk's syncs take)
+def test_reads_run_without_a_task_and_appends_continue_in_one_at_their_sync(tmp_path: Path) -> None:
+    """A HEAD and a read from memory are answered within the parser's turn. An append (its
+    body sent with its head, as one write) starts there too, while no other write waits, and
+    is continued by a task from its wait for durability: the WAL is synced on its own thread,
+    never the loop's (``storage.sync_policy``), so every append waits for it. One that comes
+    while others wait for their group commit starts in a task."""
     with _served(ServerConfig(data_dir=tmp_path)) as (url, noted, port):
         stream = f"{url}/v1/stream/quiet"
         with requests.Session() as http, socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
             assert http.put(stream, headers=TEXT).status_code == 201
             noted.seen.clear()
-            time.sleep(QUIET_S * 20)
             head = text_post_head(b"/v1/stream/quiet", 1)
             sock.sendall(head + b"a")
             assert sock.recv(65536).startswith(b"HTTP/1.1 204 ")
             assert http.head(stream).status_code == 200
             read = http.get(stream, params={"offset": "-1"})
             assert (read.status_code, read.content) == (200, b"a")
-            assert noted.seen == [("POST", False, False), ("HEAD", False, False), ("GET", False, False)]
+            assert noted.seen == [("POST", False, True), ("HEAD", False, False), ("GET", False, False)]
             noted.seen.clear()
             barrier = threading.Barrier(4)
 

@@ -7,14 +7,20 @@ applied them, as a typed record (``records``); ``submit`` stamps the next LSN an
 the record. A request is acknowledged only after ``wait_durable(lsn)`` returns
 (``acks``: LSNs and the waiters for them).
 
-``durability="wal"``: one writer task (``wal_writer``) drains the queue, writes every
-pending frame with one ``write`` and one ``fdatasync`` on a worker thread, then marks
-them all durable (group commit: while one batch syncs, the next one accumulates). The
-flusher (``flusher``) periodically cuts the log at the newest LSN, asks the engine for
-the state of every stream the cut's records touched (``view.StateView``), and commits
-messages + states to Delta (``delta_log``) with the cut LSN as the commit's
-application-transaction version. The WAL (``wal``) rotates at the cut, and segments
-below it are deleted once the commit has succeeded. On a local disk a commit succeeds
+``durability="wal"``: the WAL writer (``wal_writer``) hands each record's frame, as it is
+submitted, to the sync thread, under storage's sync policy (``sync_policy.SyncPolicy``):
+every write and sync of the log runs on that one dedicated thread, never on the event
+loop's, so a slow sync delays only the appends waiting for it, never the loop's other
+requests. The thread writes everything handed over since its last batch with one
+``pwritev(RWF_DSYNC)`` (or ``pwrite`` + ``fdatasync`` where the flag is refused: ``wal``),
+and only after that call returns hands the loop the mark that makes them durable (group
+commit: while one batch syncs, the next one accumulates, and is taken as soon as the
+sync returns). The flusher (``flusher``) periodically cuts the log at the newest LSN,
+asks the engine for the state of every stream the cut's records touched
+(``view.StateView``), and commits messages + states to Delta (``delta_log``) with the cut
+LSN as the commit's application-transaction version. The WAL (``wal``) starts a new
+segment at the cut (on the sync thread, in log order), and segments below it are deleted
+once the commit has succeeded. On a local disk a commit succeeds
 only once its data files, log entry and directories are fsynced (``local_sync``:
 delta-rs never syncs local files), so no record is ever durable nowhere.
 
@@ -81,7 +87,7 @@ hanging. A refusal carries ``retry_after_s``; storage never builds HTTP headers.
 
 Modules: ``committer`` (the ``Storage`` facade wiring the rest), ``records`` and
 ``message_batch`` (WAL records; a bulk append's buffers), ``acks``, ``admission``, ``wal``,
-``wal_writer``, ``flusher``, ``delta_log`` (the table) with ``table_schema`` and
+``wal_writer`` and ``sync_policy``, ``flusher``, ``delta_log`` (the table) with ``table_schema`` and
 ``commit_rows`` (a flush's rows), ``state_rows`` (what recovery parses now or later),
 ``state_checkpoint``, ``log_trim``, ``history_reader`` with ``footers``, ``read_plans``
 (what Spark executors may read directly) and ``presign`` (S3 URLs), ``data_files`` (local files read

@@ -1,11 +1,12 @@
 """LSNs and acknowledgement: who waits for which record to become durable.
 
 Every record gets the next LSN when it is submitted. A request is acknowledged once its
-record's LSN is durable; ``mark_durable(lsn)`` is called by whichever tier makes records
-durable (the WAL writer after an fsync, or the Delta flusher in delta mode) with the
-highest LSN it covered, and it wakes every waiter at or below it in one pass over a heap
-(waiters are woken in LSN order; no polling). Failing waiters is the other way out: each
-gets its own exception, made by the caller (storage decides what the failure means).
+record's LSN is durable. ``mark_durable(lsn)`` is called on the loop's thread, with the
+highest LSN covered, by whichever tier makes records durable: for the WAL, the sync thread
+hands it over once a batch's write and sync have returned (``sync_policy``); in delta mode,
+the flusher after a commit. It wakes every waiter at or below that LSN in one pass over a
+heap (waiters are woken in LSN order; no polling). Failing waiters is the other way out:
+each gets its own exception, made by the caller (storage decides what the failure means).
 """
 
 from __future__ import annotations

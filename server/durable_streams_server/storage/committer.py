@@ -143,12 +143,15 @@ class Storage:
                 await task
         await self._compaction.close()
         if self.wal is not None:
-            next_lsn = self._acks.next_lsn
-            if self._flusher.flushed_lsn == next_lsn - 1 and self._admission.failure is None:
-                # Everything is in Delta: leave an empty WAL behind.
-                self.wal.start_segment(next_lsn)
-                self.wal.drop_through(next_lsn - 1)
-            self.wal.close()
+            await asyncio.to_thread(self._close_wal, self.wal)
+
+    def _close_wal(self, wal: WriteAheadLog) -> None:
+        """Off the loop's thread (``sync_policy``): close the log, empty if Delta holds everything."""
+        next_lsn = self._acks.next_lsn
+        if self._flusher.flushed_lsn == next_lsn - 1 and self._admission.failure is None:
+            wal.start_segment(next_lsn)
+            wal.drop_through(next_lsn - 1)
+        wal.close()
 
     # -- health -----------------------------------------------------------------------
 
@@ -198,11 +201,6 @@ class Storage:
         if self._acks.is_durable(lsn):
             return
         self._admission.check_acknowledgeable()
-        if self._wal_writer is not None:
-            self._wal_writer.sync_lone(lsn)  # (after a quiet spell: synced right here, see wal_writer)
-            if self._acks.is_durable(lsn):
-                return
-            self._admission.check_acknowledgeable()  # (that sync may have failed)
         await self._acks.wait(lsn)
 
     def _wal_failed(self, error: OSError) -> None:

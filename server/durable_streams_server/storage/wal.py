@@ -1,19 +1,19 @@
 """The write-ahead log: segmented, append-only, fsync'd files under ``<data-dir>/wal``.
 
-Blocking file operations only; ``storage.wal_writer`` decides when they run (on a worker
-thread, in batches: group commit). A segment is named by the LSN of its first record.
-After the Delta tier has committed everything up to some LSN, the segments wholly below
-it are deleted; the segment being written is never deleted.
+Blocking file operations only; they run on the sync thread (``sync_policy``), in batches
+(group commit), never on the event loop's thread. A segment is named by the LSN of its
+first record. After the Delta tier has committed everything up to some LSN, the segments
+wholly below it are deleted; the segment being written is never deleted.
 
 The log keeps a running count of its records' bytes (``size_bytes``) because the write
 path consults it on every request (the WAL size cap): it is measured once when the log
 is opened and then adjusted by every write, truncation and deletion, never by a ``stat``
-per call. Writes and deletions run on different worker threads, hence the lock.
+per call. Writes and deletions run on different threads, hence the lock.
 
 **Preallocation.** The segment being written is extended ``PREALLOCATE_BYTES`` at a time
 (``posix_fallocate``) and written in place (``pwrite`` at its logical end), so a write's
-``fdatasync`` does not also have to journal a new file size: a 120 B append and its sync
-took ~130 µs here against ~185 µs when each one grew the file (bench/README.md, issue 18).
+sync does not also have to journal a new file size, which makes a small append's sync
+measurably shorter (bench/README.md, "a preallocated WAL segment").
 The preallocated part reads as zeros, which end the log like a torn tail (``decode_frames``),
 so a crash leaves nothing to mistake for a record; closing a segment (rotation, shutdown)
 truncates it to its frames. ``size_bytes`` counts frames only: it grows with every write
@@ -24,14 +24,14 @@ the disk holds at most one step more, which the owner keeps small beside its cap
 blocks itself (slower, once a step); where even that fails (a full disk), the segment just
 grows with each write.
 
-**One call per batch.** A batch is written with ``pwritev(..., RWF_DSYNC)``: the write and
-its data sync in one system call (``O_DSYNC`` for that write: the same guarantee as
-``fdatasync`` after it). The sync costs the same either way, but the worker thread syncing
-a batch gives up and takes back the GIL once instead of twice, and while the loop's thread
-is busy answering requests, each taking back waits (32 clients creating streams: a batch's
-write + ``fdatasync`` took 0.85-1.3 ms with the worker taking batches back to back, against
-~0.45 ms of disk time). Where the flag is not supported (old kernels, some file systems),
-``pwrite`` + ``fdatasync``.
+**One call per batch; durable before it returns.** A batch is written with
+``pwritev(..., RWF_DSYNC)``: the write and its data sync in one system call (``O_DSYNC`` for
+that write: the same guarantee as ``fdatasync`` after it). The sync costs the same either
+way, but the thread gives up and takes back the GIL once instead of twice, and each taking
+back may wait for the loop's thread. Where the flag is refused (old kernels, some file
+systems: ``EOPNOTSUPP``, ``EINVAL``, ``ENOSYS``), the log switches for good to ``pwrite`` +
+``fdatasync``. Either way ``write`` returns only once every byte it was given is on disk: a
+record is acknowledged after that (``sync_policy``), never before.
 """
 
 from __future__ import annotations
