@@ -1,5 +1,5 @@
-"""Our server in this process: the app ``create_app`` builds, served by uvicorn on loopback
-with the protocol class the CLI uses, in a thread. For tests that need the app's objects
+"""Our server in this process: the app ``build_app`` builds, served by uvicorn on loopback
+with the protocol class the CLI uses (``http_protocol``), in a thread. For tests that need the app's objects
 (the app, its fast path) beside real HTTP; ``servers.ServerProcess`` runs the CLI instead."""
 
 from __future__ import annotations
@@ -14,11 +14,10 @@ from dataclasses import dataclass
 import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from durable_streams_server import ServerConfig, create_app
+from durable_streams_server import ServerConfig
 from durable_streams_server.http.app import DurableStreamsApp
-from durable_streams_server.http.fastpath.protocol import connection_protocol
-from durable_streams_server.http.fastpath.route import FastPath
-from durable_streams_server.http.gate import Gate
+from durable_streams_server.http.fastpath import FastPath
+from durable_streams_server.server import build_app, http_protocol
 
 
 def free_port() -> int:
@@ -42,9 +41,10 @@ def serving(
 ) -> Iterator[tuple[str, Served]]:
     """The server's URL and its objects. ``fast_path=False``: every request takes the app's
     path; ``wrap``: the app inside that middleware (the fast path then finds nothing to stand in for)."""
-    gate = create_app(config)
-    assert isinstance(gate, Gate) and gate.fast_path is not None
-    served = Served(gate.fast_path.app, gate.fast_path)  # type: ignore[arg-type]
+    app = build_app(config)
+    gate = app.asgi
+    protocol = http_protocol(app, config)
+    served = Served(app, getattr(protocol, "fast_path", None))
 
     async def app_only(scope: Scope, receive: Receive, send: Send) -> None:
         await gate(scope, receive, send)
@@ -56,7 +56,7 @@ def serving(
             host="127.0.0.1",
             port=port,
             log_config=None,
-            http=connection_protocol("httptools", config.request_timeout_s, config.max_header_bytes),
+            http=protocol,
             loop="uvloop",
         )
     )

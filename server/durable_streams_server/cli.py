@@ -19,9 +19,9 @@ import uvicorn
 from .allocators import tune_allocators
 from .collector import freeze_start_up_objects
 from .config import ConfigError, ServerConfig, require_number
-from .http.fastpath.protocol import HttpParser, connection_protocol
+from .http.fastpath import HttpParser
 from .protocol.tokens import AuthConfig, AuthConfigError, parse_tokens
-from .server import create_app
+from .server import build_app, http_protocol
 from .storage.committer import Durability
 
 ENV_PREFIX = "DURABLE_STREAMS_"
@@ -362,14 +362,15 @@ def main(argv: Sequence[str] | None = None) -> None:
             "tls": args.tls_certfile is not None,
         },
     )
+    app = build_app(config, on_started=_freeze_start_up)
     uvicorn.run(
-        create_app(config, on_started=_freeze_start_up),
+        app.asgi,
         host=args.host,
         port=args.port,
         log_config=None,
         access_log=args.access_log,
         timeout_graceful_shutdown=5,
-        http=connection_protocol(args.http_parser, config.request_timeout_s, config.max_header_bytes),
+        http=http_protocol(app, config, args.http_parser),
         h11_max_incomplete_event_size=config.max_header_bytes or None,
         loop=args.event_loop,
         timeout_keep_alive=args.keep_alive_timeout_s,

@@ -1,15 +1,20 @@
-"""One server assembled from a ``ServerConfig``: storage, engine, and the ASGI app.
+"""One server assembled from a ``ServerConfig``: storage, engine, the app, and its connection protocol.
 
-``create_app(config)`` maps the configuration onto the layers: the HTTP limits and the
-token grants go to the app (``http/app.py``), the rest to ``open_storage``, which the app
-calls when it starts (on its lifespan startup, or on its first request when mounted): it
-builds the storage and the engine and recovers their state, Delta + WAL replayed into
-the engine. Nothing touches the disk before that, so building an app is cheap and an
-embedder can create it at import time.
+``build_app(config)`` maps the configuration onto the layers: the HTTP limits and the token
+grants go to the app (``http/app.py``), the rest to ``open_storage``, which the app calls when
+it starts (on its lifespan startup, or on its first request when mounted): it builds the
+storage and the engine and recovers their state, Delta + WAL replayed into the engine.
+Nothing touches the disk before that, so building an app is cheap and an embedder can create
+it at import time; ``create_app(config)`` is its ASGI app.
+
+Served by uvicorn, the app gets its connection protocol from ``http_protocol``: the guards of
+request heads, and the fast path (``http/fastpath/``), which serves the app's stream requests
+from the connection's parser callbacks. This is the one place that plugs the fast path in.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import Callable
@@ -21,6 +26,7 @@ from .engine.engine import Engine, EngineConfig
 from .engine.subscriptions import SubscriptionManager
 from .engine.wakes import SubscriptionSettings
 from .http.app import DurableStreamsApp
+from .http.fastpath import HttpParser, connection_protocol
 from .http.limits import HttpLimits
 from .protocol.webhook_rules import parse_networks
 from .storage.committer import Storage, StorageConfig
@@ -99,9 +105,26 @@ def http_limits(config: ServerConfig) -> HttpLimits:
     )
 
 
+def build_app(config: ServerConfig | None = None, on_started: Callable[[], object] | None = None) -> DurableStreamsApp:
+    """The app serving the Durable Streams protocol with the given configuration (its ``asgi``
+    attribute is the ASGI app); ``on_started`` is called once it has started (its storage
+    recovered and running)."""
+    config = config or ServerConfig()
+    opener = functools.partial(open_server, config)
+    return DurableStreamsApp(opener, http_limits(config), config.auth, on_started)
+
+
 def create_app(config: ServerConfig | None = None, on_started: Callable[[], object] | None = None) -> ASGIApp:
     """An ASGI app serving the Durable Streams protocol with the given configuration;
     ``on_started`` is called once it has started (its storage recovered and running)."""
-    config = config or ServerConfig()
-    opener = functools.partial(open_server, config)
-    return DurableStreamsApp(opener, http_limits(config), config.auth, on_started).asgi
+    return build_app(config, on_started).asgi
+
+
+def http_protocol(
+    app: DurableStreamsApp, config: ServerConfig, parser: HttpParser = "httptools"
+) -> type[asyncio.Protocol]:
+    """The connection protocol class to give uvicorn (``http=``) for ``app.asgi``: the guards of
+    request heads (``--request-timeout-s``, ``--max-header-bytes``), and the fast path serving
+    the app's stream requests (``http/fastpath/``). With h11, also pass ``max_header_bytes`` as
+    uvicorn's ``h11_max_incomplete_event_size``."""
+    return connection_protocol(parser, config.request_timeout_s, config.max_header_bytes, app)

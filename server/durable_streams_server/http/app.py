@@ -37,7 +37,6 @@ from ..protocol.tokens import AuthConfig
 from ..storage.committer import Storage
 from ..storage.observer import StorageObserver
 from .extensions import ExtensionHandlers
-from .fastpath.route import FastPath
 from .gate import Gate
 from .limits import HttpLimits, LiveReaders, RequestLimits
 from .metrics import ROUTE_KEY, STREAM_ROUTE, ServerMetrics
@@ -129,8 +128,7 @@ class DurableStreamsApp:
             self.live_readers,
         )
         """Admit, observe, decorate: what every request passes, on either path (``request_policy.py``)."""
-        self.fast_path = FastPath(self, self.policy)
-        self.asgi = Gate(self.router, self.base_route, self.policy, self.fast_path)
+        self.asgi = Gate(self.router, self.base_route, self.policy)
         """The ASGI app: the gate in front of the router (see ``gate.py``)."""
 
     @contextlib.asynccontextmanager

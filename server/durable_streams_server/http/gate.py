@@ -12,15 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .request_policy import RequestPolicy, decorate
-
-if TYPE_CHECKING:
-    from .fastpath.route import FastPath
 
 BaseRoute = Callable[[Scope, Receive], Awaitable[Response | None]]
 """The response of a request the app serves without its router; ``None``: route it."""
@@ -58,8 +54,6 @@ class Gate:
     """Everything but the base route's stream requests (and the lifespan events)."""
     base_route: BaseRoute
     policy: RequestPolicy
-    fast_path: FastPath | None = None
-    """A stream's requests, served by the protocol class without the ASGI layers (``fastpath/``)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

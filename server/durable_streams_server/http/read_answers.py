@@ -4,27 +4,69 @@ A read's data answer carries two kinds of headers: those of the stream (``stream
 its content type, incarnation, caching) and those of the read (``position_headers``: where it
 ended, its ETag, whether it is at the tail or closed, a live read's cursor). The app's path
 renders both through Starlette's ``Response`` (``StreamHandlers._data_response``); a long-poll
-answered at its wake renders them as head lines (``fastpath.parked.ParkedRead``).
+answered at its wake renders them as head lines.
+
+Answering at the wake is the connection's business, not the handler's: a handler about to park
+a plain long-poll asks the request's ``Parking`` what to run at the wake (``at_wake``). The ASGI
+path's answers nothing there (``ANSWER_AFTER_WAKE``); the fast path's connection can write an
+answer from the group commit's completion (``fastpath.parked``).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Literal
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from starlette.responses import Response
 
 from ..engine import reads
+from ..engine.engine import Engine
 from ..engine.stream import Stream
 from ..engine.types import ReadResult
 from ..protocol import headers as h
 from ..protocol.cursor import response_cursor
+from ..protocol.offsets import Offset
 
 CACHEABLE = "public, max-age=60, stale-while-revalidate=300"
 Framing = Literal["plain", "multipart", "arrow"]
 _ETAG_SUFFIX: dict[Framing, str] = {"plain": "", "multipart": ":m", "arrow": ":a"}
-AnswerNow = Callable[[int, bytes, bytes], bool]
-"""Writes an answer (status, header lines, body) at once if the connection can take it
-(``DirectCycle.answer_now``); ``False``: it cannot."""
+
+
+@dataclass(frozen=True, slots=True)
+class ParkedLongPoll:
+    """A plain long-poll (no framing extension) about to wait for its wake at ``start``: what an
+    answer at the wake needs. ``token``: the offset as asked (its ETag names it)."""
+
+    engine: Engine
+    stream: Stream
+    start: Offset
+    token: str
+    cursor: str | None
+    if_none_match: str | None
+    max_bytes: int
+
+
+class Parking(Protocol):
+    """How the connection serving a request lets a parked long-poll be answered at its wake."""
+
+    def at_wake(self, parked: ParkedLongPoll) -> Callable[[], bool] | None:
+        """What to run at the wake itself (``True``: it answered the request, whose handler then
+        returns ``ANSWERED_AT_WAKE``), or ``None``: the request's task answers once woken."""
+
+
+class AnswerAfterWake:
+    """The ASGI path's parking: the reader's task answers once woken (its ``send`` is a
+    coroutine, so nothing can answer from the wake)."""
+
+    def at_wake(self, parked: ParkedLongPoll) -> None:
+        return None
+
+
+ANSWER_AFTER_WAKE = AnswerAfterWake()
+ANSWERED_AT_WAKE = Response(status_code=200)
+"""What a long-poll answered at its wake returns to its connection: its status (the bytes are written)."""
 
 
 def etag(stream: Stream, start: str, end: str, closed: bool, framing: Framing = "plain") -> str:

@@ -28,15 +28,22 @@ from ..protocol.errors import BadRequest, PayloadTooLarge
 from ..protocol.json_mode import frame
 from ..protocol.offsets import BEGINNING_SENTINEL, NOW_SENTINEL, Offset, encode_seq, parse_offset
 from . import arrow_ipc, multipart, sse
-from .fastpath.parked import ParkedRead
 from .limits import BodyDeadline, HttpLimits, LiveReaders
-from .read_answers import CACHEABLE, AnswerNow, Framing, etag, position_headers, stream_headers
+from .read_answers import (
+    ANSWER_AFTER_WAKE,
+    ANSWERED_AT_WAKE,
+    CACHEABLE,
+    Framing,
+    ParkedLongPoll,
+    Parking,
+    etag,
+    position_headers,
+    stream_headers,
+)
 
 _SUB_OFFSET_HEADER_RE = re.compile(r"^(0|[1-9][0-9]{0,15})$")
 _DECIMAL_RE = re.compile(r"[0-9]{1,19}")
 _PLAIN_HOST_RE = re.compile(rb"[A-Za-z0-9.-]+(?::(0|[1-9][0-9]{0,4}))?")
-_ANSWERED = Response(status_code=200)
-"""What a long-poll answered at its wake returns to its cycle: its status (the bytes are written)."""
 
 
 class StreamHandlers:
@@ -45,7 +52,7 @@ class StreamHandlers:
         self.limits = limits
         self.live_readers = live_readers
         self.answered_at_wake = 0
-        """Long-polls answered at their wake (``read_answers.ParkedRead``; tests check the path is taken)."""
+        """Long-polls answered at their wake (``read_answers.Parking``; tests check the path is taken)."""
 
     # -- shared -----------------------------------------------------------------------
 
@@ -204,10 +211,9 @@ class StreamHandlers:
 
     # -- GET: catch-up, long-poll, SSE --------------------------------------------------
 
-    async def read(self, request: Request, name: str, answer_now: AnswerNow | None = None) -> Response:
-        """A read, long-poll or SSE of ``name``. ``answer_now``: how the connection takes a
-        response from outside this task (the lean path's), which lets a long-poll be answered
-        at the wake itself (``read_answers.ParkedRead``)."""
+    async def read(self, request: Request, name: str, parking: Parking = ANSWER_AFTER_WAKE) -> Response:
+        """A read, long-poll or SSE of ``name``. ``parking``: the connection's, which may answer a
+        plain long-poll at its wake itself (``read_answers.Parking``)."""
         params = request.query_params
         offsets = params.getlist("offset")
         if len(offsets) > 1:
@@ -250,26 +256,30 @@ class StreamHandlers:
                 self.live_readers.admit(request.scope, "long-poll")
                 answered = False
                 at_wake = None
-                if answer_now is not None and framing == "plain":
-                    parked = ParkedRead(
-                        self.engine,
-                        stream,
-                        start,
-                        token,
-                        cursor,
-                        request.headers.get("if-none-match"),
-                        self.limits.max_read_bytes,
-                        answer_now,
+                answer = None
+                if framing == "plain":
+                    answer = parking.at_wake(
+                        ParkedLongPoll(
+                            self.engine,
+                            stream,
+                            start,
+                            token,
+                            cursor,
+                            request.headers.get("if-none-match"),
+                            self.limits.max_read_bytes,
+                        )
                     )
+                if answer is not None:
+                    answer_at_wake = answer
 
                     def at_wake() -> None:
                         nonlocal answered
-                        answered = parked.answer()
+                        answered = answer_at_wake()
                         self.answered_at_wake += answered
 
                 await reads.wait_for_change(stream, start.seq, self.limits.long_poll_timeout_s, at_wake)
                 if answered:
-                    return _ANSWERED  # (written already)
+                    return ANSWERED_AT_WAKE  # (written already)
                 stream = self.engine.get_live(name)
                 self.engine.touch(stream)
                 result = await self._read_once(stream, start, framing, stop)

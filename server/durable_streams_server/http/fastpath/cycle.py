@@ -54,8 +54,10 @@ from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 
+from ..read_answers import ParkedLongPoll
 from ..request_policy import security_lines
 from ..responses import UNSAFE_VALUE
+from .parked import ParkedRead
 from .route import FastPath
 
 _JOINED_BODY = 16 * 1024
@@ -186,7 +188,7 @@ class FastCycle:
                 body, self.body = self.body, b""
             else:
                 body = self._chunks()
-            response = await self.fast_path.respond(self.name, self.scope, body, self.answer_now)
+            response = await self.fast_path.respond(self.name, self.scope, body, self)
             status = response.status_code
             if not self.response_complete:  # (unless ``answer_now`` wrote it)
                 if self.flow.write_paused and not self.disconnected:
@@ -220,9 +222,14 @@ class FastCycle:
             self.flow.resume_reading()
             await self.message_event.wait()
 
+    def at_wake(self, parked: ParkedLongPoll) -> Callable[[], bool]:
+        """The request's ``Parking`` (``read_answers``): a parked long-poll is answered at its wake
+        by ``ParkedRead.answer``, written by ``answer_now``."""
+        return ParkedRead(parked, self.answer_now).answer
+
     def answer_now(self, status: int, lines: bytes, body: bytes) -> bool:
         """Write an answer from outside the request's task (a long-poll answered at its wake:
-        ``read_answers.ParkedRead``) if the connection takes it at once; the task then ends
+        ``parked.ParkedRead``) if the connection takes it at once; the task then ends
         without writing. ``lines``: its own header lines (``responses.head_lines``: none of the
         security headers, no ``connection``). ``False``: it does not (the client is gone, the
         transport's writes are paused, already answered, or uvicorn's default headers need

@@ -18,67 +18,45 @@ take the bytes at once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ...engine import reads
-from ...engine.engine import Engine
-from ...engine.stream import Stream
 from ...protocol.errors import ProtocolError
 from ...protocol.json_mode import frame
-from ...protocol.offsets import Offset
-from ..read_answers import AnswerNow, position_headers, stream_headers
+from ..read_answers import ParkedLongPoll, position_headers, stream_headers
 from ..responses import head_lines
+
+AnswerNow = Callable[[int, bytes, bytes], bool]
+"""Writes an answer (status, header lines, body) at once if the connection can take it
+(``FastCycle.answer_now``); ``False``: it cannot."""
 
 
 class ParkedRead:
-    """A plain long-poll parked at ``start`` of ``stream``, its answer made ready to finish at the wake."""
+    """A plain long-poll parked at the wake, its answer made ready to finish then (``answer``)."""
 
-    __slots__ = (
-        "_lines",
-        "answer_now",
-        "cursor",
-        "engine",
-        "if_none_match",
-        "max_bytes",
-        "start",
-        "stream",
-        "token",
-    )
+    __slots__ = ("_lines", "answer_now", "parked")
 
-    def __init__(
-        self,
-        engine: Engine,
-        stream: Stream,
-        start: Offset,
-        token: str,
-        cursor: str | None,
-        if_none_match: str | None,
-        max_bytes: int,
-        answer_now: AnswerNow,
-    ) -> None:
-        self.engine = engine
-        self.stream = stream
-        self.start = start
-        self.token = token
-        self.cursor = cursor
-        self.if_none_match = if_none_match
-        self.max_bytes = max_bytes
+    def __init__(self, parked: ParkedLongPoll, answer_now: AnswerNow) -> None:
+        self.parked = parked
         self.answer_now = answer_now
-        self._lines = head_lines(stream_headers(stream))
+        self._lines = head_lines(stream_headers(parked.stream))
 
     def answer(self) -> bool:
         """Answer now, at the wake, if nothing needs waiting for; ``False``: the task answers."""
-        engine, stream, lines = self.engine, self.stream, self._lines
+        parked, lines = self.parked, self._lines
+        engine, stream = parked.engine, parked.stream
         if lines is None:
             return False  # (a value no head may carry: the task's answer fails as usual)
         if engine.streams.get(stream.name) is not stream or stream.soft_deleted or stream.expired(engine.clock()):
             return False  # (the task answers what became of it)
         try:
-            found = reads.read_now(engine, stream, self.start, self.max_bytes)
+            found = reads.read_now(engine, stream, parked.start, parked.max_bytes)
         except ProtocolError:
             return False  # (e.g. retention moved past the offset: the task answers the error)
         if found is None or not found.chunks:
             return False
-        position = position_headers(found, self.token, "long-poll", self.cursor)
-        if position["ETag"] == self.if_none_match:
+        position = position_headers(found, parked.token, "long-poll", parked.cursor)
+        if position["ETag"] == parked.if_none_match:
             return False  # (a 304)
         body = frame(found.chunks) if stream.is_json else b"".join(found.chunks)
         position["Content-Length"] = str(len(body))  # (last, as Starlette adds it)

@@ -23,12 +23,11 @@ import httptools
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
-from ..gate import Gate
 from .cycle import DefaultLines, FastCycle
 from .deadline import ClosingDeadline
 from .eager import start_eagerly
 from .guards import GuardedH11Protocol, GuardedHttpToolsProtocol
-from .route import FastPath
+from .route import FastPath, FastPathApp
 
 HttpParser = Literal["httptools", "h11"]
 _FAST_METHODS = frozenset({b"POST", b"PUT", b"GET", b"HEAD"})
@@ -41,6 +40,8 @@ def _as_uvicorn_cycle(cycle: FastCycle) -> RequestResponseCycle:
 
 
 class FastPathProtocol(GuardedHttpToolsProtocol):
+    fast_path: ClassVar[FastPath | None] = None
+    """The requests served on the fast path, when uvicorn runs the app it stands in for (``_fast_path``)."""
     default_lines: ClassVar[DefaultLines] = DefaultLines()
     """uvicorn's default headers rendered (one per server: ``connection_protocol`` gives each its own)."""
     _keep_alive: ClosingDeadline
@@ -51,7 +52,7 @@ class FastPathProtocol(GuardedHttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._keep_alive = ClosingDeadline(self.loop, self.timeout_keep_alive)
         super().connection_made(transport)
-        self._fast = _fast_path(self.app)
+        self._fast = _fast_path(self.app, self.fast_path)
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
@@ -144,21 +145,24 @@ class FastPathProtocol(GuardedHttpToolsProtocol):
             self._keep_alive.arm(self.transport)
 
 
-def _fast_path(app: object) -> FastPath | None:
-    """The gate's fast path when uvicorn runs the gate itself, or behind its proxy-headers
+def _fast_path(app: object, fast: FastPath | None) -> FastPath | None:
+    """``fast`` when uvicorn runs the app it stands in for itself, or behind its proxy-headers
     middleware only (which leaves requests without forwarding headers as they are). Behind
     any other wrapper (a user's middleware, uvicorn's trace-level message logger) there is
     none: every request must pass through it."""
+    if fast is None:
+        return None
     if isinstance(app, ProxyHeadersMiddleware):
         app = app.app
-    return app.fast_path if isinstance(app, Gate) else None
+    return fast if app is fast.app.asgi else None
 
 
 def connection_protocol(
-    parser: HttpParser, head_timeout_s: float, max_head_bytes: int
+    parser: HttpParser, head_timeout_s: float, max_head_bytes: int, app: FastPathApp | None
 ) -> type[GuardedH11Protocol] | type[GuardedHttpToolsProtocol]:
     """The protocol class to hand to uvicorn (which instantiates it per connection); for
-    h11, pass ``max_head_bytes`` as uvicorn's ``h11_max_incomplete_event_size`` too."""
+    h11, pass ``max_head_bytes`` as uvicorn's ``h11_max_incomplete_event_size`` too. ``app``:
+    the app whose stream requests the fast path serves (httptools only); ``None``: none."""
     if parser == "h11":
 
         class ConfiguredH11(GuardedH11Protocol):
@@ -173,4 +177,5 @@ def connection_protocol(
     Configured.head_timeout_s = head_timeout_s
     Configured.max_head_bytes = max_head_bytes
     Configured.default_lines = DefaultLines()
+    Configured.fast_path = FastPath(app) if app is not None else None
     return Configured

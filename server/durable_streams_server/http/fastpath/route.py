@@ -29,12 +29,12 @@ from typing import Any, Protocol
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import Scope
+from starlette.types import ASGIApp, Scope
 
 from ...protocol import bulk
 from ...protocol.errors import ProtocolError
 from ..metrics import ROUTE_KEY, STREAM_ROUTE
-from ..read_answers import AnswerNow
+from ..read_answers import ANSWER_AFTER_WAKE, Parking
 from ..read_plans import wants_plan
 from ..request_policy import RequestPolicy
 from ..responses import error_response
@@ -61,6 +61,11 @@ class FastPathApp(Protocol):
     """What the fast path needs of the app (``DurableStreamsApp``)."""
 
     handlers: StreamHandlers | None
+    policy: RequestPolicy
+
+    @property
+    def asgi(self) -> ASGIApp:
+        """The ASGI app whose requests the fast path serves in its place."""
 
     def stream_target(self, scope: Scope) -> str | None: ...
 
@@ -79,9 +84,9 @@ class _Headers(dict[str, str]):
 class FastPath:
     """Which requests of an app the fast path serves, and their answers (module docstring)."""
 
-    def __init__(self, app: FastPathApp, policy: RequestPolicy) -> None:
+    def __init__(self, app: FastPathApp) -> None:
         self.app = app
-        self.policy = policy
+        self.policy = app.policy
         self.served = 0
         """Requests served this way (tests check that the path is taken)."""
         self.writes_in_flight = 0
@@ -129,13 +134,13 @@ class FastPath:
         return self.app.stream_target(scope)
 
     async def respond(
-        self, name: str, scope: Scope, body: bytes | AsyncIterator[bytes], answer_now: AnswerNow | None = None
+        self, name: str, scope: Scope, body: bytes | AsyncIterator[bytes], parking: Parking = ANSWER_AFTER_WAKE
     ) -> Response:
         """The response to a request ``target`` chose. ``body``: the whole body when it had all
         arrived before the handler ran (most requests: checked against the same limit, with no
         deadline left to keep), else its chunks as they arrive (which raise ``ClientDisconnect``
-        when the client goes). ``answer_now``: the connection's, for a long-poll answered at its
-        wake (``StreamHandlers.read``: the response returned is then written already)."""
+        when the client goes). ``parking``: the connection's (``FastCycle``), which may answer a
+        long-poll at its wake (``StreamHandlers.read``: the response returned is then written already)."""
         self.served += 1
         handlers = self.app.handlers
         assert handlers is not None  # (stream_target: the app has started)
@@ -147,7 +152,7 @@ class FastPath:
             scope[ROUTE_KEY] = STREAM_ROUTE
             method = scope["method"]
             if method == "GET":
-                return await handlers.read(Request(scope), name, answer_now)
+                return await handlers.read(Request(scope), name, parking)
             if method == "HEAD":
                 return await handlers.head(name)
             self.writes_in_flight += 1
