@@ -29,7 +29,7 @@ from test_lean_appends import _answer as _any_answer
 from durable_streams_server import ServerConfig
 from durable_streams_server.engine.reads import wait_for_change
 from durable_streams_server.engine.stream import Stream
-from durable_streams_server.http import direct
+from durable_streams_server.http.fastpath import cycle as direct
 from durable_streams_server.http.streams import StreamHandlers
 
 TEXT = {"Content-Type": "text/plain"}
@@ -42,10 +42,41 @@ def _answer(response: requests.Response) -> Answer:
     return status, [(k, v.split("-")[0] + "-T" if k == "stream-incarnation" else v) for k, v in headers], body
 
 
+def _long_polls_waiting(base: str) -> int:
+    """The server's gauge of long-polls waiting (``durable_streams_live_readers`` on ``/metrics``):
+    a long-poll counts from the moment its read found nothing and it parked (no turn of the loop
+    in between) until its answer is done."""
+    with requests.Session() as own:
+        own.trust_env = False
+        metrics = own.get(f"{base}/metrics", timeout=10).text
+    for line in metrics.splitlines():
+        if line.startswith('durable_streams_live_readers{mode="long_poll"} '):
+            return int(float(line.rsplit(" ", 1)[1]))
+    raise AssertionError(f"no long-poll gauge in /metrics:\n{metrics}")
+
+
+def _until_waiting(base: str, count: int, timeout_s: float = 10.0) -> None:
+    """Until exactly ``count`` long-polls wait at the server (a deadline, not a sleep)."""
+    deadline = time.monotonic() + timeout_s
+    while (waiting := _long_polls_waiting(base)) != count:
+        assert time.monotonic() < deadline, f"{waiting} long-polls waiting after {timeout_s}s, not {count}"
+        time.sleep(0.005)
+
+
 def _parked(
-    http: requests.Session, url: str, offset: str, headers: dict[str, str] | None = None, **params: str
+    http: requests.Session,
+    url: str,
+    offset: str,
+    headers: dict[str, str] | None = None,
+    waiting: int = 0,
+    **params: str,
 ) -> tuple[threading.Thread, list[Answer]]:
-    """A long-poll from ``offset`` in a thread, once the server has it parked: its answer comes in the list."""
+    """A long-poll from ``offset`` in a thread, once the server has it parked: its answer comes in the list.
+
+    First until ``waiting`` long-polls wait (earlier ones that were answered count until their
+    answer is done), then until this one waits too: a wake sent next finds it parked."""
+    base = url.split("/v1/stream/", 1)[0]
+    _until_waiting(base, waiting)
     answers: list[Answer] = []
 
     def poll() -> None:
@@ -57,7 +88,7 @@ def _parked(
 
     thread = threading.Thread(target=poll)
     thread.start()
-    time.sleep(0.15)  # (parked: its first read found nothing)
+    _until_waiting(base, waiting + 1)
     return thread, answers
 
 
@@ -107,8 +138,8 @@ def test_a_woken_long_poll_answers_as_the_app_does(tmp_path: Path) -> None:
     answers: list[list[Answer]] = []
     at_wake: list[int] = []
     for index, lean in enumerate((True, False)):
-        with serving(replace(config, data_dir=tmp_path / f"s{index}"), lean=lean) as (url, gate):
-            handlers = gate.lean.app.handlers if gate.lean is not None else None
+        with serving(replace(config, data_dir=tmp_path / f"s{index}"), fast_path=lean) as (url, gate):
+            handlers = gate.app.handlers if gate.fast_path is not None else None
             assert isinstance(handlers, StreamHandlers)
             with requests.Session() as http:
                 http.trust_env = False
@@ -131,7 +162,7 @@ def test_a_woken_long_polls_head_has_the_apps_headers_in_the_apps_order(tmp_path
     heads: list[list[tuple[str, str]]] = []
     for index, lean in enumerate((True, False)):
         config = ServerConfig(data_dir=tmp_path / f"s{index}", long_poll_timeout_ms=10_000)
-        with serving(config, lean=lean) as (url, gate):
+        with serving(config, fast_path=lean) as (url, gate):
             stream = f"{url}/v1/stream/ordered"
             assert requests.put(stream, headers=TEXT).status_code == 201
             tail = requests.head(stream).headers["Stream-Next-Offset"]
@@ -140,7 +171,7 @@ def test_a_woken_long_polls_head_has_the_apps_headers_in_the_apps_order(tmp_path
             port = int(url.rsplit(":", 1)[1])
             poll = threading.Thread(target=_exchange_into, args=(answers, port, request_bytes("GET", target, [], None)))
             poll.start()
-            time.sleep(0.15)  # (parked)
+            _until_waiting(url, 1)  # (parked)
             assert requests.post(stream, headers=TEXT, data=b"ordered").status_code == 204
             poll.join(timeout=30)
             (answer,) = answers
@@ -148,8 +179,8 @@ def test_a_woken_long_polls_head_has_the_apps_headers_in_the_apps_order(tmp_path
             hidden = {"date": "", "stream-incarnation": "", "stream-cursor": ""}
             heads.append([(name, hidden.get(name, value)) for name, value in answer.headers.items()])
             if lean:  # (answered at the wake)
-                assert gate.lean is not None and gate.lean.app.handlers is not None
-                assert gate.lean.app.handlers.answered_at_wake == 1
+                assert gate.fast_path is not None and gate.app.handlers is not None
+                assert gate.app.handlers.answered_at_wake == 1
     lean_head, app_head = heads
     assert [name for name, _ in lean_head][:6] == [
         "date",
@@ -177,7 +208,7 @@ def test_the_core_is_yielded_after_each_answer_at_a_wake_and_only_then(
 
     monkeypatch.setattr(direct, "_yield_cpu", counted)
     with serving(ServerConfig(data_dir=tmp_path, long_poll_timeout_ms=10_000)) as (url, gate):
-        assert gate.lean is not None and gate.lean.app.handlers is not None
+        assert gate.fast_path is not None and gate.app.handlers is not None
         stream = f"{url}/v1/stream/yields"
         with requests.Session() as http:
             http.trust_env = False
@@ -186,12 +217,12 @@ def test_the_core_is_yielded_after_each_answer_at_a_wake_and_only_then(
             tail = http.head(stream).headers["Stream-Next-Offset"]
             assert http.get(stream, params={"offset": "-1"}).content == b"before"
             assert yields == []  # (a create, an append, a HEAD, a read: their own answers)
-            parked = [_parked(http, stream, tail) for _ in range(2)]
+            parked = [_parked(http, stream, tail, waiting=waiting) for waiting in range(2)]
             assert http.post(stream, headers=TEXT, data=b"woken").status_code == 204
             for thread, answers in parked:
                 thread.join(timeout=30)
                 assert [body for _, _, body in answers] == [b"woken"]
-        assert gate.lean.app.handlers.answered_at_wake == 2
+        assert gate.app.handlers.answered_at_wake == 2
         assert len(yields) == 2
 
 
@@ -228,8 +259,8 @@ def test_a_connection_that_cannot_take_the_answer_now_gets_it_from_the_task(tmp_
     big = b"x" * 12_000_000
     config = ServerConfig(data_dir=tmp_path, long_poll_timeout_ms=10_000, max_read_bytes=len(big))
     with serving(config) as (url, gate):
-        assert gate.lean is not None and gate.lean.app.handlers is not None
-        handlers, readers = gate.lean.app.handlers, gate.lean.live_readers
+        assert gate.fast_path is not None and gate.app.handlers is not None
+        handlers, readers = gate.app.handlers, gate.app.live_readers
         stream = f"{url}/v1/stream/big"
         assert requests.put(stream, headers=TEXT).status_code == 201
         tail = requests.post(stream, headers=TEXT, data=big).headers["Stream-Next-Offset"]
