@@ -8,7 +8,11 @@ import asyncio
 
 import uvloop
 
-from durable_streams_server.http.connections import ClosingDeadline
+from durable_streams_server.http.fastpath.deadline import ClosingDeadline
+
+TICK_S = 0.003
+"""How early a timer may fire and still close: uvloop's clock ticks in whole milliseconds, and
+``ClosingDeadline`` takes a firing up to 2 ms before its deadline as on time."""
 
 
 class _Transport:
@@ -25,55 +29,89 @@ class _Transport:
 
 
 class _Counted(ClosingDeadline):
-    __slots__ = ("firings",)
+    """The deadline, its timers noted: each timer's due time beside the deadline it was scheduled
+    for, and each firing's time beside the deadline in force when it fired and whether it closed
+    the transport."""
+
+    __slots__ = ("fired", "firings", "scheduled")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, seconds: float) -> None:
         super().__init__(loop, seconds)
         self.firings = 0
+        self.fired: list[tuple[float, float | None, bool]] = []
+        self.scheduled: list[tuple[float, float | None]] = []
+
+    def _note_new_timer(self, before: asyncio.TimerHandle | None) -> None:
+        if self._handle is not None and self._handle is not before:
+            self.scheduled.append((self._handle.when(), self._deadline))
+
+    def arm(self, transport: asyncio.BaseTransport) -> None:
+        before = self._handle
+        super().arm(transport)
+        self._note_new_timer(before)
 
     def _late(self) -> None:
         self.firings += 1
+        fired_at, deadline = self._loop.time(), self._deadline
+        open_before = self._transport is not None and not self._transport.is_closing()
         super()._late()
+        closed = open_before and self._transport is not None and self._transport.is_closing()
+        self.fired.append((fired_at, deadline, closed))
+        self._note_new_timer(None)
 
 
-def _run(seconds: float, moves: int) -> tuple[list[int], list[float]]:
-    """Twenty deadlines of ``seconds``, each moved on ``moves`` times halfway; their timers'
-    firings and how late each connection was closed (seconds after the deadline in force: the
-    last one set before the close; on a busy machine a sleep may outlast a deadline, which
-    then rightly closes before the next move)."""
+def _run(seconds: float, moves: int) -> list[tuple[_Counted, _Transport]]:
+    """Twenty deadlines of ``seconds``, each moved on ``moves`` times halfway; each one's timer
+    and transport once the transport is closed. (On a busy machine a sleep may outlast a
+    deadline, which then rightly closes before the next move: the checks hold either way.)"""
 
-    async def main() -> tuple[list[int], list[float]]:
+    async def main() -> list[tuple[_Counted, _Transport]]:
         loop = asyncio.get_running_loop()
-        timers, lateness = [], []
+        closed = []
         for _ in range(20):
             transport = _Transport()
             timer = _Counted(loop, seconds)
             timer.arm(transport)  # type: ignore[arg-type]
-            armed = [loop.time()]
             for _ in range(moves):
                 await asyncio.sleep(seconds / 2)
-                timer.arm(transport)  # type: ignore[arg-type]
-                armed.append(loop.time())
+                if transport.closed_at is None:
+                    timer.arm(transport)  # type: ignore[arg-type]
+            give_up = loop.time() + 30
             while transport.closed_at is None:
+                assert loop.time() < give_up, "the deadline never closed its transport"
                 await asyncio.sleep(0.001)
-            timers.append(timer.firings)
-            closed_at = transport.closed_at
-            lateness.append(closed_at - (max(at for at in armed if at <= closed_at) + seconds))
-        return timers, lateness
+            closed.append((timer, transport))
+        return closed
 
     return uvloop.run(main())
 
 
+def _check(closed: list[tuple[_Counted, _Transport]], moves: int) -> None:
+    """What holds however late the loop runs the timers: every timer is due at the deadline in
+    force when it was scheduled (to uvloop's millisecond: not a period later); each firing before
+    its deadline (the deadline moved on) schedules the timer again and never closes; the
+    transport is closed by the firing that found its deadline come, at most ``TICK_S`` before
+    it; and a deadline fires at most once per move and once at the end (no spin)."""
+    for timer, transport in closed:
+        assert timer.scheduled and all(
+            deadline is not None and abs(when - deadline) < TICK_S for when, deadline in timer.scheduled
+        ), timer.scheduled
+        *before, (fired_at, deadline, closed) = timer.fired
+        assert closed and transport.closed_at is not None, timer.fired
+        assert deadline is not None and fired_at >= deadline - TICK_S, timer.fired
+        assert all(not shut and due is not None and at < due for at, due, shut in before), timer.fired
+        assert timer.firings == len(timer.fired) <= moves + 1, timer.fired
+
+
 def test_an_expired_deadline_closes_at_its_first_firing() -> None:
-    firings, lateness = _run(0.01, moves=0)
-    assert max(firings) == 1
-    assert all(-0.003 < late < 0.02 for late in lateness), lateness
+    closed = _run(0.01, moves=0)
+    _check(closed, moves=0)
+    assert all(timer.firings == 1 for timer, _ in closed)
 
 
 def test_a_moved_deadline_fires_once_more_and_closes_at_the_new_deadline() -> None:
-    firings, lateness = _run(0.02, moves=3)
-    assert max(firings) <= 4  # (at most once per deadline it was moved past, and at the last: not a spin)
-    assert all(-0.003 < late < 0.03 for late in lateness), lateness
+    closed = _run(0.02, moves=3)
+    _check(closed, moves=3)
 
 
 def test_a_stopped_deadline_never_closes() -> None:
