@@ -166,6 +166,7 @@ def test_pull_wake_claim_lease_expiry_and_fencing(
         ("wake", "p", "jobs/1", 1)
     ]
     claim = http.post(sub_url(server, "p", "/claim"), json={"worker": "w1"})
+    claimed_by = time.monotonic()  # (the lease began before this)
     assert claim.status_code == 200
     claimed = claim.json()
     assert claimed["generation"] == 1 and claimed["lease_ttl_ms"] == 1000
@@ -179,15 +180,30 @@ def test_pull_wake_claim_lease_expiry_and_fencing(
     }
     token = {"Authorization": f"Bearer {claimed['token']}"}
     heartbeat = {"wake_id": claimed["wake_id"], "generation": 1}
-    time.sleep(0.6)
-    assert http.post(sub_url(server, "p", "/ack"), json=heartbeat, headers=token).json() == {
-        "ok": True,
-        "next_wake": False,
-    }
-    time.sleep(0.6)  # 1.2 s after the claim, but the heartbeat extended the lease
-    assert http.post(sub_url(server, "p", "/claim"), json={"worker": "w2"}).status_code == 409
-    time.sleep(1.1)  # w1 stops heartbeating: the lease expires, the work is claimable again
-    reclaim = http.post(sub_url(server, "p", "/claim"), json={"worker": "w2"})
+    # w1 heartbeats every quarter of its lease until half a lease past the claim's: each heartbeat
+    # comes 0.75 s before the lease it extends runs out, however slow the machine is by a few
+    # hundred ms. Then the first lease is over for sure, and the last heartbeat's is not.
+    while True:
+        heartbeat_sent = time.monotonic()
+        assert http.post(sub_url(server, "p", "/ack"), json=heartbeat, headers=token).json() == {
+            "ok": True,
+            "next_wake": False,
+        }
+        if time.monotonic() > claimed_by + 1.5:
+            break
+        time.sleep(0.25)
+    busy = http.post(sub_url(server, "p", "/claim"), json={"worker": "w2"})
+    answered = time.monotonic()
+    assert busy.status_code == 409, busy.text
+    assert answered - heartbeat_sent < 1.0, "the claim came after the last heartbeat's lease: nothing was checked"
+    # w1 stops heartbeating: the lease expires (not before the last heartbeat's lease ends),
+    # and the work is claimable again.
+    deadline = time.monotonic() + 10
+    while (reclaim := http.post(sub_url(server, "p", "/claim"), json={"worker": "w2"})).status_code == 409:
+        assert reclaim.json()["error"]["current_holder"] == "w1", reclaim.text
+        assert time.monotonic() < deadline, "the lease did not expire within 10 s"
+        time.sleep(0.02)
+    assert time.monotonic() - heartbeat_sent >= 1.0 - 0.002  # (the server's clock counts whole ms)
     assert reclaim.status_code == 200, reclaim.text
     assert reclaim.json()["generation"] > 1
     late = http.post(sub_url(server, "p", "/ack"), json=heartbeat | {"done": True}, headers=token)
