@@ -14,6 +14,7 @@ from ._client import Client
 from ._http import DEFAULT_TIMEOUT, Backoff, Timeout
 from .bootstrap import Bootstrap
 from .buckets import Bucket, BucketInfo, StreamInfo
+from .delivery import ProducerRequest
 from .errors import (
     BadRequest,
     CertificateError,
@@ -36,8 +37,11 @@ from .errors import (
     TransportError,
     Unauthorized,
 )
+from .files import RemoteFile
 from .models import AppendResult, CreateResult, Message, Snapshot, StreamMetadata
 from .producer import Producer, ProducerStats
+from .read_framing import ReadFraming
+from .read_plans import PlannedFile, PlannedRowGroup, PlanSegment, PlansUnavailable, ReadPlan
 from .reading import StreamReader
 from .snapshots import Snapshots
 from .stream import Stream, encode_json_batch
@@ -63,12 +67,20 @@ __all__ = [
     "Message",
     "NotFound",
     "PayloadTooLarge",
+    "PlanSegment",
+    "PlannedFile",
+    "PlannedRowGroup",
+    "PlansUnavailable",
     "Producer",
     "ProducerClosed",
     "ProducerFenced",
+    "ProducerRequest",
     "ProducerStats",
     "PullWakeWorker",
     "RateLimited",
+    "ReadFraming",
+    "ReadPlan",
+    "RemoteFile",
     "ResponseError",
     "SequenceGap",
     "ServerError",

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import TracebackType
 
 import requests
 
+from . import errors
 from ._http import DEFAULT_TIMEOUT, HTTP, Auth, Backoff, RequestsTransport, Timeout, Transport, Verify
 from .buckets import Bucket
-from .stream import Stream
+from .delivery import ProducerRequest, deliver
+from .files import RemoteFile
+from .models import AppendResult
+from .stream import Stream, append_result
 from .subscriptions import Subscriptions
 
 
@@ -65,6 +69,35 @@ class Client:
     def subscriptions(self, bucket_id: str | None = None) -> Subscriptions:
         """The subscriptions of the base surface (``v1/stream/``) or of a bucket."""
         return Subscriptions(self.transport, f"{bucket_id}/" if bucket_id else "v1/stream/", backoff=self.backoff)
+
+    def open_file(self, url: str, size: int) -> RemoteFile:
+        """A read plan's file (``PlannedFile.url`` and ``.size``) as a seekable binary file read
+        with ``Range`` requests through this client's connections, without its credentials:
+        the URL is its own grant (``files``)."""
+        return RemoteFile(self.transport, url, size)
+
+    def deliver(
+        self,
+        request: ProducerRequest,
+        *,
+        backoff: Backoff | None = None,
+        retry_also: tuple[type[errors.DurableStreamsError], ...] = (),
+        resend_now: Callable[[errors.DurableStreamsError], bool] | None = None,
+        on_retry: Callable[[], None] | None = None,
+    ) -> AppendResult:
+        """Send one idempotent-producer append, numbered by the caller, until it is delivered
+        (``duplicate``: the server had it already); retries repeat it exactly
+        (``delivery.deliver``: ``retry_also``, ``resend_now`` and ``on_retry`` are explained
+        there). For batching and numbering by the client, use a ``Producer``."""
+        response = deliver(
+            self.transport,
+            request,
+            backoff=backoff or self.backoff,
+            retry_also=retry_also,
+            resend_now=resend_now,
+            on_retry=on_retry,
+        )
+        return append_result(response, producer=True)
 
     def close(self) -> None:
         """Close the connection pool, unless the session or transport was passed in (its owner closes it)."""

@@ -97,6 +97,9 @@ class Request:
     content: bytes | None
     timeout: Timeout
     stream: bool
+    credentials: bool = True
+    """False for a URL that carries its own grant (a signed or presigned file URL): the client's
+    default headers are not merged in, and the transport adds no credentials of its own."""
 
 
 class Transport(Protocol):
@@ -115,7 +118,11 @@ class Transport(Protocol):
 
 class RequestsTransport:
     """The default ``Transport``: a ``requests.Session`` with the requests-level settings
-    (auth, TLS verification). It closes the session on ``close()`` only if it made it."""
+    (auth, TLS verification). It closes the session on ``close()`` only if it made it.
+
+    A request without ``credentials`` gets neither ``auth`` nor the session's
+    ``Authorization`` header, nor one from ``~/.netrc``: an object store refuses a presigned
+    URL that also carries other credentials, and a token must not travel to another host."""
 
     def __init__(self, session: requests.Session | None = None, *, auth: Auth = None, verify: Verify = None) -> None:
         self._owns_session = session is None
@@ -130,7 +137,7 @@ class RequestsTransport:
             params=request.params,
             headers=dict(request.headers),
             data=request.content,
-            auth=self.auth,
+            auth=self.auth if request.credentials else _without_credentials,
             verify=self.verify,
             timeout=request.timeout,
             stream=request.stream,
@@ -139,6 +146,14 @@ class RequestsTransport:
     def close(self) -> None:
         if self._owns_session:
             self.session.close()
+
+
+def _without_credentials(request: requests.PreparedRequest) -> requests.PreparedRequest:
+    """An ``auth`` that removes the ``Authorization`` header the session's own headers put in
+    (requests applies ``auth`` after merging them); given, it also keeps requests from
+    looking in ``~/.netrc``."""
+    request.headers.pop("Authorization", None)
+    return request
 
 
 class HTTP:
@@ -178,20 +193,23 @@ class HTTP:
         content: bytes | None = None,
         timeout: Timeout | UseDefault = USE_DEFAULT,
         stream: bool = False,
+        credentials: bool = True,
     ) -> requests.Response:
         """Send one request; any status outside ``ok`` raises the matching ``HTTPStatusError``.
 
         With ``stream=True`` the body is left unread so callers can iterate it with bounded
-        memory; they must close the response (it is a context manager).
+        memory; they must close the response (it is a context manager). ``credentials=False``:
+        the URL carries its own grant, so only ``headers`` are sent (see ``Request``).
         """
         request = Request(
             method,
             url,
             params,
-            {**self.headers, **(headers or {})},
+            {**(self.headers if credentials else {}), **(headers or {})},
             content,
             self.timeout if isinstance(timeout, UseDefault) else timeout,
             stream,
+            credentials,
         )
         with guard(method, url):
             response = self.transport.send(request)

@@ -19,10 +19,10 @@ import requests
 
 from . import errors
 from ._http import HTTP, Backoff, Timeout, UseDefault, flag, guard, header
-from .models import media_type
+from .models import ARROW_STREAM, media_type
 from .reading import BEGINNING, Retrying
 
-ARROW_STREAM = "application/vnd.apache.arrow.stream"
+__all__ = ["ARROW_STREAM", "ArrowReader", "ArrowSlice", "supports_arrow"]
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-ARROW_STREAM = "application/vnd.apache.arrow.stream"
+from .models import ARROW_STREAM
+
 CONTENT_TYPE_HEADER = "Stream-Bulk-Content-Type"
 ADVERTISED_HEADER = "Stream-Bulk-Append"
 _SCHEMA = pa.schema([pa.field("data", pa.binary())])

@@ -31,6 +31,7 @@ import requests
 
 from . import errors
 from ._http import HTTP, USE_DEFAULT, Backoff, Timeout, UseDefault
+from .models import ARROW_STREAM
 
 TRANSIENT = errors.TRANSIENT
 """Connection failures, timeouts, 5xx and 429: retried with the same triple."""
@@ -53,7 +54,7 @@ class ProducerRequest:
         """The request's headers: ``extra`` (e.g. a per-producer ``Authorization``) first,
         then the content type(s) and the triple, which nothing overrides."""
         content = (
-            {"Content-Type": "application/vnd.apache.arrow.stream", "Stream-Bulk-Content-Type": self.content_type}
+            {"Content-Type": ARROW_STREAM, "Stream-Bulk-Content-Type": self.content_type}
             if self.bulk
             else {"Content-Type": self.content_type}
         )

@@ -8,6 +8,8 @@ from typing import Any
 
 JSON_CONTENT_TYPE = "application/json"
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
+ARROW_STREAM = "application/vnd.apache.arrow.stream"
+"""Arrow IPC streams: our server's Arrow reads and bulk appends."""
 
 
 def media_type(content_type: str | None) -> str:

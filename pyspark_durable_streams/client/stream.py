@@ -20,7 +20,9 @@ from ._http import HTTP, USE_DEFAULT, Backoff, Timeout, UseDefault, flag, header
 from .bootstrap import Bootstrap, follow
 from .delivery import append_retry_rule, retrying
 from .errors import ResponseError
-from .models import AppendResult, CreateResult, Message, Snapshot, StreamMetadata, is_json
+from .models import ARROW_STREAM, AppendResult, CreateResult, Message, Snapshot, StreamMetadata, is_json
+from .read_framing import ReadFraming, probe_framing
+from .read_plans import ReadPlan, fetch_plan
 from .reading import BEGINNING, LiveMode, StreamReader
 from .snapshots import Snapshots
 
@@ -138,7 +140,7 @@ class Stream:
             expires_at=header(response, "Stream-Expires-At"),
             snapshot_offset=header(response, "Stream-Snapshot-Offset"),
             incarnation=header(response, "Stream-Incarnation"),
-            bulk_append=header(response, "Stream-Bulk-Append") == "application/vnd.apache.arrow.stream",
+            bulk_append=header(response, "Stream-Bulk-Append") == ARROW_STREAM,
         )
 
     # -- writes --------------------------------------------------------------------------
@@ -308,6 +310,25 @@ class Stream:
         return ArrowReader(
             self.transport, self.url, offset=offset, end=end, headers=headers, timeout=timeout, backoff=self._backoff
         )
+
+    def read_plan(
+        self,
+        offset: str = BEGINNING,
+        *,
+        end: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: Timeout | UseDefault = USE_DEFAULT,
+    ) -> ReadPlan:
+        """Where ``[offset, end)`` is stored: Delta files and row groups, and where HTTP takes over
+        (our server's extension; ``PlansUnavailable`` elsewhere, see ``read_plans``)."""
+        return fetch_plan(self.transport, self.url, offset, end, headers=headers, timeout=timeout)
+
+    def read_framing(
+        self, offset: str, *, headers: Mapping[str, str] | None = None, timeout: Timeout | UseDefault = USE_DEFAULT
+    ) -> ReadFraming:
+        """``arrow``, ``multipart`` (each message with its own offset) or ``plain``: one read at
+        ``offset`` (the tail keeps it empty) tells (``read_framing``)."""
+        return probe_framing(self.transport, self.url, offset, headers=headers, timeout=timeout)
 
     def bootstrap(
         self, *, headers: Mapping[str, str] | None = None, timeout: Timeout | UseDefault = USE_DEFAULT
