@@ -9,10 +9,10 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import uvicorn
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp
 
 from durable_streams_server import ServerConfig
 from durable_streams_server.http.app import DurableStreamsApp
@@ -39,20 +39,18 @@ class Served:
 def serving(
     config: ServerConfig, *, fast_path: bool = True, wrap: Callable[[ASGIApp], ASGIApp] | None = None
 ) -> Iterator[tuple[str, Served]]:
-    """The server's URL and its objects. ``fast_path=False``: every request takes the app's
-    path; ``wrap``: the app inside that middleware (the fast path then finds nothing to stand in for)."""
+    """The server's URL and its objects. ``fast_path=False``: as ``--fast-path off`` (every
+    request takes the app's path); ``wrap``: the app inside that middleware (the fast path then
+    finds nothing to stand in for)."""
+    config = replace(config, fast_path="on" if fast_path else "off")
     app = build_app(config)
-    gate = app.asgi
     protocol = http_protocol(app, config)
     served = Served(app, getattr(protocol, "fast_path", None))
-
-    async def app_only(scope: Scope, receive: Receive, send: Send) -> None:
-        await gate(scope, receive, send)
 
     port = free_port()
     server = uvicorn.Server(
         uvicorn.Config(
-            wrap(gate) if wrap is not None else gate if fast_path else app_only,
+            wrap(app.asgi) if wrap is not None else app.asgi,
             host="127.0.0.1",
             port=port,
             log_config=None,

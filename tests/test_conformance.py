@@ -1,5 +1,6 @@
 """The public conformance suite (npm ``@durable-streams/server-conformance-tests``, pinned in
-tests/conformance/package.json) against our server, on each storage configuration.
+tests/conformance/package.json) against our server, on each storage configuration, and with the
+fast path off (every request through the ASGI app).
 
 A run takes about 60 s. Every test of the suite must pass, the opt-in "Reserved
 subscription APIs" group included: its webhook receiver listens on 127.0.0.1, so the
@@ -35,6 +36,14 @@ def _installed() -> None:
 @pytest.mark.slow
 def test_conformance_local_delta_storage(server_factory: Callable[..., ServerProcess]) -> None:
     server = server_factory(*LONG_POLL)
+    _assert_all_passed(run_conformance(server.url, include_subscriptions=True))
+
+
+@pytest.mark.slow
+def test_conformance_fast_path_off(server_factory: Callable[..., ServerProcess]) -> None:
+    """Every request through uvicorn's request cycle and the ASGI app (``--fast-path off``): the
+    server answers the suite the same without the fast path."""
+    server = server_factory(*LONG_POLL, "--fast-path", "off")
     _assert_all_passed(run_conformance(server.url, include_subscriptions=True))
 
 

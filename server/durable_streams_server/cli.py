@@ -151,6 +151,14 @@ def build_parser() -> argparse.ArgumentParser:
         "the HTTP/1.1 parser: httptools (C) or h11 (pure Python, slower); both enforce the head limits",
         choices=list(get_args(HttpParser)),
     )
+    _add_config(
+        parser,
+        "--fast-path",
+        "on: a stream's small appends and creates, reads, long-polls and HEADs are answered from the "
+        "connection's parser callbacks, with the app's answers (httptools); off: every request runs "
+        "through uvicorn's request cycle and the ASGI app",
+        choices=["on", "off"],
+    )
     _add(parser, "--event-loop", "uvloop", "the asyncio event loop: uvloop or asyncio", choices=["uvloop", "asyncio"])
     _add_config(
         parser, "--max-live-readers", "more concurrent (idle) long-polls + SSE streams get 503 + Retry-After; 0: none"

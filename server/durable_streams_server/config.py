@@ -129,6 +129,12 @@ class ServerConfig:
     """A webhook receiver must answer within this."""
     auth: AuthConfig | None = None
     """Bearer tokens and what each may do; ``None`` serves every request without a token."""
+    fast_path: Literal["on", "off"] = "on"
+    """on: where the server's own connection protocol serves the app (``server.http_protocol``:
+    the command line's uvicorn, httptools parser), a stream's small appends and creates, reads,
+    long-polls and HEADs are answered from the connection's parser callbacks, with the app's
+    answers (``http/fastpath/``); off: every request runs through uvicorn's request cycle and
+    the ASGI app. The head guards apply either way. An app mounted elsewhere runs without it."""
 
     def __post_init__(self) -> None:
         for name in _POSITIVE:
@@ -154,8 +160,9 @@ class ServerConfig:
                 f"must be at most vacuum_retention_hours ({self.vacuum_retention_hours} h), got {self.read_plan_ttl_s}",
             )
         modes = get_args(Durability)
-        if self.memory_guard not in ("on", "off"):
-            raise ConfigError("memory_guard", f"must be on or off, got {self.memory_guard!r}")
+        for switch in ("memory_guard", "fast_path"):
+            if getattr(self, switch) not in ("on", "off"):
+                raise ConfigError(switch, f"must be on or off, got {getattr(self, switch)!r}")
         if self.durability not in modes:
             raise ConfigError("durability", f"must be one of {', '.join(modes)}, got {self.durability!r}")
 

@@ -124,7 +124,8 @@ def http_protocol(
     app: DurableStreamsApp, config: ServerConfig, parser: HttpParser = "httptools"
 ) -> type[asyncio.Protocol]:
     """The connection protocol class to give uvicorn (``http=``) for ``app.asgi``: the guards of
-    request heads (``--request-timeout-s``, ``--max-header-bytes``), and the fast path serving
-    the app's stream requests (``http/fastpath/``). With h11, also pass ``max_header_bytes`` as
-    uvicorn's ``h11_max_incomplete_event_size``."""
-    return connection_protocol(parser, config.request_timeout_s, config.max_header_bytes, app)
+    request heads (``--request-timeout-s``, ``--max-header-bytes``), and with ``config.fast_path``
+    on the fast path serving the app's stream requests (``http/fastpath/``; httptools only).
+    With h11, also pass ``max_header_bytes`` as uvicorn's ``h11_max_incomplete_event_size``."""
+    serve = app if config.fast_path == "on" else None
+    return connection_protocol(parser, config.request_timeout_s, config.max_header_bytes, serve)

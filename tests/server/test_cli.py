@@ -6,10 +6,16 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
+from durable_streams_server import ServerConfig
 from durable_streams_server.cli import build_parser, config_from_args
+from durable_streams_server.http.fastpath import HttpParser
+from durable_streams_server.http.fastpath.guards import GuardedH11Protocol, GuardedHttpToolsProtocol
+from durable_streams_server.http.fastpath.protocol import FastPathProtocol
+from durable_streams_server.server import build_app, http_protocol
 
 
 def test_defaults_match_the_documented_ones(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -97,3 +103,41 @@ def test_zero_means_off_where_the_help_says_so() -> None:
     ]
     config = config_from_args(build_parser().parse_args(flags))
     assert (config.max_live_readers, config.rate_limit_rps, config.compaction_interval_s) == (0, 0.0, 0.0)
+
+
+def test_fast_path_on_by_default_and_off_by_option_or_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DURABLE_STREAMS_FAST_PATH", raising=False)
+    assert config_from_args(build_parser().parse_args([])).fast_path == "on"
+    assert config_from_args(build_parser().parse_args(["--fast-path", "off"])).fast_path == "off"
+    monkeypatch.setenv("DURABLE_STREAMS_FAST_PATH", "off")
+    assert config_from_args(build_parser().parse_args([])).fast_path == "off"
+
+
+def test_an_unknown_fast_path_value_is_refused_naming_the_option(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--fast-path", "maybe"])
+    assert "--fast-path: invalid choice: 'maybe'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("parser", "fast_path", "expected"),
+    [
+        ("httptools", "on", FastPathProtocol),
+        ("httptools", "off", GuardedHttpToolsProtocol),
+        ("h11", "on", GuardedH11Protocol),
+        ("h11", "off", GuardedH11Protocol),
+    ],
+)
+def test_the_fast_path_is_plugged_in_only_when_on_with_httptools(
+    tmp_path: Path, parser: HttpParser, fast_path: Literal["on", "off"], expected: type
+) -> None:
+    """The protocol the CLI hands uvicorn: the head guards always, the fast path bound to the app
+    only with ``--fast-path on`` and httptools."""
+    config = ServerConfig(data_dir=tmp_path, fast_path=fast_path, request_timeout_s=7, max_header_bytes=999)
+    app = build_app(config)
+    protocol = http_protocol(app, config, parser)
+    assert issubclass(protocol, expected)
+    assert issubclass(protocol, FastPathProtocol) == (expected is FastPathProtocol)
+    assert protocol.head_timeout_s == 7
+    fast = getattr(protocol, "fast_path", None)
+    assert (fast is not None and fast.app is app) == (expected is FastPathProtocol)

@@ -26,6 +26,7 @@ from durable_streams_server.config import ConfigError
         ({"long_poll_timeout_ms": "30000"}, "long_poll_timeout_ms must be a number, got '30000'"),
         ({"max_header_bytes": True}, "max_header_bytes must be a number, got True"),
         ({"durability": "fast"}, "durability must be one of wal, delta, got 'fast'"),
+        ({"fast_path": "yes"}, "fast_path must be on or off, got 'yes'"),
         ({"webhook_timeout_ms": 0}, "webhook_timeout_ms must be greater than 0, got 0"),
         (
             {"webhook_retry_max_ms": 500, "webhook_retry_initial_ms": 1000},

@@ -1,12 +1,11 @@
-"""The lean path of small appends and creates (``http/lean.py``, ``http/direct.py``) answers exactly as the app does.
+"""The fast path (``http/fastpath/``) answers exactly as the app does.
 
 Two real servers in this process (uvicorn on 127.0.0.1, the protocol class the CLI uses,
-real Delta tables): one as the CLI runs it (lean path on), one whose gate is wrapped in a
-plain ASGI function, so the protocol does not find the lean path (as for an app mounted
-in another one) and every request takes the app's path. The same requests, in the same order, get the
-same statuses, headers (but ``date``; each server's own URL in ``Location`` read as ``URL``)
-and bodies from both, the same request counts in ``/metrics``, and the lean path served the
-first server's eligible requests and nothing else.
+real Delta tables): one as the CLI runs it (``--fast-path on``), one with ``--fast-path off``,
+where every request takes uvicorn's request cycle and the ASGI app. The same requests, in the
+same order, get the same statuses, headers (but ``date``; each server's own URL in ``Location``
+read as ``URL``) and bodies from both, the same request counts in ``/metrics``, and the fast
+path served the first server's eligible requests and nothing else.
 """
 
 from __future__ import annotations
@@ -58,8 +57,8 @@ def _answer(response: requests.Response) -> Answer:
 
 
 def _both(config: ServerConfig, script: Callable[[requests.Session, str], list[Answer]]) -> tuple[list[Answer], int]:
-    """The script's answers from a lean server and from an app-only one (they must agree),
-    and how many requests the lean path served."""
+    """The script's answers from a server with the fast path and from one without (they must
+    agree), and how many requests the fast path served."""
     answers = []
     served = []
     for index, fast in enumerate((True, False)):
@@ -101,13 +100,13 @@ def _appends(http: requests.Session, url: str) -> list[Answer]:
     return [*answers, (stored.status_code, [], stored.content)]  # (its ETag names the incarnation)
 
 
-def test_appends_answer_as_the_app_does_and_take_the_lean_path(tmp_path: Path) -> None:
+def test_appends_answer_as_the_app_does_and_take_the_fast_path(tmp_path: Path) -> None:
     config = ServerConfig(data_dir=tmp_path, max_body_bytes=2048, flush_interval_ms=50)
     answers, served = _both(config, _appends)
     statuses = [status for status, _, _ in answers]
     assert statuses == [204, 200, 204, 409, 400, 204, 409, 400, 400, 409, 404, 413, 204, 409, 200]
     assert answers[-1][2] == b"hello" + b"one" + b"b"  # what the appends stored
-    assert served == 17  # the two PUTs, every POST (small, plain) and the GET went the lean way
+    assert served == 17  # the two PUTs, every POST (small, plain) and the GET took the fast path
 
 
 def _creates(http: requests.Session, url: str) -> list[Answer]:
@@ -132,7 +131,7 @@ def _creates(http: requests.Session, url: str) -> list[Answer]:
     return [*answers, (forked.status_code, [], forked.content)]
 
 
-def test_creates_answer_as_the_app_does_and_take_the_lean_path(tmp_path: Path) -> None:
+def test_creates_answer_as_the_app_does_and_take_the_fast_path(tmp_path: Path) -> None:
     config = ServerConfig(data_dir=tmp_path, max_body_bytes=2048, flush_interval_ms=50)
     answers, served = _both(config, _creates)
     statuses = [status for status, _, _ in answers]
@@ -185,7 +184,7 @@ def _reads(http: requests.Session, url: str) -> list[Answer]:
     return [*answers, *(_read_answer(http.head(target)) for target in (text, json_stream, missing))]
 
 
-def test_reads_answer_as_the_app_does_and_take_the_lean_path(tmp_path: Path) -> None:
+def test_reads_answer_as_the_app_does_and_take_the_fast_path(tmp_path: Path) -> None:
     config = ServerConfig(data_dir=tmp_path, long_poll_timeout_ms=300)
     answers, served = _both(config, _reads)
     statuses = [status for status, _, _ in answers]
@@ -246,8 +245,8 @@ def test_other_requests_stay_on_the_apps_path(tmp_path: Path) -> None:
 
 
 def test_a_users_middleware_sees_every_append(tmp_path: Path) -> None:
-    """The lean path is found behind uvicorn's proxy-headers middleware only: a gate in a
-    user's middleware gets no lean path, so the middleware sees every request."""
+    """The fast path stands in for the app uvicorn runs, alone or behind uvicorn's proxy-headers
+    middleware only: an app in a user's middleware gets none, so the middleware sees every request."""
     counting: list[_Counting] = []
 
     def wrap(app: ASGIApp) -> ASGIApp:
@@ -264,8 +263,8 @@ def test_a_users_middleware_sees_every_append(tmp_path: Path) -> None:
         assert counting[0].posts == 3
 
 
-def test_the_lean_paths_answers_are_remembered_per_path_and_stay_the_same(tmp_path: Path) -> None:
-    """``lean_target`` remembers its answer per path: asked again, a stream's path, a
+def test_the_stream_targets_are_remembered_per_path_and_stay_the_same(tmp_path: Path) -> None:
+    """``stream_target`` remembers its answer per path: asked again, a stream's path, a
     sub-resource's, a path with a '..' segment and one that is not UTF-8 get the same answers
     (the last two: the app's 400 each time, nothing stored), and many paths do not grow the
     memory past its bound."""

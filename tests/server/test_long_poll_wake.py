@@ -139,7 +139,7 @@ def test_a_woken_long_poll_answers_as_the_app_does(tmp_path: Path) -> None:
     at_wake: list[int] = []
     for index, lean in enumerate((True, False)):
         with serving(replace(config, data_dir=tmp_path / f"s{index}"), fast_path=lean) as (url, gate):
-            handlers = gate.app.handlers if gate.fast_path is not None else None
+            handlers = gate.app.handlers
             assert isinstance(handlers, StreamHandlers)
             with requests.Session() as http:
                 http.trust_env = False

@@ -171,11 +171,20 @@ def connection_protocol(
         ConfiguredH11.head_timeout_s = head_timeout_s
         return ConfiguredH11
 
+    if app is None:
+
+        class Guarded(GuardedHttpToolsProtocol):
+            pass
+
+        Guarded.head_timeout_s = head_timeout_s
+        Guarded.max_head_bytes = max_head_bytes
+        return Guarded
+
     class Configured(FastPathProtocol):
         pass
 
     Configured.head_timeout_s = head_timeout_s
     Configured.max_head_bytes = max_head_bytes
     Configured.default_lines = DefaultLines()
-    Configured.fast_path = FastPath(app) if app is not None else None
+    Configured.fast_path = FastPath(app)
     return Configured
