@@ -57,11 +57,18 @@ def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]
     server.kill()
 
 
-@pytest.fixture(scope="module", params=["httptools", "h11"])
+@pytest.fixture(
+    scope="module",
+    params=[("httptools", "on"), ("httptools", "off"), ("h11", "on")],
+    ids=["httptools", "httptools-fast-path-off", "h11"],
+)
 def guarded(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """A server with small head limits, once per HTTP parser: both must enforce them."""
-    directory = tmp_path_factory.mktemp(f"heads-{request.param}")
-    server = ServerProcess(directory / "data", ["--http-parser", request.param, *HEAD_LIMITS]).start()
+    """A server with small head limits, once per HTTP parser and with httptools also without the
+    fast path: the head guards are not the fast path's, every protocol must enforce them."""
+    parser, fast_path = request.param
+    directory = tmp_path_factory.mktemp(f"heads-{parser}-{fast_path}")
+    args = ["--http-parser", parser, "--fast-path", fast_path, *HEAD_LIMITS]
+    server = ServerProcess(directory / "data", args).start()
     yield server
     server.kill()
 
