@@ -34,20 +34,20 @@ setup(
             "deltalake>=1.2,<2",
             "pyarrow>=16",
             "starlette>=0.40",
-            "uvicorn>=0.30",
+            "uvicorn>=0.53,<0.55",  # the fast path uses its internals: tests/server/test_uvicorn_internals.py
             "prometheus_client>=0.20",
             "cryptography>=42",  # Ed25519 webhook signatures
             "httpx>=0.27",  # webhook deliveries
             "numpy>=1.24",
             "orjson>=3.9",  # JSON validation of bulk appends
-            "httptools>=0.6",  # the HTTP/1.1 parser (C, llhttp); see http/connections.py
+            "httptools>=0.6.4,<0.10",  # the HTTP/1.1 parser (C, llhttp), asked through uvicorn's protocol
             "uvloop>=0.19",  # the event loop (libuv)
         ],
         "test": [
             "deltalake>=1.2,<2",
             "pyarrow>=16",
             "starlette>=0.40",
-            "uvicorn>=0.30",
+            "uvicorn>=0.53,<0.55",  # the fast path uses its internals: tests/server/test_uvicorn_internals.py
             "prometheus_client>=0.20",
             "hypothesis>=6.100",
             "pytest>=8",
@@ -57,7 +57,7 @@ setup(
             "httpx>=0.27",
             "numpy>=1.24",
             "orjson>=3.9",
-            "httptools>=0.6",
+            "httptools>=0.6.4,<0.10",
             "uvloop>=0.19",
             "ruff>=0.6",
             "mypy>=1.10",
