@@ -37,11 +37,15 @@ class Served:
 
 @contextlib.contextmanager
 def serving(
-    config: ServerConfig, *, fast_path: bool = True, wrap: Callable[[ASGIApp], ASGIApp] | None = None
+    config: ServerConfig,
+    *,
+    fast_path: bool = True,
+    wrap: Callable[[ASGIApp], ASGIApp] | None = None,
+    forwarded_allow_ips: str | None = None,
 ) -> Iterator[tuple[str, Served]]:
     """The server's URL and its objects. ``fast_path=False``: as ``--fast-path off`` (every
     request takes the app's path); ``wrap``: the app inside that middleware (the fast path then
-    finds nothing to stand in for)."""
+    finds nothing to stand in for); ``forwarded_allow_ips``: as ``--forwarded-allow-ips``."""
     config = replace(config, fast_path="on" if fast_path else "off")
     app = build_app(config)
     protocol = http_protocol(app, config)
@@ -56,6 +60,7 @@ def serving(
             log_config=None,
             http=protocol,
             loop="uvloop",
+            forwarded_allow_ips=forwarded_allow_ips,
         )
     )
     thread = threading.Thread(target=server.run, daemon=True)

@@ -159,6 +159,14 @@ def build_parser() -> argparse.ArgumentParser:
         "through uvicorn's request cycle and the ASGI app",
         choices=["on", "off"],
     )
+    _add(
+        parser,
+        "--forwarded-allow-ips",
+        None,
+        "proxies (addresses, CIDR networks, or *) whose X-Forwarded-For / X-Forwarded-Proto name the client "
+        "and scheme (rate limits, access log, Location); default uvicorn's: $FORWARDED_ALLOW_IPS, else "
+        "127.0.0.1,::1",
+    )
     _add(parser, "--event-loop", "uvloop", "the asyncio event loop: uvloop or asyncio", choices=["uvloop", "asyncio"])
     _add_config(
         parser, "--max-live-readers", "more concurrent (idle) long-polls + SSE streams get 503 + Retry-After; 0: none"
@@ -381,6 +389,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         http=http_protocol(app, config, args.http_parser),
         h11_max_incomplete_event_size=config.max_header_bytes or None,
         loop=args.event_loop,
+        forwarded_allow_ips=args.forwarded_allow_ips,
         timeout_keep_alive=args.keep_alive_timeout_s,
         # uvicorn counts the connection asking, so its limit is one above the connections served
         limit_concurrency=args.max_connections + 1 if args.max_connections else None,

@@ -141,3 +141,9 @@ def test_the_fast_path_is_plugged_in_only_when_on_with_httptools(
     assert protocol.head_timeout_s == 7
     fast = getattr(protocol, "fast_path", None)
     assert (fast is not None and fast.app is app) == (expected is FastPathProtocol)
+
+
+def test_forwarded_allow_ips_defaults_to_uvicorns_and_is_read_from_the_option(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DURABLE_STREAMS_FORWARDED_ALLOW_IPS", raising=False)
+    assert build_parser().parse_args([]).forwarded_allow_ips is None  # (uvicorn's: $FORWARDED_ALLOW_IPS or loopback)
+    assert build_parser().parse_args(["--forwarded-allow-ips", "10.0.0.0/8"]).forwarded_allow_ips == "10.0.0.0/8"

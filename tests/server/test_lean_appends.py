@@ -227,10 +227,9 @@ def test_other_requests_stay_on_the_apps_path(tmp_path: Path) -> None:
         assert http.put(stream, headers=TEXT).status_code == 201
         before = server.fast_path.served
         chunked = http.post(stream, headers=TEXT, data=iter([b"chunk", b"ed"]))  # no Content-Length
-        forwarded = http.post(stream, headers={**TEXT, "X-Forwarded-For": "10.0.0.1"}, data=b"f")
         large = http.post(stream, headers=TEXT, data=b"L" * (64 * 1024 + 1))
         sub_resource = http.post(f"{stream}/snapshot", headers=TEXT, data=b"s")
-        assert [r.status_code for r in (chunked, forwarded, large)] == [204, 204, 204]
+        assert [r.status_code for r in (chunked, large)] == [204, 204]
         assert sub_resource.status_code == 405
         with http.get(stream, params={"offset": "-1", "live": "sse"}, stream=True) as sse:
             assert sse.status_code == 200 and sse.headers["Content-Type"].startswith("text/event-stream")
@@ -241,7 +240,7 @@ def test_other_requests_stay_on_the_apps_path(tmp_path: Path) -> None:
         assert server.fast_path.served == before
         assert http.post(stream, headers=TEXT, data=b"!").status_code == 204
         assert server.fast_path.served == before + 1
-        assert http.get(stream, params={"offset": "-1"}).content == b"chunkedf" + b"L" * (64 * 1024 + 1) + b"!"
+        assert http.get(stream, params={"offset": "-1"}).content == b"chunked" + b"L" * (64 * 1024 + 1) + b"!"
 
 
 def test_a_users_middleware_sees_every_append(tmp_path: Path) -> None:

@@ -240,7 +240,7 @@ def test_the_core_is_yielded_after_each_answer_at_a_wake_and_only_then(
 def test_only_a_reader_on_this_machine_is_yielded_to(
     client: tuple[str, int] | None, server: tuple[str, int] | None, local: bool
 ) -> None:
-    assert direct.peer_is_local({"client": client, "server": server}) is local
+    assert direct.peer_is_local(client, server) is local
 
 
 def _recv_until(sock: socket.socket, count: int, marker: bytes) -> bytes:

@@ -72,6 +72,7 @@ USED = {
         # attributes
         "access_log",
         "app",
+        "client",
         "connections",
         "cycle",
         "expect_100_continue",
@@ -82,6 +83,7 @@ USED = {
         "pipeline",
         "root_path",
         "scope",
+        "server",
         "server_state",
         "tasks",
         "timeout_keep_alive",
@@ -404,6 +406,28 @@ def test_uvicorn_loads_the_app_as_the_fast_path_unwraps_it() -> None:
     proxied = uvicorn.Config(app)
     proxied.load()
     assert isinstance(proxied.loaded_app, ProxyHeadersMiddleware) and proxied.loaded_app.app is app
+
+
+def test_a_copy_of_uvicorns_proxy_headers_middleware_rewrites_a_scope_in_one_step() -> None:
+    """``fastpath.forwarded.Forwarded``: the middleware keeps its inner app in ``app`` (replaced in a
+    copy) and rewrites the scope before calling it, without waiting."""
+    from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+
+    from durable_streams_server.http.fastpath.forwarded import Forwarded
+
+    async def app(scope: object, receive: object, send: object) -> None:
+        raise AssertionError("the copy must not call the original app")
+
+    middleware = ProxyHeadersMiddleware(app, trusted_hosts="127.0.0.1")  # type: ignore[arg-type]
+    assert middleware.app is app
+    headers = [(b"x-forwarded-for", b"203.0.113.7, 10.0.0.2"), (b"x-forwarded-proto", b"https")]
+    trusted = {"type": "http", "client": ("127.0.0.1", 5), "scheme": "http", "headers": headers}
+    Forwarded(middleware).apply(trusted)
+    assert (trusted["client"], trusted["scheme"]) == (("10.0.0.2", 0), "https")
+    untrusted = {"type": "http", "client": ("192.0.2.1", 5), "scheme": "http", "headers": headers}
+    Forwarded(middleware).apply(untrusted)
+    assert (untrusted["client"], untrusted["scheme"]) == (("192.0.2.1", 5), "http")
+    assert middleware.app is app  # (the original is left as it was)
 
 
 def test_the_httptools_parser_has_what_the_fast_path_asks_of_uvicorns() -> None:

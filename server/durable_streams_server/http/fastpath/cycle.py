@@ -96,11 +96,10 @@ class DefaultLines:
         return self._lines
 
 
-def peer_is_local(scope: Scope) -> bool:
-    """Whether the request's client is on this machine: its address is the server's own (TCP
-    between two processes here uses the same address at both ends), or there is no address (a
-    Unix socket)."""
-    client, server = scope.get("client"), scope.get("server")
+def peer_is_local(client: tuple[str, int] | None, server: tuple[str, int | None] | None) -> bool:
+    """Whether a connection's peer (``client``) is on this machine: its address is the server's
+    own (TCP between two processes here uses the same address at both ends), or there is no
+    address (a Unix socket)."""
     return client is None or server is None or client[0] == server[0]
 
 
@@ -139,6 +138,7 @@ class FastCycle:
         "fast_path",
         "flow",
         "keep_alive",
+        "local_peer",
         "message_event",
         "more_body",
         "name",
@@ -153,6 +153,7 @@ class FastCycle:
         scope: Scope,
         name: str,
         fast_path: FastPath,
+        local_peer: bool,
         transport: asyncio.Transport,
         flow: FlowControl,
         default_headers: list[tuple[bytes, bytes]],
@@ -164,6 +165,8 @@ class FastCycle:
         self.scope = scope
         self.name = name
         self.fast_path = fast_path
+        self.local_peer = local_peer
+        """Whether the connection's peer is on this machine (``peer_is_local``)."""
         self.transport = transport
         self.flow = flow
         self.default_headers = default_headers
@@ -238,7 +241,7 @@ class FastCycle:
         if self.disconnected or self.response_complete or self.flow.write_paused or defaults is None:
             return False
         self._send(status, defaults + lines + security_lines(_NO_HEADERS), body)
-        if peer_is_local(self.scope):
+        if self.local_peer:
             _yield_cpu()  # (the reader first: see the module docstring)
         return True
 

@@ -23,9 +23,10 @@ import httptools
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
-from .cycle import DefaultLines, FastCycle
+from .cycle import DefaultLines, FastCycle, peer_is_local
 from .deadline import ClosingDeadline
 from .eager import start_eagerly
+from .forwarded import Forwarded
 from .guards import GuardedH11Protocol, GuardedHttpToolsProtocol
 from .route import FastPath, FastPathApp
 
@@ -45,14 +46,21 @@ class FastPathProtocol(GuardedHttpToolsProtocol):
     default_lines: ClassVar[DefaultLines] = DefaultLines()
     """uvicorn's default headers rendered (one per server: ``connection_protocol`` gives each its own)."""
     _keep_alive: ClosingDeadline
+    _bound: ClassVar[tuple[object, FastPath | None, Forwarded | None] | None] = None
+    """The loaded app this class last bound to, and what the fast path is for it (``_bind``)."""
     _fast: FastPath | None = None
+    _forwarded: Forwarded | None = None
     _starting: FastCycle | None = None
     """A request the fast path took in this ``data_received``, to start when the parser returns."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._keep_alive = ClosingDeadline(self.loop, self.timeout_keep_alive)
         super().connection_made(transport)
-        self._fast = _fast_path(self.app, self.fast_path)
+        bound = self._bound
+        if bound is None or bound[0] is not self.app:
+            bound = (self.app, *_bind(self.app, self.fast_path))
+            type(self)._bound = bound
+        _, self._fast, self._forwarded = bound
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
@@ -108,13 +116,15 @@ class FastPathProtocol(GuardedHttpToolsProtocol):
         scope["path"] = self.root_path + (urllib.parse.unquote(path) if "%" in path else path)
         scope["raw_path"] = self.root_path.encode("ascii") + raw_path
         scope["query_string"] = parsed_url.query or b""
-        name = fast.target(cast(dict[str, object], scope))
+        local_peer = peer_is_local(self.client, self.server)  # (the connection's, before forwarding headers)
+        name = fast.target(cast(dict[str, object], scope), self._forwarded)
         if name is None:
             return False
         cycle = FastCycle(
             cast(dict[str, object], scope),
             name,
             fast,
+            local_peer,
             self.transport,
             self.flow,
             self.server_state.default_headers,
@@ -145,16 +155,18 @@ class FastPathProtocol(GuardedHttpToolsProtocol):
             self._keep_alive.arm(self.transport)
 
 
-def _fast_path(app: object, fast: FastPath | None) -> FastPath | None:
+def _bind(app: object, fast: FastPath | None) -> tuple[FastPath | None, Forwarded | None]:
     """``fast`` when uvicorn runs the app it stands in for itself, or behind its proxy-headers
-    middleware only (which leaves requests without forwarding headers as they are). Behind
-    any other wrapper (a user's middleware, uvicorn's trace-level message logger) there is
-    none: every request must pass through it."""
+    middleware only (whose reading of forwarding headers the fast path then applies:
+    ``forwarded.py``). Behind any other wrapper (a user's middleware, uvicorn's trace-level message
+    logger) there is none: every request must pass through it."""
     if fast is None:
-        return None
+        return None, None
+    forwarded = None
     if isinstance(app, ProxyHeadersMiddleware):
+        forwarded = Forwarded(app)
         app = app.app
-    return fast if app is fast.app.asgi else None
+    return (fast, forwarded) if app is fast.app.asgi else (None, None)
 
 
 def connection_protocol(

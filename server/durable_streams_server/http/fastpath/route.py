@@ -14,12 +14,13 @@ request what the app would:
   headers); then the same handler (``StreamHandlers.read`` / ``head``; ``read_body`` with
   ``plain_append`` or ``create_stream``), protocol errors as the same JSON (``error_response``);
 - which requests, all to a stream of the base surface (``DurableStreamsApp.stream_target``: not a
-  sub-resource, not ``__ds``, a valid path, the app started) and without forwarding headers (the
-  proxy-headers middleware would rewrite the client the rate limit charges): ``POST`` or ``PUT``
-  with one decimal ``Content-Length`` of at most ``FAST_MAX_BODY``, no ``Transfer-Encoding``, no bulk
-  append header (``protocol.bulk``: large bodies, their own handler); ``GET`` or ``HEAD`` without
-  a body, not SSE (a streamed response: its query string has no ``sse``) and not asking for a read plan.
-  Everything else goes through the app.
+  sub-resource, not ``__ds``, a valid path, the app started): ``POST`` or ``PUT`` with one decimal
+  ``Content-Length`` of at most ``FAST_MAX_BODY``, no ``Transfer-Encoding``, no bulk append header
+  (``protocol.bulk``: large bodies, their own handler); ``GET`` or ``HEAD`` without a body, not SSE
+  (a streamed response: its query string has no ``sse``) and not asking for a read plan.
+  Everything else goes through the app;
+- behind a proxy, the client and scheme the app would see: forwarding headers are read as
+  uvicorn's proxy-headers middleware reads them, by that middleware (``forwarded.py``).
 """
 
 from __future__ import annotations
@@ -39,22 +40,13 @@ from ..read_plans import wants_plan
 from ..request_policy import RequestPolicy
 from ..responses import error_response
 from ..streams import StreamHandlers, append_flags
+from .forwarded import FORWARDING, Forwarded
 
 _WRITES = frozenset({"POST", "PUT"})
 _READS = frozenset({"GET", "HEAD"})
 FAST_MAX_BODY = 64 * 1024
 """Declared bodies up to this size (uvicorn's read buffer never pauses below it)."""
-_NOT_FAST = frozenset(
-    {
-        b"transfer-encoding",
-        bulk.BULK_CONTENT_TYPE.lower().encode(),
-        b"forwarded",
-        b"x-forwarded-for",
-        b"x-forwarded-proto",
-        b"x-forwarded-host",
-        b"x-forwarded-port",
-    }
-)
+_NOT_FAST = frozenset({b"transfer-encoding", bulk.BULK_CONTENT_TYPE.lower().encode()})
 
 
 class FastPathApp(Protocol):
@@ -103,35 +95,23 @@ class FastPath:
             return self.writes_in_flight == 0
         return b"live=" not in scope["query_string"]
 
-    def target(self, scope: Scope) -> str | None:
-        """The stream a request reads, appends to or creates on the fast path, or ``None``: the app serves it."""
+    def target(self, scope: Scope, forwarded: Forwarded | None = None) -> str | None:
+        """The stream a request reads, appends to or creates on the fast path, or ``None``: the app
+        serves it. ``forwarded``: the proxy-headers middleware uvicorn runs the app behind, if any,
+        applied to the scope of a request taken that carries forwarding headers (``forwarded.py``)."""
         method = scope["method"]
         if method in _READS:
-            return self._read_target(scope)
-        if method not in _WRITES:
+            proxied = _read_headers(scope)
+        elif method in _WRITES:
+            proxied = _write_headers(scope)
+        else:
             return None
-        declared = None
-        for name, value in scope["headers"]:
-            if name == b"content-length":
-                if declared is not None:
-                    return None
-                declared = value
-            elif name in _NOT_FAST:
-                return None
-        if declared is None or not declared.isdigit() or len(declared) > 7 or int(declared) > FAST_MAX_BODY:
+        if proxied is None:
             return None
-        return self.app.stream_target(scope)
-
-    def _read_target(self, scope: Scope) -> str | None:
-        """A read or HEAD of a stream: no body, no SSE (a streamed response), no read plan."""
-        if b"sse" in scope["query_string"]:
-            return None
-        for name, value in scope["headers"]:
-            if name in _NOT_FAST or (name == b"content-length" and value != b"0"):
-                return None
-            if name == b"accept" and wants_plan(value.decode("latin-1")):
-                return None
-        return self.app.stream_target(scope)
+        name = self.app.stream_target(scope)
+        if proxied and name is not None and forwarded is not None:
+            forwarded.apply(scope)
+        return name
 
     async def respond(
         self, name: str, scope: Scope, body: bytes | AsyncIterator[bytes], parking: Parking = ANSWER_AFTER_WAKE
@@ -177,6 +157,41 @@ class FastPath:
             if writing:
                 self.writes_in_flight -= 1
         return Response(status_code=status, headers=answer)
+
+
+def _write_headers(scope: Scope) -> bool | None:
+    """A small plain append or create: one decimal ``Content-Length`` up to ``FAST_MAX_BODY``, no
+    ``Transfer-Encoding``, not a bulk append. ``None``: not one; else whether it carries forwarding headers."""
+    declared = None
+    proxied = False
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            if declared is not None:
+                return None
+            declared = value
+        elif name in _NOT_FAST:
+            return None
+        elif name in FORWARDING:
+            proxied = True
+    if declared is None or not declared.isdigit() or len(declared) > 7 or int(declared) > FAST_MAX_BODY:
+        return None
+    return proxied
+
+
+def _read_headers(scope: Scope) -> bool | None:
+    """A read or HEAD of a stream: no body, no SSE (a streamed response), no read plan. ``None``:
+    not one; else whether it carries forwarding headers."""
+    if b"sse" in scope["query_string"]:
+        return None
+    proxied = False
+    for name, value in scope["headers"]:
+        if name in _NOT_FAST or (name == b"content-length" and value != b"0"):
+            return None
+        if name == b"accept" and wants_plan(value.decode("latin-1")):
+            return None
+        if name in FORWARDING:
+            proxied = True
+    return proxied
 
 
 async def _received(body: bytes) -> bytes:
