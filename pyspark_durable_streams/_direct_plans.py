@@ -1,10 +1,10 @@
 """Direct history reads, planning: ask the server where a range is stored, cut it into partitions.
 
-Our server answers a read plan (``Accept: application/vnd.durable-streams.read-plan+json``,
-see the server's ``http/read_plans.py``) for a stream and an offset range: the Delta table
-version, the data files and row groups holding the range's messages for the stream's current
-incarnation (its fork ancestry's where inherited), and ``delta_end``: below it the range is
-in those files, above it (not flushed yet) it is read over HTTP as before.
+Our server answers a read plan (``Stream.read_plan``, the client's ``read_plans``) for a
+stream and an offset range: the Delta table version, the data files and row groups holding
+the range's messages for the stream's current incarnation (its fork ancestry's where
+inherited), and ``delta_end``: below it the range is in those files, above it (not flushed
+yet) it is read over HTTP as before.
 
 ``plan_stream`` turns a plan into partitions: ``DirectRange`` for ``[start, delta_end)``, cut
 at the first message of each row group holding this stream only (so a backlog spreads over
@@ -23,23 +23,14 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
-from urllib.parse import urljoin
 
 from pyspark.sql.datasource import InputPartition
 
 from ._offsets import is_seq_offset, starts_inside
-from .client import Gone, HTTPStatusError
-from .client._http import HTTP
-from .client.models import media_type
+from .client import Client, PlannedFile, PlannedRowGroup, PlanSegment, PlansUnavailable, ReadPlan
 
-READ_PLAN = "application/vnd.durable-streams.read-plan+json"
-
-
-class PlansUnavailable(RuntimeError):
-    """The server (or this stream's storage) offers no read plans."""
+__all__ = ["DirectRange", "FileSlice", "PlansUnavailable", "file_slice", "plan_stream"]
 
 
 @dataclass(frozen=True)
@@ -53,8 +44,8 @@ class FileSlice:
     filesystem) reads it there, the server then serves no bytes."""
 
 
-def file_slice(file: Mapping[str, Any], row_groups: tuple[int, ...]) -> FileSlice:
-    return FileSlice(file["url"], int(file["size"]), row_groups, file.get("local_path"))
+def file_slice(file: PlannedFile, row_groups: tuple[int, ...]) -> FileSlice:
+    return FileSlice(file.url, file.size, row_groups, file.local_path)
 
 
 @dataclass(frozen=True)
@@ -73,52 +64,29 @@ class DirectRange(InputPartition):
     files: tuple[FileSlice, ...]
 
 
-def fetch_plan(transport: HTTP, url: str, start: str, end: str) -> dict[str, Any]:
-    """The server's read plan of ``[start, end)``; ``PlansUnavailable`` where it has none
-    (``Gone`` propagates: the range is below the retained history)."""
-    try:
-        response = transport.request(
-            "GET", url, ok=(200,), params={"offset": start, "end": end}, headers={"Accept": READ_PLAN}, stream=True
-        )
-    except Gone:
-        raise
-    except HTTPStatusError as exc:
-        if exc.status in (501, 406, 400, 405):
-            raise PlansUnavailable(f"{url}: no read plan ({exc})") from exc
-        raise
-    with response:  # (streamed: another server answers the messages, left unread)
-        if media_type(response.headers.get("Content-Type")) != READ_PLAN:
-            raise PlansUnavailable(f"{url}: the server does not offer read plans")
-        plan: dict[str, Any] = response.json()
-    for segment in plan["segments"]:
-        for file in segment["files"]:
-            file["url"] = urljoin(url, file["url"])
-    return plan
-
-
 def plan_stream(
-    transport: HTTP, key: str, url: str, start: str, end: str, messages_per_partition: int
+    client: Client, key: str, url: str, start: str, end: str, messages_per_partition: int
 ) -> tuple[list[DirectRange], str]:
-    """Direct partitions of ``[start, end)`` and where they stop (the rest is read over HTTP)."""
+    """Direct partitions of ``[start, end)`` and where they stop (the rest is read over HTTP);
+    ``PlansUnavailable`` where the server has no plan (``Gone`` propagates: the range is
+    below the retained history)."""
     if not (is_seq_offset(start) and is_seq_offset(end)) or starts_inside(start) or starts_inside(end):
         raise PlansUnavailable("read plans cover whole messages between sequence offsets")
-    plan = fetch_plan(transport, url, start, end)
+    plan = client.stream(url).read_plan(start, end=end)
     partitions: list[DirectRange] = []
-    for segment in plan["segments"]:
+    for segment in plan.segments:
         partitions += _cut(key, url, plan, segment, messages_per_partition)
-    return partitions, str(plan["delta_end"]) if partitions else start
+    return partitions, plan.delta_end if partitions else start
 
 
-def _cut(
-    key: str, url: str, plan: Mapping[str, Any], segment: Mapping[str, Any], per_partition: int
-) -> list[DirectRange]:
-    first, end, uid = int(segment["first_seq"]), int(segment["end_seq"]), int(segment["stream_uid"])
-    pieces = [(file, group) for file in segment["files"] for group in file["row_groups"]]
+def _cut(key: str, url: str, plan: ReadPlan, segment: PlanSegment, per_partition: int) -> list[DirectRange]:
+    first, end, uid = segment.first_seq, segment.end_seq, segment.stream_uid
+    pieces = [(file, group) for file in segment.files for group in file.row_groups]
     last_seqs = _clipped_last_seqs([group for _, group in pieces])
     covers = {
-        int(g["first_seq"]): last + 1
+        g.first_seq: last + 1
         for (_, g), last in zip(pieces, last_seqs, strict=True)
-        if g["exact"] and first <= g["first_seq"] < end
+        if g.exact and first <= g.first_seq < end
     }
     spans: list[tuple[int, int]] = []
     for lo, hi in itertools.pairwise(sorted({first, end} | set(covers))):
@@ -132,12 +100,12 @@ def _cut(
     bounds = _balanced([hi for _, hi in spans[:-1]], first, end, per_partition)
     partitions = []
     for lo, hi in itertools.pairwise(bounds):
-        chosen: dict[str, tuple[Mapping[str, Any], list[int]]] = {}
+        chosen: dict[str, tuple[PlannedFile, list[int]]] = {}
         for (file, group), last in zip(pieces, last_seqs, strict=True):
-            if group["first_seq"] < hi and last >= lo:
-                chosen.setdefault(file["url"], (file, []))[1].append(int(group["index"]))
+            if group.first_seq < hi and last >= lo:
+                chosen.setdefault(file.url, (file, []))[1].append(group.index)
         files = tuple(file_slice(file, tuple(indices)) for file, indices in chosen.values())
-        partitions.append(DirectRange(key, url, uid, lo, hi, plan["content_type"], plan["incarnation"], files))
+        partitions.append(DirectRange(key, url, uid, lo, hi, plan.content_type, plan.incarnation, files))
     return partitions
 
 
@@ -155,18 +123,18 @@ def _balanced(edges: list[int], first: int, end: int, per_partition: int) -> lis
     return [first, *sorted(cuts), end]
 
 
-def _clipped_last_seqs(groups: list[Mapping[str, Any]]) -> list[int]:
+def _clipped_last_seqs(groups: list[PlannedRowGroup]) -> list[int]:
     """Each row group's last possible message of the stream. A row group holding one stream
     only (``exact``) holds a contiguous run of its messages (a file is an LSN span, and
     compacted files are sorted by stream and seq), disjoint from every other such row group's,
     so its run ends before the next one's first message; its ``seq`` maximum may be a state
     row's (the tail) instead. Other row groups keep their statistics."""
-    starts = sorted(int(group["first_seq"]) for group in groups if group["exact"])
+    starts = sorted(group.first_seq for group in groups if group.exact)
     clipped = []
     for group in groups:
-        last = int(group["last_seq"])
-        if group["exact"]:
-            later = bisect.bisect_right(starts, int(group["first_seq"]))  # the first start after it
+        last = group.last_seq
+        if group.exact:
+            later = bisect.bisect_right(starts, group.first_seq)  # the first start after it
             if later < len(starts):
                 last = min(last, starts[later] - 1)
         clipped.append(last)

@@ -1,11 +1,11 @@
 """Direct history reads, executing: one task reads its ``DirectRange`` from the Parquet files.
 
 Runs on executors. The partition lists its files (``_direct_files`` opens them: the server's
-local path where the executor sees it, else the signed URL) and the row groups that may hold
-its messages. The rows are filtered to the partition's stream incarnation (``stream_uid``),
-``kind = 'message'`` and sequence range: exactly the ``seq``, ``ts`` and ``data`` an Arrow read
-over HTTP returns for the range, built into rows like those of an Arrow response
-(``RowBuilder.arrow_batches``).
+local path where the executor sees it, else the signed URL, through the task's one client)
+and the row groups that may hold its messages. The rows are filtered to the partition's
+stream incarnation (``stream_uid``), ``kind = 'message'`` and sequence range: exactly the
+``seq``, ``ts`` and ``data`` an Arrow read over HTTP returns for the range, built into rows
+like those of an Arrow response (``RowBuilder.arrow_batches``).
 
 The Parquet statistics of each row group say what it holds. Row groups of the stream's
 messages only (most of a backlog) are read without the ``stream_uid`` and ``kind`` columns,
@@ -34,15 +34,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-import requests
 from pyspark.sql.types import StructType
 
+from ._connect import connect
 from ._direct_files import FileGone, open_parquet
-from ._direct_plans import DirectRange, FileSlice, fetch_plan, file_slice
-from ._offsets import seq_offset
+from ._direct_plans import DirectRange, FileSlice, file_slice
+from ._offsets import seq_of, seq_offset
 from ._rows import BATCH_ROWS, RowBuilder
-from ._task_reader import DataLossError, StreamRange, gone_message, make_client, read_range
-from .client import Gone
+from ._task_reader import DataLossError, StreamRange, gone_message, read_range
+from .client import Client, Gone
 from .client.arrow import ArrowSlice
 from .options import ReadOptions
 
@@ -58,9 +58,9 @@ _Rows = Literal["all", "stream", "mixed"]
 def read_direct(options: ReadOptions, schema: StructType, part: DirectRange) -> Iterator[pa.RecordBatch]:
     builder, end = RowBuilder(schema, part.key), seq_offset(part.end)
     done = part.first  # the messages before it are handed out, exactly and in order
-    with _session(options) as http:
+    with connect(options.connection, part.url) as client:
         try:
-            for rows in _planned_rows(http, part.files, part, options):
+            for rows in _planned_rows(client, part.files, part, options):
                 if not _continues(rows, done):
                     break
                 yield from builder.arrow_batches(ArrowSlice(seq_offset(done), end, part.content_type, rows), end)
@@ -72,18 +72,11 @@ def read_direct(options: ReadOptions, schema: StructType, part: DirectRange) -> 
         if done == part.end:
             return
         rest = dataclasses.replace(part, first=done)
-        table = _rows_of(http, options, rest)
+        table = _rows_of(client, options, rest)
     if table is None:  # 410 with failOnDataLoss=false: the HTTP read re-initializes from /bootstrap
         yield from read_range(options, schema, StreamRange(part.key, part.url, seq_offset(done), end, "arrow"))
         return
     yield from builder.arrow_batches(ArrowSlice(seq_offset(done), end, part.content_type, table), end)
-
-
-def _session(options: ReadOptions) -> requests.Session:
-    http = requests.Session()
-    http.trust_env = False
-    http.verify = options.connection.ca_cert_file or True
-    return http
 
 
 def _continues(rows: pa.Table, done: int) -> bool:
@@ -92,19 +85,19 @@ def _continues(rows: pa.Table, done: int) -> bool:
     return bool(seqs[0] == done and (np.diff(seqs) == 1).all())
 
 
-def _rows_of(http: requests.Session, options: ReadOptions, part: DirectRange) -> pa.Table | None:
+def _rows_of(client: Client, options: ReadOptions, part: DirectRange) -> pa.Table | None:
     """The partition's messages as ``seq``, ``ts``, ``data``, all of them, in order (re-planned
     where the files fall short); ``None``: gone, read over HTTP."""
     files = part.files
     problem = ""
     for attempt in range(_ATTEMPTS):
         if attempt:
-            replanned = _replan(options, part)
+            replanned = _replan(client, options, part)
             if replanned is None:
                 return None
             files = replanned
         try:
-            table = _read_files(http, files, part, options)
+            table = _read_files(client, files, part, options)
         except FileGone as exc:
             problem = str(exc)
             continue
@@ -120,10 +113,8 @@ def _rows_of(http: requests.Session, options: ReadOptions, part: DirectRange) ->
     )
 
 
-def _read_files(
-    http: requests.Session, files: tuple[FileSlice, ...], part: DirectRange, options: ReadOptions
-) -> pa.Table:
-    tables = list(_planned_rows(http, files, part, options))
+def _read_files(client: Client, files: tuple[FileSlice, ...], part: DirectRange, options: ReadOptions) -> pa.Table:
+    tables = list(_planned_rows(client, files, part, options))
     if not tables:
         return _ROWS.empty_table()
     table = pa.concat_tables(tables)
@@ -138,12 +129,12 @@ def _read_files(
 
 
 def _planned_rows(
-    http: requests.Session, files: tuple[FileSlice, ...], part: DirectRange, options: ReadOptions
+    client: Client, files: tuple[FileSlice, ...], part: DirectRange, options: ReadOptions
 ) -> Iterator[pa.Table]:
     """The partition's rows in the files' row groups, in the plan's order, ``BATCH_ROWS`` at a
     time (never empty)."""
     for planned in files:
-        with open_parquet(http, planned, options) as parquet:
+        with open_parquet(client, planned, options) as parquet:
             for rows, groups in _runs(parquet.metadata, planned.row_groups, part):
                 yield from _read_run(parquet, rows, groups, part)
 
@@ -194,26 +185,25 @@ def _read_run(parquet: pq.ParquetFile, rows: _Rows, groups: list[int], part: Dir
             yield read.select(_ROWS.names).cast(_ROWS)
 
 
-def _replan(options: ReadOptions, part: DirectRange) -> tuple[FileSlice, ...] | None:
+def _replan(client: Client, options: ReadOptions, part: DirectRange) -> tuple[FileSlice, ...] | None:
     """The files of a new plan of the partition's range; ``None`` if it is gone (410) and
     ``failOnDataLoss=false``."""
-    with make_client(options.connection) as client:
-        try:
-            plan = fetch_plan(client.transport, part.url, seq_offset(part.first), seq_offset(part.end))
-        except Gone as exc:
-            if options.fail_on_data_loss:
-                raise DataLossError(gone_message(part.key, seq_offset(part.first), exc)) from exc
-            return None
-    if plan["incarnation"] != part.incarnation:
+    try:
+        plan = client.stream(part.url).read_plan(seq_offset(part.first), end=seq_offset(part.end))
+    except Gone as exc:
+        if options.fail_on_data_loss:
+            raise DataLossError(gone_message(part.key, seq_offset(part.first), exc)) from exc
+        return None
+    if plan.incarnation != part.incarnation:
         raise DataLossError(
             f"stream {part.key} was deleted and created again while a batch read it (incarnation "
-            f"{part.incarnation} -> {plan['incarnation']})"
+            f"{part.incarnation} -> {plan.incarnation})"
         )
-    if int(plan["delta_end"][:16]) < part.end:
+    if seq_of(plan.delta_end) < part.end:
         raise DataLossError(f"stream {part.key}: a new read plan no longer covers {seq_offset(part.end)}")
     return tuple(
-        file_slice(file, tuple(int(g["index"]) for g in file["row_groups"]))
-        for segment in plan["segments"]
-        if int(segment["stream_uid"]) == part.uid
-        for file in segment["files"]
+        file_slice(file, tuple(group.index for group in file.row_groups))
+        for segment in plan.segments
+        if segment.stream_uid == part.uid
+        for file in segment.files
     )

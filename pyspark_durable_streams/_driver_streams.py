@@ -9,17 +9,14 @@ import time
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
+from ._connect import connect
 from ._direct_plans import DirectRange, PlansUnavailable, plan_stream
 from ._offsets import EARLIEST, SEQ_OFFSET, is_seq_offset, pending_messages, sorted_offsets, split_range
-from ._task_reader import Framing, StreamRange, make_client
-from .client import Bucket, Client, Gone, NotFound, Stream, TransportError
-from .client.arrow import ARROW_STREAM
-from .client.models import media_type
+from ._task_reader import StreamRange
+from .client import Bucket, Client, Gone, NotFound, ReadFraming, Stream, TransportError
 from .options import LATEST, ReadOptions
 
 log = logging.getLogger("pyspark_durable_streams.source")
-_PROBE_ACCEPT = f"{ARROW_STREAM}, multipart/mixed;q=0.5"
-_FRAMINGS: dict[str, Framing] = {ARROW_STREAM: "arrow", "multipart/mixed": "multipart"}
 
 
 class DriverStreams:
@@ -27,7 +24,7 @@ class DriverStreams:
 
     def __init__(self, options: ReadOptions) -> None:
         self.options = options
-        self.client: Client = make_client(options.connection, options.server)
+        self.client: Client = connect(options.connection, options.server or options.urls[0])
         self.bucket: Bucket | None = None
         if options.bucket is not None:
             self.bucket = self.client.bucket(options.bucket)
@@ -35,7 +32,7 @@ class DriverStreams:
         self._tails_at = -math.inf
         self.incarnations: dict[str, str] = {}
         self.missing: dict[str, NotFound] = {}
-        self._framings: dict[str, Framing] = {}
+        self._framings: dict[str, ReadFraming] = {}
 
     def url(self, key: str) -> str:
         return self.bucket.stream(key).url if self.bucket is not None else key
@@ -86,19 +83,15 @@ class DriverStreams:
     def cached_tails(self) -> dict[str, str] | None:
         return dict(self._tails) if self._tails_at > -math.inf else None
 
-    def framing(self, key: str) -> Framing:
-        """Our server: sequence offsets, and reads that answer Arrow (or multipart) when asked."""
-        url = self.url(key)
-        origin = _origin(url)
+    def framing(self, key: str) -> ReadFraming:
+        """Our server: sequence offsets, and reads that answer Arrow (or multipart) when asked
+        (probed once per server, at the stream's tail)."""
+        origin = _origin(self.url(key))
         if origin not in self._framings:
             tail = self._tails.get(key) or self.stream(key).metadata().next_offset  # the tails' HEAD, if any
-            framing: Framing = "plain"
+            framing: ReadFraming = "plain"
             if SEQ_OFFSET.match(tail) is not None:
-                response = self.client.transport.request(
-                    "GET", url, ok=(200, 204), params={"offset": tail}, headers={"Accept": _PROBE_ACCEPT}, stream=True
-                )
-                with response:
-                    framing = _FRAMINGS.get(media_type(response.headers.get("Content-Type")), "plain")
+                framing = self.stream(key).read_framing(tail)
             self._framings[origin] = framing
         return self._framings[origin]
 
@@ -120,7 +113,7 @@ class DriverStreams:
         """Partitions of ``[start, end)``: history from the Delta files where the server plans
         reads (``_direct_plans``), the rest over HTTP split by sequence number. Each partition is
         a function of its offsets: a re-planned batch reads the same rows."""
-        ranges: list[tuple[str, str, str, Framing]] = []
+        ranges: list[tuple[str, str, str, ReadFraming]] = []
         direct: list[DirectRange] = []
         spans = {key: (start.get(key, EARLIEST), end[key]) for key in sorted(end)}
         counts = {key: pending_messages(s, e) for key, (s, e) in spans.items() if is_seq_offset(s) and is_seq_offset(e)}
@@ -165,7 +158,7 @@ class DriverStreams:
         if mode == "http":
             return [], first
         try:
-            planned = plan_stream(self.client.transport, key, self.url(key), first, last, per_partition)
+            planned = plan_stream(self.client, key, self.url(key), first, last, per_partition)
             self._framings.setdefault(_origin(self.url(key)), "arrow")  # (a server that plans reads is ours)
             return planned
         except (Gone, NotFound):
@@ -178,7 +171,7 @@ class DriverStreams:
                 ) from exc
             return [], first
 
-    def _http_partitions(self, ranges: list[tuple[str, str, str, Framing]]) -> list[StreamRange]:
+    def _http_partitions(self, ranges: list[tuple[str, str, str, ReadFraming]]) -> list[StreamRange]:
         counts = {
             key: pending_messages(s, e)
             for key, s, e, framing in ranges

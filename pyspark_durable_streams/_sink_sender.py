@@ -12,7 +12,7 @@ numbers and sends them:
   once the predecessor lands;
 * connection errors, timeouts, ``5xx`` and ``429`` (after their ``Retry-After``) are re-sent with
   the same triple until ``delivery_timeout_s``: the server stores each seq at most once (the
-  request and its retries are the client's ``delivery.deliver``, shared with ``Producer``);
+  request and its retries are the client's ``Client.deliver``, the loop ``Producer`` uses too);
 * ``200`` (stored) and ``204`` (already stored: a retry or a re-run) both count as delivered;
 * ``403`` (fenced) and ``409`` + ``Stream-Closed`` fail the task with a message saying what to do.
 """
@@ -25,9 +25,8 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from .client import errors
-from .client._http import HTTP, Backoff
-from .client.delivery import TRANSIENT, ProducerRequest, deliver
+from .client import Backoff, Client, ProducerRequest, errors
+from .client.delivery import TRANSIENT
 
 _RETRIED: tuple[type[errors.DurableStreamsError], ...] = (*TRANSIENT, errors.SequenceGap)
 """A gap this task cannot explain (its predecessor was delivered) is backed off and re-sent too."""
@@ -59,7 +58,7 @@ class TaskSender:
 
     def __init__(
         self,
-        transport: HTTP,
+        client: Client,
         *,
         producer_id: str,
         epoch: int,
@@ -68,7 +67,7 @@ class TaskSender:
         hook: FailureHook | None = None,
         backoff: Backoff | None = None,
     ) -> None:
-        self.transport = transport
+        self.client = client
         self._backoff = backoff or Backoff(initial_s=0.05, max_s=2.0, deadline_s=delivery_timeout_s)
         """Paces the retries of each request; its deadline is ``delivery_timeout_s`` (tests pass
         one with a fake clock and sleep)."""
@@ -125,8 +124,7 @@ class TaskSender:
             return isinstance(exc, errors.SequenceGap) and self._wait_for_predecessor(url, seq)
 
         try:
-            response = deliver(
-                self.transport,
+            result = self.client.deliver(
                 request,
                 backoff=self._backoff,
                 retry_also=_RETRIED,
@@ -146,7 +144,7 @@ class TaskSender:
                 f"gave up appending to {url} (Producer-Id {self.producer_id}, epoch {self.epoch}, seq {seq}) "
                 f"after {self.delivery_timeout_s:g}s (option 'deliveryTimeoutMs'): {exc}"
             ) from exc
-        self._delivered(url, seq, response.status_code == 204, len(body))
+        self._delivered(url, seq, result.duplicate, len(body))
 
     def _count_retry(self) -> None:
         with self.stats.lock:

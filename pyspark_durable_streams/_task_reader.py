@@ -24,27 +24,22 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Literal
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 
+from ._connect import connect
 from ._offsets import EARLIEST
 from ._rows import RowBuilder
-from .client import Client, Gone, Message, Stream
+from .client import Gone, Message, ReadFraming, Stream
 from .client.arrow import ArrowSlice
 from .client.models import is_json
-from .options import ConnectionOptions, ReadOptions
+from .options import ReadOptions
 
 log = logging.getLogger("pyspark_durable_streams.source")
 
 _CONVERGE_ATTEMPTS = 8
-
-
-Framing = Literal["arrow", "multipart", "plain"]
-"""How a server answers reads: Arrow or multipart (our extensions: every message with its
-own offset), or plain bodies (offsets only at response edges)."""
 
 
 class DataLossError(RuntimeError):
@@ -60,25 +55,14 @@ class StreamRange(InputPartition):
     url: str
     start: str
     end: str
-    framing: Framing
-
-
-def make_client(connection: ConnectionOptions, base_url: str | None = None) -> Client:
-    """A client for full stream URLs (``base_url`` matters only for bucket listings)."""
-    timeout = connection.timeout_s
-    base = base_url or "http://127.0.0.1"
-    return Client(
-        base,
-        headers=dict(connection.headers),
-        timeout=(min(10.0, timeout), timeout),
-        verify=connection.ca_cert_file,
-    )
+    framing: ReadFraming
+    """How the server answers reads (``Stream.read_framing``, asked once on the driver)."""
 
 
 def read_range(options: ReadOptions, schema: StructType, part: StreamRange) -> Iterator[pa.RecordBatch]:
     if part.end <= part.start:
         return
-    client = make_client(options.connection)
+    client = connect(options.connection, part.url)
     try:
         stream = client.stream(part.url)
         items = (

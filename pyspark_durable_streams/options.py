@@ -160,6 +160,7 @@ TOKEN = Option("token", non_empty, None)
 AUTH_HEADER = Option[tuple[str, str] | None]("authHeader", header_line, None)
 """A full ``Name: value`` header, for other schemes."""
 REQUEST_TIMEOUT = Option("requestTimeoutMs", seconds_from_ms, 30.0, "timeout_s")
+"""How long a request waits for the server's answer (the client's read timeout; ``_connect``)."""
 CA_CERT_FILE = Option("caCertFile", non_empty, None, "ca_cert_file")
 CONNECTION: tuple[Option[Any], ...] = (TOKEN, AUTH_HEADER, REQUEST_TIMEOUT, CA_CERT_FILE)
 CONNECTION_OPTIONS = tuple(option.key for option in CONNECTION)

@@ -60,6 +60,7 @@ from pyspark.sql import datasource as _ds
 from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType
 
+from ._connect import connect
 from ._producer_identity import BATCH_ID_PROPERTY, QUERY_ID_PROPERTY, JobIdentity, job_identity, task_identity
 from ._sink_encoding import RequestCutter, checked_messages, row_messages
 from ._sink_sender import FailureHook, SinkError, TaskSender
@@ -75,8 +76,8 @@ VALUE_COLUMN = "value"
 STREAM_COLUMN = "stream"
 _ROWS_PER_CHUNK = 8192
 
-# Arrow writers (PySpark 4.0 batch / 4.1 streaming) get pyarrow RecordBatches, ~5x faster than
-# Rows; older PySpark gets the Row-based bases, and ``write`` converts Rows to RecordBatches.
+# Arrow writers (PySpark 4.0 batch / 4.1 streaming) get pyarrow RecordBatches: no Python Row per
+# row; older PySpark gets the Row-based bases, and ``write`` converts Rows to RecordBatches.
 _BatchBase: Any = getattr(_ds, "DataSourceArrowWriter", _ds.DataSourceWriter)
 _StreamBase: Any = getattr(_ds, "DataSourceStreamArrowWriter", _ds.DataSourceStreamWriter)
 
@@ -137,16 +138,15 @@ class _Sink:
         self.identity: JobIdentity = job_identity(options, streaming=streaming)
         self.target: _Target | None = None
         if options.url is not None:
-            with self._client(options.url) as client:
+            with self._client() as client:
                 self.target = self._resolve(client, options.url, option="url")
 
     # -- driver and executors -----------------------------------------------------------
 
-    def _client(self, base_url: str) -> Client:
-        connection = self.options.connection
-        return Client(
-            base_url, headers=dict(connection.headers), timeout=connection.timeout_s, verify=connection.ca_cert_file
-        )
+    def _client(self) -> Client:
+        base_url = self.options.url or self.options.server
+        assert base_url is not None
+        return connect(self.options.connection, base_url)
 
     def _default_content_type(self, stream: Stream) -> str:
         """Option contentType; else the existing stream's own; else the type the source recorded on
@@ -229,11 +229,9 @@ class _Sink:
         properties = {key: context.getLocalProperty(key) for key in (QUERY_ID_PROPERTY, BATCH_ID_PROPERTY)}
         producer_id, epoch = task_identity(self.identity, partition_id=context.partitionId(), local_property=properties)
         hook = self.options.test_fail_after_requests
-        base_url = self.options.url or self.options.server
-        assert base_url is not None
-        client = self._client(base_url)
+        client = self._client()
         sender = TaskSender(
-            client.transport,
+            client,
             producer_id=producer_id,
             epoch=epoch,
             max_in_flight=self.options.max_requests_in_flight,
@@ -335,9 +333,7 @@ class DurableStreamsWriter(_BatchBase):  # type: ignore[misc]
         urls = {url for message in messages if isinstance(message, SinkCommitMessage) for url in message.streams}
         if self.sink.target is not None:
             urls.add(self.sink.target.url)
-        base_url = self.sink.options.url or self.sink.options.server
-        assert base_url is not None
-        with self.sink._client(base_url) as client:
+        with self.sink._client() as client:
             for url in sorted(urls):
                 client.stream(url).close()
 

@@ -35,6 +35,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType, TimestampType
 
+from ._connect import connect
 from ._direct_plans import DirectRange
 from ._direct_reads import read_direct
 from ._driver_streams import DriverStreams
@@ -57,7 +58,7 @@ from ._offsets import (
     seq_offset,
     starts_inside,
 )
-from ._task_reader import DataLossError, StreamRange, make_client, read_range
+from ._task_reader import DataLossError, StreamRange, read_range
 from ._worker_gc import freeze_worker_imports
 from .client import TransportError
 from .client.models import is_json, media_type
@@ -107,7 +108,7 @@ def infer_schema(options: ReadOptions) -> StructType:
 
 
 def _content_types(options: ReadOptions) -> list[str]:
-    with make_client(options.connection) as client:
+    with connect(options.connection, options.urls[0]) as client:
         types = []
         for url in options.urls:
             try:

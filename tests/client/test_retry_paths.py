@@ -46,10 +46,10 @@ def producer_on(transport: FakeTransport, clock: FakeClock, **options: object) -
 
 
 def sender_on(transport: FakeTransport, clock: FakeClock, *, deadline_s: float = 30) -> TaskSender:
-    http = Client(BASE, transport=transport).transport
+    client = Client(BASE, transport=transport)
     backoff = Backoff(initial_s=0.1, max_s=1.0, deadline_s=deadline_s, clock=clock.clock, sleep=clock.sleep)
     return TaskSender(
-        http, producer_id="query-7-part-3", epoch=11, max_in_flight=4, delivery_timeout_s=deadline_s, backoff=backoff
+        client, producer_id="query-7-part-3", epoch=11, max_in_flight=4, delivery_timeout_s=deadline_s, backoff=backoff
     )
 
 

@@ -3,23 +3,23 @@
 from __future__ import annotations
 
 import itertools
-from typing import Any
 
 from pyspark_durable_streams._direct_plans import _cut
+from pyspark_durable_streams.client import PlannedFile, PlannedRowGroup, PlanSegment, ReadPlan
 
-PLAN = {"content_type": "application/json", "incarnation": "7-1"}
-
-
-def _group(index: int, first: int, last: int, exact: bool = True) -> dict[str, Any]:
-    return {"index": index, "first_seq": first, "last_seq": last, "rows": last - first + 1, "exact": exact}
+PLAN = ReadPlan("k", "7-1", "application/json", "-1", "-1", "-1", 1, 0, ())
 
 
-def _segment(first: int, end: int, *files: tuple[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    listed = [{"url": url, "size": 10, "row_groups": groups} for url, groups in files]
-    return {"stream_uid": 7, "first_seq": first, "end_seq": end, "files": listed}
+def _group(index: int, first: int, last: int, exact: bool = True) -> PlannedRowGroup:
+    return PlannedRowGroup(index, first, last, last - first + 1, exact)
 
 
-def _parts(segment: dict[str, Any], per: int) -> list[tuple[int, int, list[tuple[str, tuple[int, ...]]]]]:
+def _segment(first: int, end: int, *files: tuple[str, list[PlannedRowGroup]]) -> PlanSegment:
+    listed = tuple(PlannedFile(url, 10, tuple(groups), url) for url, groups in files)
+    return PlanSegment(7, first, end, listed)
+
+
+def _parts(segment: PlanSegment, per: int) -> list[tuple[int, int, list[tuple[str, tuple[int, ...]]]]]:
     return [(p.first, p.end, [(f.url, f.row_groups) for f in p.files]) for p in _cut("k", "u", PLAN, segment, per)]
 
 

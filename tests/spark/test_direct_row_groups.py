@@ -17,9 +17,10 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import StructType
 from servers import ServerProcess, session, wait_for
 
+from pyspark_durable_streams._connect import connect
 from pyspark_durable_streams._direct_plans import DirectRange, plan_stream
 from pyspark_durable_streams._direct_reads import _runs, read_direct
-from pyspark_durable_streams._task_reader import StreamRange, make_client, read_range
+from pyspark_durable_streams._task_reader import StreamRange, read_range
 from pyspark_durable_streams.options import ReadOptions, parse_read_options
 from pyspark_durable_streams.source import infer_schema
 
@@ -31,8 +32,8 @@ MESSAGES = [json.dumps({"i": i, "pad": "y" * (60 + i % 50)}, separators=(",", ":
 def _classes(url: str, first: int, end: int) -> Counter[str]:
     """How the direct read of ``[first, end)`` reads its row groups (per run of row groups)."""
     options = parse_read_options({"url": url})
-    with make_client(options.connection) as client:
-        partitions, boundary = plan_stream(client.transport, url, url, offset_at(first), offset_at(end), 100_000)
+    with connect(options.connection, url) as client:
+        partitions, boundary = plan_stream(client, url, url, offset_at(first), offset_at(end), 100_000)
     assert boundary == offset_at(end)
     found: Counter[str] = Counter()
     for part in partitions:
@@ -62,8 +63,8 @@ def _planned(
     wait_for(lambda: flushed(url, 12_000), timeout_s=60)
     options = parse_read_options({"url": url})
     schema = infer_schema(options)
-    with make_client(options.connection) as client:
-        partitions, _ = plan_stream(client.transport, url, url, offset_at(first), offset_at(end), 100_000)
+    with connect(options.connection, url) as client:
+        partitions, _ = plan_stream(client, url, url, offset_at(first), offset_at(end), 100_000)
     over_http = [
         row
         for batch in read_range(options, schema, StreamRange(url, url, offset_at(first), offset_at(end), "arrow"))

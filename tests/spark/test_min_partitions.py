@@ -10,10 +10,10 @@ from direct_support import FAST, fill, flushed, offset_at, read_rows
 from pyspark.sql import SparkSession
 from servers import ServerProcess, session, wait_for
 
+from pyspark_durable_streams._connect import connect
 from pyspark_durable_streams._direct_plans import DirectRange, plan_stream
 from pyspark_durable_streams._driver_streams import DriverStreams
 from pyspark_durable_streams._offsets import EARLIEST
-from pyspark_durable_streams._task_reader import make_client
 from pyspark_durable_streams.options import parse_read_options
 
 JSON = {"Content-Type": "application/json"}
@@ -37,8 +37,8 @@ def _shape(partitions: list[DirectRange]) -> list[tuple[int, int, list[tuple[str
 
 
 def _planned_every(url: str, end: int, per_partition: int) -> list[DirectRange]:
-    with make_client(parse_read_options({"url": url}).connection) as client:
-        partitions, boundary = plan_stream(client.transport, url, url, EARLIEST, offset_at(end), per_partition)
+    with connect(parse_read_options({"url": url}).connection, url) as client:
+        partitions, boundary = plan_stream(client, url, url, EARLIEST, offset_at(end), per_partition)
     assert boundary == offset_at(end)
     return partitions
 

@@ -15,9 +15,9 @@ from direct_support import FAST, PLAN, fill, flushed, offset_at, read_rows, same
 from pyspark.sql import SparkSession
 from servers import MotoServer, ServerProcess, session, wait_for
 
+from pyspark_durable_streams._connect import connect
 from pyspark_durable_streams._direct_plans import DirectRange, plan_stream
 from pyspark_durable_streams._direct_reads import read_direct
-from pyspark_durable_streams._task_reader import make_client
 from pyspark_durable_streams.options import OptionError, parse_read_options
 from pyspark_durable_streams.source import infer_schema
 
@@ -129,8 +129,8 @@ def test_a_planned_file_compacted_away_is_replanned(server_factory: Callable[...
     wait_for(lambda: flushed(url, 40))
     options = parse_read_options({"url": url, "historyReads": "delta"})
     schema = infer_schema(options)
-    with make_client(options.connection) as client:
-        partitions, boundary = plan_stream(client.transport, url, url, offset_at(0), offset_at(40), 1000)
+    with connect(options.connection, url) as client:
+        partitions, boundary = plan_stream(client, url, url, offset_at(0), offset_at(40), 1000)
     assert boundary == offset_at(40) and all(isinstance(p, DirectRange) for p in partitions)
     planned = {file.url for part in partitions for file in part.files}
 
@@ -199,8 +199,8 @@ def test_retention_moving_past_a_plan_is_data_loss_as_over_http(
     wait_for(lambda: flushed(url, 40))
     options = parse_read_options({"url": url, "failOnDataLoss": fail_on_data_loss})
     schema = infer_schema(options)
-    with make_client(options.connection) as client:
-        partitions, _ = plan_stream(client.transport, url, url, offset_at(0), offset_at(30), 1000)
+    with connect(options.connection, url) as client:
+        partitions, _ = plan_stream(client, url, url, offset_at(0), offset_at(30), 1000)
     (part,) = partitions
     snapshot = http.put(f"{url}/snapshot/{offset_at(20)}", headers={"Content-Type": "application/json"}, data=b"{}")
     assert snapshot.status_code == 204

@@ -9,18 +9,19 @@ import pytest
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType, TimestampType
 from servers import ServerProcess, append_all, session
 
-from pyspark_durable_streams._task_reader import Framing, StreamRange, read_range
+from pyspark_durable_streams._task_reader import StreamRange, read_range
+from pyspark_durable_streams.client import ReadFraming
 from pyspark_durable_streams.options import parse_read_options
 from pyspark_durable_streams.source import infer_schema
 
-FRAMINGS: tuple[Framing, ...] = ("arrow", "multipart")
+FRAMINGS: tuple[ReadFraming, ...] = ("arrow", "multipart")
 
 
 def _offset(seq: int, within: int = 0) -> str:
     return f"{seq:016d}_{within:016d}"
 
 
-def _read(url: str, schema: StructType, start: str, end: str, framing: Framing) -> list[dict[str, Any]]:
+def _read(url: str, schema: StructType, start: str, end: str, framing: ReadFraming) -> list[dict[str, Any]]:
     options = parse_read_options({"url": url})
     batches = list(read_range(options, schema, StreamRange(url, url, start, end, framing)))
     assert all(batch.schema.names == schema.fieldNames() for batch in batches)
