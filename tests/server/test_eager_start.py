@@ -1,9 +1,11 @@
-"""Lean requests start at once and get a task only when they wait (``http/eager.py``).
+"""Fast-path requests start at once and get a task only when they wait (``http/fastpath/eager.py``).
 
 First ``start_eagerly`` itself on a plain loop: a coroutine that never waits ends in the
 caller's turn without a task; one that waits is continued by a task from that wait, with what
 the future gives it, a cancellation thrown in where it waits, and its context. Then on a real
-server (``inprocess.serving``): which lean requests ran outside any task, seen from the handler.
+server (``inprocess.serving``): which requests ran outside any task, seen from the handler; and
+the guarantee eager start rests on: no first step of any request that starts eagerly asks for
+the current task (as ``asyncio.timeout``, ``TaskGroup`` and ``limits.BodyDeadline`` do).
 """
 
 from __future__ import annotations
@@ -14,18 +16,22 @@ import contextvars
 import socket
 import threading
 import time
+import traceback
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 import requests
 from inprocess import serving
-from rawhttp import text_post_head
+from rawhttp import exchange, request_bytes, text_post_head
 
 from durable_streams_server import ServerConfig
+from durable_streams_server.http.fastpath import protocol
 from durable_streams_server.http.fastpath.eager import start_eagerly
 from durable_streams_server.http.fastpath.route import FastPath
+from durable_streams_server.protocol.tokens import parse_tokens
 
 TEXT = {"Content-Type": "text/plain"}
 _NOTE: contextvars.ContextVar[str] = contextvars.ContextVar("note", default="unset")
@@ -134,7 +140,7 @@ def test_an_exception_after_the_wait_ends_the_task_with_it() -> None:
 
 
 class _TaskNoting:
-    """Wraps the lean path's ``respond``: notes, per request, the method and whether it
+    """Wraps the fast path's ``respond``: notes, per request, the method and whether it
     started in a task and whether it ended in one."""
 
     def __init__(self, fast_path: FastPath) -> None:
@@ -228,3 +234,126 @@ def test_a_long_poll_and_a_late_body_start_in_a_task(tmp_path: Path) -> None:
             polling.join(timeout=30)
         assert answer and (answer[0].status_code, answer[0].content) == (200, b"late")
         assert sorted(noted.seen) == [("GET", True, True), ("POST", True, True)]  # (in either order)
+
+
+# -- the guarantee: a first step never needs a task -------------------------------------------
+
+
+class _FirstSteps:
+    """Watches the eager first steps of a server in this process: ``start_eagerly`` as the
+    protocol calls it, and ``asyncio.current_task`` -- what ``asyncio.timeout``, ``TaskGroup`` and
+    ``limits.BodyDeadline`` ask first, and get ``None`` from in a first step -- noting each call
+    made during a first step with its callers."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.steps = 0
+        self.ended = 0
+        """First steps that answered their request (no task made for the rest)."""
+        self.calls: list[str] = []
+        self._stepping = False
+        real_start, real_current = protocol.start_eagerly, asyncio.current_task
+
+        def start(loop: asyncio.AbstractEventLoop, coroutine: Any, tasks: set[asyncio.Task[None]]) -> None:
+            before = len(tasks)
+            self._stepping = True
+            try:
+                real_start(loop, coroutine, tasks)
+            finally:
+                self._stepping = False
+            self.steps += 1
+            self.ended += len(tasks) == before
+
+        def current_task(loop: asyncio.AbstractEventLoop | None = None) -> asyncio.Task[Any] | None:
+            if self._stepping:
+                self.calls.append("".join(traceback.format_stack(limit=8)[:-1]))
+            return real_current(loop)
+
+        monkeypatch.setattr(protocol, "start_eagerly", start)
+        monkeypatch.setattr(asyncio, "current_task", current_task)
+        monkeypatch.setattr(asyncio.tasks, "current_task", current_task)
+
+
+def _every_kind(http: requests.Session, url: str, auth: dict[str, str]) -> list[tuple[str, str, int]]:
+    """One of each kind of request that starts eagerly (a read or HEAD that is not a long-poll; a
+    create or append while no other write waits, its body sent with its head), answered and refused."""
+    base = f"{url}/v1/stream"
+    port = int(url.rsplit(":", 1)[1])
+    text, as_json = {**TEXT, **auth}, {"Content-Type": "application/json", **auth}
+    producer = {**text, "Producer-Id": "p", "Producer-Epoch": "0"}
+    calls: list[tuple[str, str, dict[str, str], bytes | None, dict[str, str] | None]] = [
+        ("PUT", "s", text, b"first", None),  # 201
+        ("PUT", "s", text, b"", None),  # 200: the same again
+        ("PUT", "s", as_json, b"", None),  # 409
+        ("PUT", "ttl", {**text, "Stream-TTL": "soon"}, b"", None),  # 400
+        ("PUT", "j", as_json, b"[1]", None),  # 201, JSON
+        ("PUT", "fork", {**text, "Stream-Forked-From": "/v1/stream/s"}, b"", None),  # 201, a fork
+        ("POST", "s", text, b"two", None),  # 204
+        ("POST", "s", {**producer, "Producer-Seq": "0"}, b"three", None),  # 200
+        ("POST", "s", {**producer, "Producer-Seq": "0"}, b"three", None),  # 204: a duplicate
+        ("POST", "s", {**producer, "Producer-Seq": "7"}, b"gap", None),  # 409
+        ("POST", "s", auth, b"untyped", None),  # 400
+        ("POST", "missing", text, b"x", None),  # 404
+        ("POST", "s", text, b"x" * 3000, None),  # 413
+        ("POST", "j", as_json, b"{]", None),  # 400: not JSON
+        ("GET", "s", auth, None, {"offset": "-1"}),  # from memory
+        ("GET", "s", auth, None, {"offset": "now"}),
+        ("GET", "j", auth, None, {"offset": "-1"}),
+        ("GET", "s", auth, None, {"offset": "bogus"}),  # 400
+        ("GET", "missing", auth, None, {"offset": "-1"}),  # 404
+        ("HEAD", "s", auth, None, None),
+        ("HEAD", "missing", auth, None, None),  # 404
+        ("POST", "closing", text, b"", None),  # 400: empty, not closing
+        ("PUT", "closing", text, b"", None),
+        ("POST", "closing", {**text, "Stream-Closed": "true"}, b"", None),  # closes
+        ("POST", "closing", text, b"late", None),  # 409: closed
+    ]
+    answered = []
+    for method, name, headers, body, params in calls:
+        target = f"/v1/stream/{name}" + ("?" + urlencode(params) if params else "")
+        pairs = [(key.encode(), value.encode()) for key, value in headers.items()]
+        response = exchange(port, request_bytes(method, target.encode(), pairs, body), method)  # (one write)
+        answered.append((method, name, response.status))
+    tag = http.get(f"{base}/s", params={"offset": "-1"}, headers=auth).headers["ETag"]
+    assert http.get(f"{base}/s", params={"offset": "-1"}, headers={**auth, "If-None-Match": tag}).status_code == 304
+    deadline = time.monotonic() + 30
+    while http.get(f"{url}/metrics", headers=auth).text.count("durable_streams_delta_commit_duration_seconds_count 0"):
+        assert time.monotonic() < deadline, "no flush into Delta"
+        time.sleep(0.05)
+    assert http.get(f"{base}/fork", params={"offset": "-1"}, headers=auth).content == b"first"  # (from Delta)
+    return answered
+
+
+def test_no_first_step_of_any_eagerly_started_request_asks_for_its_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rule eager start rests on (``eager.py``): before its first wait, a request started in
+    the parser's turn runs outside any task, so nothing on that stretch may need one. Every kind of
+    request that starts eagerly, on a server with tokens and one with a rate limit (the request
+    policy's refusals), reads from memory and from Delta: no call for the current task."""
+    steps = _FirstSteps(monkeypatch)
+    tokens = parse_tokens('[{"name": "w", "token": "writer-token-0123456789", "scope": "write"}]', "test")
+    writer = {"Authorization": "Bearer writer-token-0123456789"}
+    guarded = ServerConfig(
+        data_dir=tmp_path / "auth", auth=tokens, max_body_bytes=2048, tail_cache_bytes=0, flush_interval_ms=50
+    )
+    with serving(guarded) as (url, _), requests.Session() as http:
+        http.trust_env = False
+        answered = _every_kind(http, url, writer)
+        port = int(url.rsplit(":", 1)[1])
+        anonymous = exchange(port, text_post_head(b"/v1/stream/s", 9) + b"anonymous", "POST")
+        wrong = http.head(f"{url}/v1/stream/s", headers={"Authorization": "Bearer wrong-token-0123456789"})
+        assert (anonymous.status, wrong.status_code) == (401, 401)
+    limited = ServerConfig(data_dir=tmp_path / "limited", rate_limit_rps=0.01, rate_limit_burst=1)
+    with serving(limited) as (url, _), requests.Session() as http:
+        http.trust_env = False
+        statuses = [http.put(f"{url}/v1/stream/r", headers=TEXT).status_code for _ in range(2)]
+        statuses.append(http.head(f"{url}/v1/stream/r").status_code)
+        assert statuses == [201, 429, 429]
+    assert steps.steps >= 33 and steps.ended >= 15, (steps.steps, steps.ended)  # (the first steps happened)
+    assert not steps.calls, "a first step asked for its task:\n" + "\n".join(steps.calls)
+    assert [status for _, _, status in answered] == [
+        *(201, 200, 409, 400, 201, 201),  # creates
+        *(204, 200, 204, 409, 400, 404, 413, 400),  # appends
+        *(200, 200, 200, 400, 404, 200, 404),  # reads and HEADs
+        *(400, 201, 204, 409),  # a close
+    ]

@@ -67,7 +67,8 @@ class BodyDeadline:
 
     def __enter__(self) -> BodyDeadline:
         task = asyncio.current_task()
-        assert task is not None
+        if task is None:  # (a request's first step started outside a task: see fastpath/eager.py)
+            raise RuntimeError("BodyDeadline cancels the reading task, and there is none")
         self._task = task
         self._handle = asyncio.get_running_loop().call_later(self._seconds, self._expire)
         return self

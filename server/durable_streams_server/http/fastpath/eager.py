@@ -3,17 +3,24 @@
 uvicorn starts every request as a task (``loop.create_task``), whose first step runs a turn of
 the loop later. On Python 3.11 making that task is the costliest part of starting a fast-path
 request (``Task.__init__`` registers itself in a Python ``WeakSet``; bench/README.md has the
-figures), and most such requests never wait for anything -- a HEAD, a read from memory, an
-append after a quiet spell (its sync runs on the loop: ``storage.wal_writer``). ``start_eagerly``
-runs the coroutine now, in the caller's turn, up to its first wait; only a coroutine that does
-wait (for a group commit, a long-poll's wake, a thread) is handed to a task, which continues it
-from that wait (Python 3.12's eager task factory does the same thing for every task).
+figures), and many such requests never wait for anything -- a HEAD, a read from memory, a
+refusal. ``start_eagerly`` runs the coroutine now, in the caller's turn, up to its first wait;
+only a coroutine that does wait (for a group commit, a long-poll's wake, a thread) is handed to a
+task, which continues it from that wait (Python 3.12's eager task factory does the same thing for
+every task). The first step runs in a copy of the caller's context, and the task continuing it in
+that same copy, as one task's steps would.
 
-What differs for the coroutine's first step: ``asyncio.current_task()`` is ``None`` there, so
-nothing that needs a task (``asyncio.timeout``, ``limits.BodyDeadline``) may run before the first
-wait -- the fast path starts a request this way only when its body is all there
-(``protocol.FastPathProtocol``). The first step runs in a copy of the caller's
-context, and the task continuing it in that same copy, as one task's steps would.
+**The rule: a first step never needs its task.** ``asyncio.current_task()`` is ``None`` there, so
+nothing that needs a task may run before the first wait: ``asyncio.timeout`` and ``TaskGroup``
+raise, ``limits.BodyDeadline`` raises (it would cancel the reading task). The fast path starts a
+request this way only when that stretch cannot reach such code (``FastPath.starts_eagerly``: a
+body all there, so no deadline to keep; no long-poll), and the rule is enforced by a test, not
+left to convention: tests/server/test_eager_start.py runs every kind of request that starts
+eagerly -- creates, appends, reads from memory and from Delta, HEADs, the request policy's
+refusals -- on real servers with ``asyncio.current_task`` watched, and fails naming the caller of
+any call made during a first step. A handler that comes to need a task before its first wait
+fails that test; the request kind then starts in a task (``starts_eagerly``), as uvicorn starts
+requests, or the handler waits first.
 """
 
 from __future__ import annotations

@@ -85,12 +85,12 @@ class FastPath:
         """Appends and creates between their start and their answer (waiting for durability)."""
 
     def starts_eagerly(self, scope: Scope) -> bool:
-        """Whether a request ``target`` chose is likely answered without waiting, so worth
-        starting at once rather than in a task (``eager.py``): a read or HEAD that is not a
-        long-poll (those park), or a write while no other write waits for its group commit (a
-        lone write after a quiet spell is synced by its own request: ``storage.wal_writer``).
-        Under a load of writes, each one waits, and a task from the start costs less than a
-        start at once continued by a task (one turn of the loop fewer)."""
+        """Whether a request ``target`` chose is worth starting at once rather than in a task
+        (``eager.py``), its body being all there: a read or HEAD that is not a long-poll (those
+        park), or a write while no other write waits for its group commit (its checks and its
+        record's hand-over to the WAL's sync thread run in the parser's turn, a task continues
+        it from its wait for durability). Under a load of writes a task from the start costs
+        less than a start at once continued by a task (one turn of the loop fewer)."""
         if scope["method"] in _WRITES:
             return self.writes_in_flight == 0
         return b"live=" not in scope["query_string"]
