@@ -4,7 +4,7 @@ pieces that enforce the ones uvicorn does not.
 Each limit answers with the project's JSON error body and before anything is stored:
 
 - request line + headers over ``max_header_bytes``: 431 (``RequestLimits``; the connection
-  protocols refuse heads still incomplete beyond it, see ``connections.py``);
+  protocols refuse heads still incomplete beyond it, see ``fastpath/guards.py``);
 - a request body not complete within ``request_timeout_s``: 408 (``BodyDeadline``);
 - more concurrent long-poll waits + SSE streams than ``max_live_readers``: 503 with
   ``Retry-After`` (``LiveReaders``) -- they hold a connection each for a long time;
@@ -93,9 +93,9 @@ class BodyDeadline:
 class LiveReaders:
     """Counts long-poll waits and SSE streams, and refuses new ones over the cap (0: no cap).
 
-    A handler ``admit``s just before it starts to hold the connection; the gate
-    releases once the whole response is done -- an SSE body outlives its handler, and the
-    gate's ``finally`` runs however the response ends.
+    A handler ``admit``s just before it starts to hold the connection; the request policy
+    releases once the whole response is done (``RequestPolicy.end``) -- an SSE body outlives
+    its handler, and the policy's end runs however the response ends.
     """
 
     def __init__(self, cap: int) -> None:
@@ -179,7 +179,7 @@ def head_bytes(scope: Scope) -> int:
 
 
 class RequestLimits:
-    """Header size and rate limits, checked by the gate before routing (after auth, so a
+    """Header size and rate limits, checked by the request policy before routing (after auth, so a
     token is known)."""
 
     def __init__(self, *, max_header_bytes: int, rate_limit_rps: float, rate_limit_burst: int) -> None:

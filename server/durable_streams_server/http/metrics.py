@@ -1,9 +1,10 @@
 """Prometheus metrics of one server, scraped at ``/metrics``.
 
 Each app owns a ``CollectorRegistry`` (never the global one), so several apps can live in
-one process. Per request the gate calls ``observe_scope``: one dict lookup and two cached
-label children updated; everything that describes state (WAL size, flush lag, streams,
-live readers) is read only when scraped, so serving pays nothing for it. Storage reports
+one process. Per request the request policy calls ``observe_scope`` (``request_policy.py``, on
+either path): one dict lookup and two cached label children updated; everything that
+describes state (WAL size, flush lag, streams, live readers) is read only when scraped, so
+serving pays nothing for it. Storage reports
 its Delta commits and compaction passes through the ``StorageObserver`` methods.
 
 ``route`` labels name a route template, never a raw path: handlers store theirs under

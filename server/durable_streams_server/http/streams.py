@@ -60,7 +60,7 @@ class StreamHandlers:
         return await self.read_body(request.headers.get("content-length"), request.stream())
 
     def received_body(self, body: bytes) -> bytes:
-        """A body that had all arrived before the handler ran (the lean path's): ``read_body``'s
+        """A body that had all arrived before the handler ran (the fast path's): ``read_body``'s
         limit, and no deadline left to keep."""
         if len(body) > self.limits.max_body_bytes:
             raise self._too_large()
@@ -96,7 +96,7 @@ class StreamHandlers:
         self, name: str, headers: Mapping[str, str], scope: Scope, body: Callable[[], Awaitable[bytes]]
     ) -> tuple[int, dict[str, str]]:
         """A create (PUT), its body read when the headers have been checked: the status and
-        headers to answer. Also the lean path's (``lean.py``), with the headers in a plain dict."""
+        headers to answer. Also the fast path's (``fastpath/route.py``), with the headers in a plain dict."""
         ttl_raw, expires_raw = headers.get(h.STREAM_TTL), headers.get(h.STREAM_EXPIRES_AT)
         if ttl_raw is not None and expires_raw is not None:
             raise BadRequest("Stream-TTL and Stream-Expires-At cannot both be set", code="INVALID_TTL")
@@ -146,7 +146,7 @@ class StreamHandlers:
         self, name: str, headers: Mapping[str, str], body: bytes, producer: h.ProducerHeaders | None, close: bool
     ) -> tuple[int, dict[str, str]]:
         """An append of one body (not the bulk extension): the status and headers to answer.
-        Also the lean path's (``lean.py``), with the request's headers in a plain dict."""
+        Also the fast path's (``fastpath/route.py``), with the request's headers in a plain dict."""
         content_type = None
         if body:
             content_type = h.parse_content_type(headers.get("content-type"))
