@@ -40,6 +40,7 @@ def test_the_names_each_direction_accepts() -> None:
         "pollintervalms",
         "historyreads",
         "localfiles",
+        "freezeworkergc",
     }
     assert set(WRITE_OPTIONS) == {
         "url",
@@ -59,6 +60,7 @@ def test_the_names_each_direction_accepts() -> None:
         "checkpointlocation",
         "queryname",
         "_testfailafterrequests",
+        "freezeworkergc",
     }
 
 
