@@ -1,6 +1,7 @@
 # The two commands a fresh machine needs: `make serve` and `make test`.
 # Both create ./.venv and install what they need into it (and npm packages into
-# tests/conformance/node_modules); nothing has to be installed by hand first.
+# tests/conformance/node_modules and tests/emulators/node_modules); nothing has to be
+# installed by hand first.
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -20,9 +21,10 @@ $(VENV)/.server-installed: $(BIN)/python setup.py
 	$(BIN)/python -m pip install --quiet -e '.[server]'
 	touch $@
 
-$(VENV)/.test-installed: $(BIN)/python setup.py tests/conformance/package-lock.json
+$(VENV)/.test-installed: $(BIN)/python setup.py tests/conformance/package-lock.json tests/emulators/package-lock.json
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	cd tests/conformance && npm ci --no-audit --no-fund --loglevel=error
+	cd tests/emulators && npm ci --no-audit --no-fund --loglevel=error
 	touch $@ $(VENV)/.server-installed
 
 install: $(VENV)/.server-installed
@@ -59,4 +61,4 @@ bench-scale: install-test
 	$(BIN)/python bench/scale_bench.py --sizes $(SCALE)
 
 clean:
-	rm -rf $(VENV) tests/conformance/node_modules .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) tests/conformance/node_modules tests/emulators/node_modules .pytest_cache .mypy_cache .ruff_cache

@@ -1,4 +1,4 @@
-"""Shared fixtures: real servers on loopback, temp data directories, a moto S3 server."""
+"""Shared fixtures: real servers on loopback, temp data directories, a moto S3 server, Azurite."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from servers import MotoServer, ServerProcess, session
+from servers import AzuriteServer, MotoServer, ServerProcess, session
 
 
 @pytest.fixture
@@ -34,6 +34,13 @@ def server(server_factory: Callable[..., ServerProcess]) -> ServerProcess:
 @pytest.fixture(scope="session")
 def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
     server = MotoServer().start(tmp_path_factory.mktemp("moto"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzuriteServer]:
+    server = AzuriteServer().start(tmp_path_factory.mktemp("azurite"))
     yield server
     server.stop()
 

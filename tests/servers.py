@@ -1,10 +1,13 @@
-"""Real processes on loopback for the tests: our server, and moto's S3 server.
+"""Real processes on loopback for the tests: our server, moto's S3 server and Azurite.
 
 Everything here starts a genuine subprocess and talks to it over TCP; nothing is mocked.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import os
 import signal
 import socket
@@ -156,6 +159,71 @@ class MotoServer:
             region_name="us-east-1",
         )
         client.create_bucket(Bucket=name)
+
+    def server_args(self, uri: str) -> list[str]:
+        args = ["--storage-uri", uri]
+        for key, value in self.storage_options().items():
+            args += ["--storage-option", f"{key}={value}"]
+        return args
+
+
+AZURITE_ACCOUNT = "devstoreaccount1"
+AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+"""Azurite's fixed development account and its published key."""
+
+
+@dataclass
+class AzuriteServer:
+    """Azurite's Blob service (npm ``azurite``, installed in tests/emulators), on a loopback port."""
+
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+    log_path: Path = Path("azurite.log")
+
+    @property
+    def endpoint(self) -> str:
+        """The account's Blob endpoint, path-style (the account is the first path segment)."""
+        return f"http://127.0.0.1:{self.port}/{AZURITE_ACCOUNT}"
+
+    def start(self, log_dir: Path) -> AzuriteServer:
+        self.log_path = log_dir / f"azurite-{self.port}.log"
+        azurite = REPO_ROOT / "tests" / "emulators" / "node_modules" / ".bin" / "azurite-blob"
+        if not azurite.exists():
+            raise RuntimeError("azurite is missing: run make install-test (npm ci in tests/emulators)")
+        command = [str(azurite), "--blobHost", "127.0.0.1", "--blobPort", str(self.port)]
+        command += ["--inMemoryPersistence", "--disableTelemetry"]
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=log_dir)
+        _wait_until_listening(self.port, self.proc, self.log_path)
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
+
+    def storage_options(self) -> dict[str, str]:
+        return {
+            "AZURE_STORAGE_ACCOUNT_NAME": AZURITE_ACCOUNT,
+            "AZURE_STORAGE_ACCOUNT_KEY": AZURITE_KEY,
+            "AZURE_STORAGE_ENDPOINT": self.endpoint,
+            "AZURE_ALLOW_HTTP": "true",
+        }
+
+    def create_container(self, name: str) -> None:
+        """Create Container, authorized with the account key (Shared Key)."""
+        date = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime())
+        version = "2021-08-06"
+        to_sign = "PUT\n" + "\n" * 11 + f"x-ms-date:{date}\nx-ms-version:{version}\n"
+        to_sign += f"/{AZURITE_ACCOUNT}/{AZURITE_ACCOUNT}/{name}\nrestype:container"
+        digest = hmac.new(base64.b64decode(AZURITE_KEY), to_sign.encode(), hashlib.sha256).digest()
+        headers = {
+            "x-ms-date": date,
+            "x-ms-version": version,
+            "Authorization": f"SharedKey {AZURITE_ACCOUNT}:{base64.b64encode(digest).decode()}",
+        }
+        response = session().put(f"{self.endpoint}/{name}", params={"restype": "container"}, headers=headers)
+        assert response.status_code == 201, response.text
 
     def server_args(self, uri: str) -> list[str]:
         args = ["--storage-uri", uri]
