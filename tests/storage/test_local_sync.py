@@ -22,7 +22,7 @@ from durable_streams_server.engine.engine import Engine
 from durable_streams_server.engine.types import AppendRequest, CreateRequest
 from durable_streams_server.storage.committer import Storage, StorageConfig
 from durable_streams_server.storage.compaction import CompactionConfig
-from durable_streams_server.storage.delta_log import DeltaLog
+from durable_streams_server.storage.delta_log import APP_ID, DeltaLog
 from durable_streams_server.storage.local_sync import LocalSync, TornCommit
 from durable_streams_server.storage.wal import WriteAheadLog
 
@@ -148,7 +148,7 @@ def test_the_flusher_drops_wal_segments_only_after_the_commit_holding_them_is_sy
 def _txn_version(entry: Path) -> int | None:
     for line in entry.read_bytes().splitlines():
         action = orjson.loads(line)
-        if "txn" in action:
+        if "txn" in action and action["txn"]["appId"] == APP_ID:  # (the flush's, not the owner's epoch)
             return int(action["txn"]["version"])
     return None
 

@@ -1,6 +1,6 @@
 """Write admission and health: whether storage can make a write durable soon, and why not.
 
-Three conditions refuse writes, each with its own code and a retry delay:
+These conditions refuse writes, each with its own code and a retry delay:
 
 * ``STORAGE_FAILED``: a WAL write or fsync failed (local disk). Memory may be ahead of
   the WAL, so nothing is acknowledged any more until a restart (``fail``).
@@ -8,6 +8,10 @@ Three conditions refuse writes, each with its own code and a retry delay:
   acknowledged by a commit, so it is refused up-front until one succeeds.
 * ``WAL_FULL`` (WAL mode): Delta commits fail or lag and the WAL holds more than
   ``max_wal_bytes``.
+* ``OWNER_MOVING``: another node asked this one to hand the storage over; what was
+  submitted is being flushed (``owner_watch``).
+* ``NOT_OWNER``: this server no longer owns its storage (handed over, or fenced by a newer
+  owner: ``ownership``); nothing is acknowledged any more, waiting requests included.
 
 ``check_writable`` runs before the engine validates or changes anything, so a refused
 write leaves memory untouched; it is O(1) because it runs on every write (the WAL keeps a
@@ -25,6 +29,7 @@ import time
 from datetime import UTC, datetime
 
 from ..protocol.errors import ServiceUnavailable
+from .ownership import OwnershipError
 from .wal import WriteAheadLog
 
 log = logging.getLogger("durable_streams_server.storage")
@@ -46,6 +51,10 @@ class Admission:
         """(since when, latest error) while Delta commits fail."""
         self.retry_delay = 0.0
         """The flusher's current backoff between commit attempts (0: not retrying)."""
+        self.moving = False
+        """A handover was asked for: new writes are refused while the rest is flushed."""
+        self.fenced: OwnershipError | None = None
+        """Why this server may no longer write its storage (for good)."""
 
     # -- state changes (by the WAL writer and the flusher) ------------------------------
 
@@ -53,6 +62,11 @@ class Admission:
         """Stop acknowledging: memory may now be ahead of what is durable."""
         log.critical("storage failure; refusing writes until restart", exc_info=error)
         self.failure = error
+
+    def fence(self, error: OwnershipError) -> None:
+        if self.fenced is None:
+            log.critical("no longer the owner of the storage; refusing writes", extra={"reason": str(error)})
+            self.fenced = error
 
     def commit_failed(self, error: Exception, lsn: int) -> None:
         if self.commit_error is None:
@@ -75,6 +89,10 @@ class Admission:
         """Why storage cannot make progress now; ``None`` when it is healthy."""
         if self.failure is not None:
             return f"storage failed, writes refused until restart: {self.failure}"
+        if self.fenced is not None:
+            return str(self.fenced)
+        if self.moving:
+            return "handing the storage over to another node"
         failing = None
         if self.commit_error is not None:
             since, error = self.commit_error
@@ -91,6 +109,10 @@ class Admission:
         """Refuse a write up-front while storage could not make it durable soon."""
         if self.failure is not None:
             raise self.unavailable("STORAGE_FAILED")
+        if self.fenced is not None:
+            raise self.unavailable("NOT_OWNER")
+        if self.moving:
+            raise self.unavailable("OWNER_MOVING")
         if self._wal is None and self.commit_error is not None:
             raise self.unavailable("DELTA_UNAVAILABLE")
         if self.wal_full():
@@ -100,13 +122,16 @@ class Admission:
         """Refuse to wait for durability that cannot come (or cannot be known) soon."""
         if self.failure is not None:
             raise self.unavailable("STORAGE_FAILED")
+        if self.fenced is not None:
+            raise self.unavailable("NOT_OWNER")
         if self._wal is None and self.commit_error is not None:
             raise self.unavailable("COMMIT_IN_DOUBT", IN_DOUBT)
 
     def unavailable(self, code: str, message: str | None = None) -> ServiceUnavailable:
         # A fatal failure needs a restart; otherwise the next commit attempt is due in
         # about the flusher's current backoff.
-        retry_after = _FATAL_RETRY_AFTER_S if self.failure is not None else max(1, math.ceil(self.retry_delay))
+        fatal = self.failure is not None or self.fenced is not None
+        retry_after = _FATAL_RETRY_AFTER_S if fatal else max(1, math.ceil(self.retry_delay))
         return ServiceUnavailable(
             message or self.degraded or "storage is unavailable", code=code, retry_after_s=retry_after
         )

@@ -25,6 +25,8 @@ from .flusher import DeltaFlusher
 from .history_reader import HistoryReader, StoredMessage
 from .message_batch import MessageBatch
 from .observer import NullObserver, StorageObserver
+from .owner_watch import OwnerWatch
+from .ownership import Node, Owner, OwnershipError, node_id_for
 from .read_plans import ReadPlanner, TablePlan
 from .records import H, Record, encode
 from .view import Recovery, StateView
@@ -55,6 +57,9 @@ class StorageConfig:
     """Memory of history reads parked between responses (``history_reader``)."""
     read_plan_ttl_s: int = 600
     """How long the file URLs of a read plan stay valid (``read_plans``)."""
+    node: Node | None = None
+    """This server as it claims the storage (``ownership``); ``None``: a node whose id is kept
+    in ``data_dir``, refusing a location another node owns."""
 
 
 class Storage:
@@ -88,16 +93,32 @@ class Storage:
         )
         self._compaction = Compaction(Compactor(self.delta, config.compaction), observer)
         self._flusher.after_flush.append(self._compaction.note_flushed)
+        self._flusher.on_fenced = self._fenced
+        self.node = config.node or Node(
+            node_id_for(config.data_dir, None), data_dir=str(config.data_dir.resolve()), durability=config.durability
+        )
+        self.owner: Owner | None = None
+        """The epoch this server owns its storage under, once ``recover`` has claimed it."""
+        self._watch = OwnerWatch(
+            self.delta,
+            self._admission,
+            self.node.poll_interval_s,
+            flush=self._flusher.flush_soon,
+            flushed=lambda: self._flusher.all_flushed,
+            on_fenced=self._fenced,
+        )
         self._tasks: list[asyncio.Task[None]] = []
 
     # -- recovery and lifecycle -----------------------------------------------------------
 
     def recover(self) -> Recovery:
-        """Read the Delta state and the WAL records after it (before serving)."""
+        """Claim the storage (``ownership``), then read the Delta state and the WAL records after
+        it (before serving)."""
+        replayed = list(self.wal.replay()) if self.wal is not None else []
+        self.owner = self.delta.claim(self.node, holds_wal=bool(replayed))
         committed = self.delta.committed_lsn()
         rows = self.delta.load_rows()
         self._compaction.recovered(rows.states, self.delta.recovered_checkpoint)
-        replayed = self.wal.replay() if self.wal is not None else iter(())
         records = [record for record in replayed if record.lsn > committed]
         last = max([committed, *(record.lsn for record in records)])
         self._acks.recovered(last)
@@ -129,6 +150,8 @@ class Storage:
         self._tasks.append(asyncio.create_task(self._flusher.run(), name="delta-flusher"))
         if self.config.compaction.interval_s > 0:
             self._tasks.append(asyncio.create_task(self._compaction.loop(), name="delta-compaction"))
+        if self.owner is not None:
+            self._tasks.append(asyncio.create_task(self._watch.run(), name="owner-watch"))
 
     async def close(self) -> None:
         """Stop the background tasks after a final flush of everything submitted."""
@@ -136,7 +159,7 @@ class Storage:
             self._wal_writer.close()
         self._flusher.close()
         for task in self._tasks:
-            if task.get_name() == "delta-compaction":
+            if task.get_name() in ("delta-compaction", "owner-watch"):
                 task.cancel()
         for task in self._tasks:
             with contextlib.suppress(Exception, asyncio.CancelledError):  # logged where it happened
@@ -144,6 +167,19 @@ class Storage:
         await self._compaction.close()
         if self.wal is not None:
             await asyncio.to_thread(self._close_wal, self.wal)
+        if self._flusher.all_flushed and self._admission.failure is None and self._admission.fenced is None:
+            try:
+                await asyncio.to_thread(self.delta.release)
+            except Exception as error:  # (the next owner then has to ask, unless it is this node)
+                log.warning("could not release the storage", extra={"error": str(error)})
+            else:
+                log.info("released the storage", extra={"node_id": self.node.node_id})
+
+    def _fenced(self, error: OwnershipError) -> None:
+        """No longer the owner: refuse writes, and answer every request waiting for durability
+        with that refusal instead of an acknowledgement (``owner_watch``)."""
+        self._admission.fence(error)
+        self._acks.fail_waiters(lambda: self._admission.unavailable("NOT_OWNER"))
 
     def _close_wal(self, wal: WriteAheadLog) -> None:
         """Off the loop's thread (``sync_policy``): close the log, empty if Delta holds everything."""

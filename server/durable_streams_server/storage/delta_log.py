@@ -41,7 +41,8 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -54,6 +55,8 @@ from .commit_rows import clustered, commit_table
 from .compaction_plan import Bin, FileSpan, spans_intersecting
 from .local_sync import LocalSync
 from .log_trim import table_properties, trim_due, trim_log
+from .owner_log import check_owner, claim_table, fenced_by, handover_asked, name_owner, owner_properties
+from .ownership import Node, Owner, released
 from .records import (
     Header,
     Record,
@@ -99,6 +102,9 @@ class DeltaLog:
         if self._sync is not None:
             self._sync.opened(self._table.version(), _active_paths(self._table))
         self._lock = threading.Lock()
+        self.owner: Owner | None = None
+        """The epoch this handle commits under (``claim``); ``None``: unclaimed, commits unfenced
+        (tools and tests that write a table directly; the server always claims first)."""
         self.recovered_checkpoint = (0, 0, 0)
         """After ``load_rows``: rows of the state checkpoint, commits and rows after it."""
 
@@ -141,9 +147,14 @@ class DeltaLog:
         server can look unreferenced."""
         with self._lock:
             self._table.update_incremental()
-            removed = self._table.vacuum(
-                retention_hours=retention_hours, enforce_retention_duration=False, dry_run=False
-            )
+            self._check_owner()
+            with self._fencing():
+                removed = self._table.vacuum(
+                    retention_hours=retention_hours,
+                    enforce_retention_duration=False,
+                    dry_run=False,
+                    commit_properties=self._properties(),
+                )
         return len(removed)
 
     def load_rows(self) -> RecoveredRows:
@@ -195,10 +206,9 @@ class DeltaLog:
             reader = self._table.scan(predicate=f"kind IN ({kinds}) AND lsn >= {since}")
         rows = newest_per_uid(plain(pa.RecordBatchReader.from_stream(reader).read_all()))
         rows = rows.set_column(rows.schema.get_field_index("lsn"), "lsn", pa.repeat(covered, rows.num_rows))
-        properties = CommitProperties(app_transactions=[Transaction(app_id=CHECKPOINT_APP_ID, version=covered)])
         with self._lock:
-            write_deltalake(
-                self._table,
+            properties = self._properties(Transaction(app_id=CHECKPOINT_APP_ID, version=covered))
+            self._write(
                 rows,
                 mode="append",
                 commit_properties=properties,
@@ -227,11 +237,11 @@ class DeltaLog:
             self._table.update_incremental()
             if spans_intersecting(_spans(self._table), bin_.lo, bin_.hi) != bin_.paths:
                 return False
-            write_deltalake(
-                self._table,
+            self._write(
                 rows,
                 mode="overwrite",
                 predicate=bin_.predicate,
+                commit_properties=self._properties(),
                 target_file_size=_ONE_FILE,
                 writer_properties=WriterProperties(
                     max_row_group_size=max_row_group_rows, compression="ZSTD", column_properties=_NO_STATISTICS
@@ -253,17 +263,17 @@ class DeltaLog:
         """Delete the rows matching ``predicate`` (rewriting only the files that hold some)."""
         with self._lock:
             self._table.update_incremental()
-            self._table.delete(predicate)
+            with self._fencing():
+                self._table.delete(predicate, commit_properties=self._properties())
             self._table.update_incremental()
             self._committed()
 
     def commit(self, records: Iterable[Record[Header]], states: Mapping[int, dict[str, Any]], through_lsn: int) -> None:
         """Write the records' messages and snapshots plus the given states in one commit."""
         table, group_rows = clustered(commit_table(list(records), states, through_lsn))
-        properties = CommitProperties(app_transactions=[Transaction(app_id=APP_ID, version=through_lsn)])
         with self._lock:
-            write_deltalake(
-                self._table,
+            properties = self._properties(Transaction(app_id=APP_ID, version=through_lsn))
+            self._write(
                 table,
                 mode="append",
                 commit_properties=properties,
@@ -272,6 +282,64 @@ class DeltaLog:
             self._committed()
         del table
         pa.default_memory_pool().release_unused()  # a flush's buffers: give the pages back
+
+    # -- ownership (``ownership``): every commit above carries the owner's epoch ----------
+
+    def _properties(self, *transactions: Transaction) -> CommitProperties:
+        """(Under the lock.) The properties of a commit on the handle's snapshot: the owner's
+        epoch and name, after checking that the snapshot names no newer owner."""
+        if self.owner is None:
+            return CommitProperties(app_transactions=list(transactions))
+        check_owner(self._table, self.owner)
+        return owner_properties(self.owner, transactions)
+
+    def _write(self, data: pa.Table | pa.RecordBatchReader, **options: Any) -> None:
+        """(Under the lock.) ``write_deltalake`` on the handle, fenced."""
+        with self._fencing():
+            write_deltalake(self._table, data, **options)
+
+    def _check_owner(self) -> None:
+        if self.owner is not None:
+            check_owner(self._table, self.owner)
+
+    @contextmanager
+    def _fencing(self) -> Iterator[None]:
+        """(Under the lock, around a commit.) A commit refused because a newer owner claimed the
+        table meanwhile (delta-rs: "Concurrent transaction failed") raises ``Fenced``."""
+        try:
+            yield
+        except Exception as error:
+            if self.owner is None:
+                raise
+            explained = fenced_by(self._table, self.owner, error)
+            if explained is error:
+                raise
+            raise explained from error
+
+    def claim(self, node: Node, holds_wal: bool) -> Owner:
+        """Claim the next epoch for ``node`` (``owner_log.claim_table``); every later commit of
+        this handle carries it. ``holds_wal``: ``node``'s data directory holds WAL records."""
+        self.owner = claim_table(self._table, self._lock, self.uri, node, holds_wal)
+        return self.owner
+
+    def handover_asked(self) -> bool:
+        """Whether a handover of this owner's epoch was asked for; ``Fenced`` if a newer
+        owner claimed the table (checked on a refreshed snapshot)."""
+        assert self.owner is not None
+        with self._lock:
+            self._table.update_incremental()
+            check_owner(self._table, self.owner)
+            return handover_asked(self._table) >= self.owner.epoch
+
+    def release(self) -> None:
+        """Let go of the table: a commit saying so; the next owner claims without asking."""
+        if self.owner is None:
+            return
+        with self._lock, self._fencing():
+            self._table.update_incremental()
+            check_owner(self._table, self.owner)
+            name_owner(self._table, released(self.owner))
+            self.owner = released(self.owner)
 
     def _scan(self, columns: list[str], predicate: str) -> pa.Table:
         """Rows matching ``predicate``, files skipped by their min/max statistics."""

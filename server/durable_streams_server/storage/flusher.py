@@ -33,6 +33,7 @@ from .acks import Acknowledgements
 from .admission import IN_DOUBT, Admission
 from .delta_log import DeltaLog
 from .observer import StorageObserver
+from .ownership import OwnershipError
 from .records import Header, Record
 from .view import StateView, StreamState
 from .wal_writer import WalWriter
@@ -67,6 +68,8 @@ class DeltaFlusher:
         self.view: StateView | None = None
         self.after_flush: list[Callable[[Mapping[int, StreamState]], None]] = []
         """Called with the flushed states after each successful commit."""
+        self.on_fenced: Callable[[OwnershipError], None] = admission.fence
+        """Called when a commit is refused because a newer owner claimed the table."""
         self.flushed_lsn = 0
         self._unflushed: list[Record[Header]] = []
         self._unflushed_bytes = 0
@@ -93,6 +96,15 @@ class DeltaFlusher:
         if self._wal_writer is None or self._unflushed_bytes >= self._flush_bytes:
             self._wakeup.set()
 
+    def flush_soon(self) -> None:
+        """Commit what is queued now rather than at the next interval."""
+        self._wakeup.set()
+
+    @property
+    def all_flushed(self) -> bool:
+        """Whether every record submitted so far is in Delta."""
+        return not self._unflushed and self._inflight_since is None
+
     def close(self) -> None:
         """Let ``run`` return after a final flush of everything queued."""
         self._closing = True
@@ -115,10 +127,10 @@ class DeltaFlusher:
             elif not self._closing:
                 await self._wakeup.wait()
             self._wakeup.clear()
-            failed = self._admission.failure is not None
+            failed = self._admission.failure is not None or self._admission.fenced is not None
             if self._unflushed and not failed and not await self._flush_once():
-                return  # closing, and Delta is unreachable
-            if self._closing and (not self._unflushed or self._admission.failure is not None):
+                return  # closing, and Delta is unreachable; or fenced
+            if self._closing and (not self._unflushed or failed):
                 return  # (after a WAL failure, the next start recovers what the WAL holds)
 
     async def _flush_once(self) -> bool:
@@ -135,6 +147,12 @@ class DeltaFlusher:
         admission = self._admission
         admission.retry_delay = _FIRST_RETRY_S
         while not await self._commit(records, states, cut, in_doubt=admission.commit_error is not None):
+            if admission.fenced is not None:
+                log.critical(
+                    "records not flushed: a newer owner fenced this server",
+                    extra={"lsn_from": records[0].lsn, "lsn_to": cut, "in_wal": self._wal_writer is not None},
+                )
+                return False
             if self._closing:
                 log.error(
                     "final flush failed; "
@@ -177,6 +195,9 @@ class DeltaFlusher:
                 self._commit_failed(TimeoutError(f"no answer within {self._commit_timeout_s:g} s"), cut)
         try:
             await attempt
+        except OwnershipError as error:
+            self.on_fenced(error)
+            return False
         except Exception as error:  # object stores fail transiently; the flush is idempotent
             self._observer.delta_commit(time.perf_counter() - started, False)
             self._commit_failed(error, cut)

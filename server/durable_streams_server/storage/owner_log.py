@@ -1,0 +1,165 @@
+"""The ownership epoch in the Delta log: reading it, claiming it, asking for it, letting it go.
+
+The decisions are ``ownership``'s; this module is their I/O on a ``DeltaTable`` handle
+(callers hold ``DeltaLog``'s lock). A claim and a release are commits without data files
+that set the table property ``OWNER_KEY`` (the owner's JSON) and carry the epoch's ``txn``:
+the snapshot itself says who owns the table, with no read of older commits, and as a
+metadata change a claim also makes every commit begun on an older snapshot fail, with or
+without a ``txn`` (delta-rs: "Metadata changed since last commit"). A handover request is a
+commit with its own ``txn`` and nothing else, so it never conflicts with the owner's commits.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from deltalake import CommitProperties, DeltaTable, Transaction
+
+from .ownership import (
+    HANDOVER_APP_ID,
+    HANDOVER_KEY,
+    OWNER_APP_ID,
+    OWNER_KEY,
+    Fenced,
+    Node,
+    Owner,
+    decide,
+    handover_timed_out,
+    newer_owner,
+    refusal,
+    stale_wal,
+)
+
+log = logging.getLogger("durable_streams_server.storage")
+
+
+def epoch_of(table: DeltaTable) -> int:
+    return table.transaction_version(OWNER_APP_ID) or 0
+
+
+def handover_asked(table: DeltaTable) -> int:
+    """The epoch the newest handover request asked to let go (0: none)."""
+    return table.transaction_version(HANDOVER_APP_ID) or 0
+
+
+def newest_owner(table: DeltaTable) -> Owner | None:
+    """The owner the snapshot names (``None``: never claimed)."""
+    text = table.metadata().configuration.get(OWNER_KEY)
+    return Owner.from_json(text) if text else None
+
+
+def owner_properties(owner: Owner, transactions: Iterable[Transaction] = ()) -> CommitProperties:
+    """What every commit of ``owner`` carries: its epoch's ``txn`` (fencing) and its name."""
+    return CommitProperties(
+        custom_metadata={OWNER_KEY: owner.to_json()},
+        app_transactions=[Transaction(app_id=OWNER_APP_ID, version=owner.epoch), *transactions],
+    )
+
+
+def check_owner(table: DeltaTable, owner: Owner) -> None:
+    """Raise ``Fenced`` if the snapshot ``table`` holds names a newer epoch than ``owner``'s."""
+    epoch = epoch_of(table)
+    if epoch != owner.epoch:
+        raise newer_owner(newest_owner(table), epoch)
+
+
+def empty_commit(table: DeltaTable, properties: CommitProperties) -> None:
+    """A commit of ``properties`` alone (no data files); the handle sees it afterwards."""
+    schema: Any = table.schema()
+    table.create_write_transaction([], "append", schema, commit_properties=properties)
+    table.update_incremental()
+
+
+def name_owner(table: DeltaTable, owner: Owner) -> None:
+    """Commit ``owner`` as the table's owner (its claim, or its release): the table property and
+    the epoch's ``txn``; the handle sees it afterwards."""
+    table.alter.set_table_properties(
+        {OWNER_KEY: owner.to_json()}, raise_if_not_exists=False, commit_properties=owner_properties(owner)
+    )
+    table.update_incremental()
+
+
+def claim(table: DeltaTable, owner: Owner) -> None:
+    """Commit ``owner``'s epoch, which must be one above the snapshot's; a concurrent claim of
+    the same epoch makes one of the two fail (``Fenced`` for the loser)."""
+    try:
+        name_owner(table, owner)
+    except Exception as error:  # (delta-rs: "Concurrent transaction failed", "Metadata changed")
+        table.update_incremental()
+        if epoch_of(table) >= owner.epoch:
+            raise newer_owner(newest_owner(table), epoch_of(table)) from error
+        raise
+
+
+def ask_handover(table: DeltaTable, asking: Owner, epoch: int) -> None:
+    """Ask the owner of ``epoch`` to let go (it never conflicts with the owner's commits)."""
+    empty_commit(
+        table,
+        CommitProperties(
+            custom_metadata={HANDOVER_KEY: asking.to_json()},
+            app_transactions=[Transaction(app_id=HANDOVER_APP_ID, version=epoch)],
+        ),
+    )
+
+
+def fenced_by(table: DeltaTable, owner: Owner, error: Exception) -> Exception:
+    """After a failed commit of ``owner``: ``Fenced`` if a newer owner explains it, else ``error``."""
+    table.update_incremental()
+    try:
+        check_owner(table, owner)
+    except Fenced as fenced:
+        fenced.__cause__ = error
+        return fenced
+    return error
+
+
+def claim_table(table: DeltaTable, lock: threading.Lock, uri: str, node: Node, holds_wal: bool) -> Owner:
+    """Claim the next epoch of ``table`` for ``node`` (``ownership.decide``): at once when the
+    table is free or ``node``'s own, after its owner handed over when asked (``node.take_over``),
+    or not at all (``OwnedElsewhere``). ``holds_wal``: ``node``'s data directory holds WAL
+    records, which only a restart of the owner that wrote them may replay (``StaleWal``)."""
+    with lock:
+        table.update_incremental()
+        epoch, current = epoch_of(table), newest_owner(table)
+    decision = decide(node, epoch, current)
+    if current is not None and current.node_id != node.node_id and holds_wal:
+        raise stale_wal(node, current)
+    if decision == "refuse":
+        assert current is not None
+        raise refusal(current, uri)
+    if decision == "ask":
+        assert current is not None
+        _ask_handover(table, lock, node, epoch, current)
+    with lock:
+        table.update_incremental()
+        if epoch_of(table) != epoch:
+            raise newer_owner(newest_owner(table), epoch_of(table))
+        owner = node.owner(epoch + 1)
+        claim(table, owner)
+    if current is not None and current.state != "released" and current.node_id != node.node_id:
+        log.warning("took the storage over", extra={"previous_owner": current.describe(), "epoch": owner.epoch})
+    return owner
+
+
+def _ask_handover(table: DeltaTable, lock: threading.Lock, node: Node, epoch: int, current: Owner) -> None:
+    """Ask the owner of ``epoch`` to let go and wait for its release; past the timeout, go on
+    only if it cannot hold acknowledged records outside Delta (``--durability delta``)."""
+    with lock:
+        ask_handover(table, node.owner(epoch, "releasing"), epoch)
+    log.info("asked the owner to hand over", extra={"owner": current.describe()})
+    until = time.monotonic() + node.take_over_timeout_s
+    while time.monotonic() < until:
+        time.sleep(node.poll_interval_s)
+        with lock:
+            table.update_incremental()
+            if epoch_of(table) != epoch:
+                raise newer_owner(newest_owner(table), epoch_of(table))
+            newest = newest_owner(table)
+        if newest is not None and newest.epoch == epoch and newest.state == "released":
+            return
+    if current.durability != "delta":
+        raise handover_timed_out(current, node.take_over_timeout_s)

@@ -1,0 +1,216 @@
+"""Who may write a storage location: ownership epochs, fenced by the Delta log itself.
+
+Storage decision
+----------------
+A server writes a storage location only while it owns it, and ownership is an **epoch**
+recorded in the table as a Delta application transaction (``txn`` action, app id
+``OWNER_APP_ID``, version = the epoch). Claiming the location is a commit that raises that
+version by one; every later commit of the owner -- flushes, state checkpoints, compaction
+rewrites, purges, vacuums, table property changes -- carries the same ``txn`` with its own
+epoch. Two guarantees follow, one from our code and one from Delta's:
+
+* **The snapshot check.** Before every commit the owner reads the epoch in the snapshot it
+  commits on; a higher one means a newer owner, and the commit is not made (``Fenced``).
+  Delta accepts a *lower* version for an app id from a fresh snapshot, so this check is not
+  optional.
+* **The conflict check.** A claim that lands after that snapshot was read is a winning
+  commit carrying the same app id: delta-rs's conflict checker refuses the owner's commit
+  (``Concurrent transaction failed``) instead of rebasing it, and the re-read snapshot then
+  shows the newer epoch (``Fenced``). Two servers claiming the same epoch conflict the same
+  way, so exactly one of them owns it.
+
+So a stale owner can never commit after a newer owner's claim, and an acknowledgement that
+waits for a commit (``--durability delta``) is never given by a stale owner. The claim is an
+ordinary Delta commit (put-if-absent of the log entry on every store delta-rs supports), so
+no other coordination service is involved.
+
+The claim (and the release) also sets a table property, ``OWNER_KEY``: the owner's node id,
+epoch, advertised URL, data directory, host, pid, durability, and whether it is *serving* or
+has *released* the location. Any snapshot says who owns the location and whether it let go,
+whatever the table's history (``owner_log``); every commit names its owner in its
+``commitInfo`` too, for whoever reads the log.
+
+Taking over
+-----------
+A location another node owns and has not released is not taken silently (``decide``):
+
+* the same node (its ``--node-id``, kept in its data directory) takes it back: a restart,
+  whose WAL is right there to replay;
+* another node refuses to start (``OwnedElsewhere``, naming the owner and how to take over),
+  unless told to take over. Then it asks the owner to hand over: a commit carrying app id
+  ``HANDOVER_APP_ID`` at the owner's epoch (a different app id: it never conflicts with the
+  owner's commits). The owner notices within a poll interval, refuses new writes, flushes
+  everything acknowledged into Delta, and commits its release; only then does the new node
+  claim the next epoch, so it serves nothing until the previous owner's acknowledged records
+  are in Delta. An owner that does not answer within the timeout is taken over only if
+  nothing it acknowledged can be outside Delta (it ran with ``--durability delta``) or the
+  operator forces it (``take_over="force"``: the old node's WAL, if it held records, is given
+  up, and the new owner logs that it did so).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import uuid
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+OWNER_APP_ID = "durable-streams-owner"
+"""The app id of the ownership epoch (``txn`` version = epoch)."""
+HANDOVER_APP_ID = "durable-streams-handover"
+"""The app id of a request to hand over (``txn`` version = the epoch asked to let go)."""
+OWNER_KEY = "durable_streams.owner"
+"""Table property (and ``commitInfo`` key): the JSON of the ``Owner``."""
+HANDOVER_KEY = "durable_streams.handover"
+"""``commitInfo`` key of a handover request: the JSON of the ``Owner`` asking."""
+NODE_ID_FILE = "node-id"
+"""In the data directory: the node id a server uses when none is given."""
+
+TakeOver = Literal["no", "ask", "force"]
+OwnerState = Literal["serving", "releasing", "released"]
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """A node's claim on a storage location, as every commit of it records."""
+
+    node_id: str
+    epoch: int
+    url: str
+    data_dir: str
+    host: str
+    pid: int
+    durability: str
+    state: OwnerState = "serving"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> Owner | None:
+        try:
+            fields: dict[str, Any] = json.loads(text)
+            return cls(**fields)
+        except (TypeError, ValueError):
+            return None
+
+    def describe(self) -> str:
+        where = f" at {self.url}" if self.url else ""
+        at = f"host {self.host}, pid {self.pid}, data dir {self.data_dir}, epoch {self.epoch}"
+        return f"node {self.node_id!r}{where} ({at})"
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """This server, as it will claim a location."""
+
+    node_id: str
+    url: str = ""
+    data_dir: str = ""
+    durability: str = "wal"
+    take_over: TakeOver = "no"
+    take_over_timeout_s: float = 30.0
+    poll_interval_s: float = 1.0
+    """How often an owner looks for a handover request (and a requester for the release)."""
+
+    def owner(self, epoch: int, state: OwnerState = "serving") -> Owner:
+        return Owner(
+            node_id=self.node_id,
+            epoch=epoch,
+            url=self.url,
+            data_dir=self.data_dir,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            durability=self.durability,
+            state=state,
+        )
+
+
+def node_id_for(data_dir: Path, given: str | None) -> str:
+    """``given``, or the id kept in ``data_dir`` (made once, so a restart is the same node)."""
+    if given:
+        return given
+    path = data_dir / NODE_ID_FILE
+    try:
+        kept = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        kept = ""
+    if kept:
+        return kept
+    made = uuid.uuid4().hex[:12]
+    data_dir.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".tmp")
+    partial.write_text(made + "\n", encoding="utf-8")
+    os.replace(partial, path)
+    return made
+
+
+class OwnershipError(RuntimeError):
+    """This server may not write the storage location (a start refused, or fenced later)."""
+
+    def __init__(self, message: str, owner: Owner | None = None) -> None:
+        super().__init__(message)
+        self.owner = owner
+
+
+class OwnedElsewhere(OwnershipError):
+    """Another node owns the location and has not released it: the start is refused."""
+
+
+class Fenced(OwnershipError):
+    """A newer owner claimed the location: this server's commits are refused."""
+
+
+Decision = Literal["claim", "ask", "force", "refuse"]
+
+
+def decide(node: Node, epoch: int, current: Owner | None) -> Decision:
+    """What ``node`` does at start with a location at ``epoch`` whose newest owner is ``current``."""
+    if epoch == 0 or current is None or current.state == "released" or current.node_id == node.node_id:
+        return "claim"  # (never owned, or owned by a release before epochs, or let go, or ours)
+    if node.take_over == "force":
+        return "force"
+    return "ask" if node.take_over == "ask" else "refuse"
+
+
+def refusal(current: Owner, storage_uri: str) -> OwnedElsewhere:
+    return OwnedElsewhere(
+        f"storage {storage_uri} is owned by {current.describe()}, which has not released it. "
+        "Stop that server (it releases the location on a clean shutdown), or start this one with "
+        "--take-over to ask it to hand over (it flushes what it acknowledged, then lets go); "
+        "--take-over force takes the location even if that server does not answer, giving up any "
+        "acknowledged records its write-ahead log holds that are not yet in Delta.",
+        current,
+    )
+
+
+def handover_timed_out(current: Owner, waited_s: float) -> OwnedElsewhere:
+    return OwnedElsewhere(
+        f"{current.describe()} did not hand over within {waited_s:g} s, and it runs with WAL "
+        "durability: records it acknowledged may be only in its write-ahead log. Start a server with "
+        f"its data dir ({current.data_dir} on {current.host}) to replay them, or, if that disk is "
+        "lost, start with --take-over force.",
+        current,
+    )
+
+
+def newer_owner(current: Owner | None, epoch: int) -> Fenced:
+    who = current.describe() if current is not None else f"another node (epoch {epoch})"
+    return Fenced(f"this server no longer owns its storage: {who} took it over", current)
+
+
+def released(owner: Owner) -> Owner:
+    return replace(owner, state="released")
+
+
+def stale_wal(node: Node, current: Owner) -> OwnershipError:
+    return OwnershipError(
+        f"the write-ahead log in {node.data_dir} holds records this node wrote while it owned the storage, "
+        f"but {current.describe()} has owned it since: they were acknowledged and may not be in Delta, and "
+        "replaying them now would write them after that node's records. Nothing was changed. Move the "
+        "data dir's 'wal' folder aside (keep it: it is what this node acknowledged) and start again.",
+        current,
+    )

@@ -1,0 +1,187 @@
+"""Ownership epochs on a real Delta table (``storage.ownership``, ``owner_log``).
+
+Two ``DeltaLog`` handles on one local table stand for two servers on one storage location: a
+claim, a refusal naming the owner, a restart of the same node, a handover asked for and given,
+a forced takeover, and -- the point of it all -- a stale owner's commit refused both when its
+snapshot predates the newer claim (Delta's conflict check) and when it has read that claim
+(our snapshot check: Delta alone would accept it).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from durable_streams_server.storage.delta_log import APP_ID, DeltaLog
+from durable_streams_server.storage.owner_log import OWNER_APP_ID
+from durable_streams_server.storage.ownership import Fenced, Node, OwnedElsewhere, OwnershipError, node_id_for
+from durable_streams_server.storage.records import AppendHeader, Header, Record
+
+
+def _node(node_id: str, **options: object) -> Node:
+    return Node(node_id, url=f"http://{node_id}.test", data_dir=f"/data/{node_id}", **options)  # type: ignore[arg-type]
+
+
+def _append(delta: DeltaLog, lsn: int, uid: int = 7) -> None:
+    record: Record[Header] = Record(lsn, uid, AppendHeader(lsn, 1_000 + lsn, None, None, False), (b"m%d" % lsn,))
+    delta.commit([record], {uid: {"name": "v1/stream/s", "tail": lsn + 1, "written_ms": 1_000}}, lsn)
+
+
+def _messages(tmp_path: Path) -> list[int]:
+    table = DeltaTable(f"{tmp_path}/streams")
+    rows = table.to_pyarrow_table(columns=["kind", "lsn"])
+    kinds, lsns = rows["kind"].to_pylist(), rows["lsn"].to_pylist()
+    return sorted(lsn for kind, lsn in zip(kinds, lsns, strict=True) if kind == "message")
+
+
+def test_a_claim_raises_the_epoch_and_every_commit_carries_it(tmp_path: Path) -> None:
+    delta = DeltaLog(str(tmp_path), {})
+    owner = delta.claim(_node("a"), holds_wal=False)
+    assert owner.epoch == 1
+    _append(delta, 1)
+    table = DeltaTable(f"{tmp_path}/streams")
+    assert table.transaction_version(OWNER_APP_ID) == 1
+    assert table.transaction_version(APP_ID) == 1
+    newest = table.history(1)[0]
+    assert '"node_id":"a"' in newest["durable_streams.owner"]
+
+
+def test_another_node_is_refused_with_the_owner_named(tmp_path: Path) -> None:
+    DeltaLog(str(tmp_path), {}).claim(_node("a"), holds_wal=False)
+    with pytest.raises(OwnedElsewhere) as refused:
+        DeltaLog(str(tmp_path), {}).claim(_node("b"), holds_wal=False)
+    message = str(refused.value)
+    assert "node 'a' at http://a.test" in message and "/data/a" in message and "--take-over" in message
+    assert DeltaTable(f"{tmp_path}/streams").transaction_version(OWNER_APP_ID) == 1  # nothing changed
+
+
+def test_the_same_node_takes_its_storage_back_and_the_old_handle_is_fenced(tmp_path: Path) -> None:
+    old = DeltaLog(str(tmp_path), {})
+    old.claim(_node("a"), holds_wal=False)
+    _append(old, 1)
+    restarted = DeltaLog(str(tmp_path), {})
+    assert restarted.claim(_node("a"), holds_wal=True).epoch == 2
+    # The old handle's snapshot predates the claim: Delta's conflict check refuses the commit.
+    with pytest.raises(Fenced):
+        _append(old, 2)
+    assert _messages(tmp_path) == [1]
+
+
+def test_a_stale_owner_that_has_read_the_newer_claim_is_refused_by_the_snapshot_check(tmp_path: Path) -> None:
+    old = DeltaLog(str(tmp_path), {})
+    old.claim(_node("a"), holds_wal=False)
+    DeltaLog(str(tmp_path), {}).claim(_node("b", take_over="force"), holds_wal=False)
+    old.refreshed_lsn()  # (its handle now holds the newer claim: Delta alone would take a lower version)
+    with pytest.raises(Fenced) as fenced:
+        _append(old, 1)
+    assert "node 'b'" in str(fenced.value)
+    assert _messages(tmp_path) == []
+
+
+@pytest.mark.parametrize("operation", ["checkpoint", "delete", "vacuum"])
+def test_maintenance_commits_are_fenced_too(tmp_path: Path, operation: str) -> None:
+    old = DeltaLog(str(tmp_path), {})
+    old.claim(_node("a"), holds_wal=False)
+    _append(old, 1)
+    DeltaLog(str(tmp_path), {}).claim(_node("b", take_over="force"), holds_wal=False)
+    with pytest.raises(Fenced):
+        if operation == "checkpoint":
+            old.write_state_checkpoint()
+        elif operation == "delete":
+            old.delete("lsn = 1")
+        else:
+            old.vacuum(0)
+    assert _messages(tmp_path) == [1]
+
+
+def test_a_released_location_is_claimed_without_asking(tmp_path: Path) -> None:
+    first = DeltaLog(str(tmp_path), {})
+    first.claim(_node("a"), holds_wal=False)
+    first.release()
+    assert DeltaLog(str(tmp_path), {}).claim(_node("b"), holds_wal=False).epoch == 2
+    with pytest.raises(Fenced):
+        _append(first, 1)
+
+
+def test_a_handover_asked_for_waits_for_the_owners_release(tmp_path: Path) -> None:
+    owner = DeltaLog(str(tmp_path), {})
+    owner.claim(_node("a"), holds_wal=False)
+    _append(owner, 1)
+    claimed: list[int] = []
+    errors: list[BaseException] = []
+
+    def take_over() -> None:
+        try:
+            node = _node("b", take_over="ask", poll_interval_s=0.05, take_over_timeout_s=20.0)
+            claimed.append(DeltaLog(str(tmp_path), {}).claim(node, holds_wal=False).epoch)
+        except BaseException as error:  # (reported below)
+            errors.append(error)
+
+    taker = threading.Thread(target=take_over)
+    taker.start()
+    while not owner.handover_asked():
+        assert taker.is_alive(), errors
+    assert claimed == []  # (nothing claimed while the owner holds the location)
+    _append(owner, 2)  # the owner flushes what it acknowledged before letting go
+    owner.release()
+    taker.join(30)
+    assert (claimed, errors) == ([2], [])
+    assert _messages(tmp_path) == [1, 2]
+
+
+def test_an_owner_that_does_not_answer_keeps_a_wal_location(tmp_path: Path) -> None:
+    DeltaLog(str(tmp_path), {}).claim(_node("a", durability="wal"), holds_wal=False)
+    node = _node("b", take_over="ask", poll_interval_s=0.05, take_over_timeout_s=0.3)
+    with pytest.raises(OwnedElsewhere, match=r"did not hand over within 0\.3 s"):
+        DeltaLog(str(tmp_path), {}).claim(node, holds_wal=False)
+    assert DeltaTable(f"{tmp_path}/streams").transaction_version(OWNER_APP_ID) == 1
+
+
+def test_an_owner_that_does_not_answer_loses_a_delta_location(tmp_path: Path) -> None:
+    """With ``--durability delta`` everything it acknowledged is in Delta: taking over loses nothing."""
+    old = DeltaLog(str(tmp_path), {})
+    old.claim(_node("a", durability="delta"), holds_wal=False)
+    node = _node("b", take_over="ask", poll_interval_s=0.05, take_over_timeout_s=0.3)
+    assert DeltaLog(str(tmp_path), {}).claim(node, holds_wal=False).epoch == 2
+    with pytest.raises(Fenced):
+        _append(old, 1)
+
+
+def test_a_wal_written_before_another_owner_is_not_replayed(tmp_path: Path) -> None:
+    DeltaLog(str(tmp_path), {}).claim(_node("a"), holds_wal=False)
+    DeltaLog(str(tmp_path), {}).claim(_node("b", take_over="force"), holds_wal=False)
+    with pytest.raises(OwnershipError, match="write-ahead log in /data/a holds records"):
+        DeltaLog(str(tmp_path), {}).claim(_node("a"), holds_wal=True)
+    assert DeltaTable(f"{tmp_path}/streams").transaction_version(OWNER_APP_ID) == 2
+
+
+def test_two_nodes_claiming_at_once_get_one_epoch_each_never_the_same(tmp_path: Path) -> None:
+    DeltaLog(str(tmp_path), {})  # (the table exists before the race)
+    epochs: list[int] = []
+    fenced: list[BaseException] = []
+    start = threading.Barrier(2)
+
+    def claim(node_id: str) -> None:
+        delta = DeltaLog(str(tmp_path), {})
+        start.wait()
+        try:
+            epochs.append(delta.claim(_node(node_id, take_over="force"), holds_wal=False).epoch)
+        except Fenced as error:
+            fenced.append(error)
+
+    threads = [threading.Thread(target=claim, args=(name,)) for name in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert len(set(epochs)) == len(epochs) and len(epochs) + len(fenced) == 2
+    assert DeltaTable(f"{tmp_path}/streams").transaction_version(OWNER_APP_ID) == max(epochs)
+
+
+def test_a_node_id_is_kept_in_the_data_dir(tmp_path: Path) -> None:
+    made = node_id_for(tmp_path, None)
+    assert made and node_id_for(tmp_path, None) == made
+    assert node_id_for(tmp_path, "given") == "given"
