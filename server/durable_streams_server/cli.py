@@ -23,6 +23,7 @@ from .http.fastpath import HttpParser
 from .protocol.tokens import AuthConfig, AuthConfigError, parse_tokens
 from .server import build_app, http_protocol
 from .storage.committer import Durability
+from .storage.ownership import TakeOver
 
 ENV_PREFIX = "DURABLE_STREAMS_"
 TOKENS_ENV = "DURABLE_STREAMS_AUTH_TOKENS"
@@ -132,6 +133,18 @@ def build_parser() -> argparse.ArgumentParser:
         "acknowledge appends after the local WAL fsync (wal) or after the Delta commit (delta)",
         choices=list(get_args(Durability)),
     )
+    _add_config(parser, "--node-id", "this server's name as the owner of its storage (default: kept in --data-dir)")
+    _add_config(parser, "--advertise-url", "the URL this server is reached at, named to other servers and operators")
+    _add_config(
+        parser,
+        "--take-over",
+        "when another server owns the storage: refuse to start (no), ask it to hand over (ask, or the "
+        "flag alone), or take it even if it does not answer (force)",
+        nargs="?",
+        const="ask",
+        choices=list(get_args(TakeOver)),
+    )
+    _add_config(parser, "--take-over-timeout-s", "how long --take-over waits for the owner to hand over")
     _add_config(parser, "--long-poll-timeout-ms", "how long a long-poll waits for data")
     _add_config(parser, "--sse-reconnect-ms", "SSE connections are closed after this long")
     _add_config(parser, "--max-body-bytes", "larger request bodies get 413")

@@ -8,6 +8,7 @@ which takes its defaults from these fields and reports a ``ConfigError`` as its 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,9 @@ from typing import Literal, get_args
 from .protocol.tokens import AuthConfig
 from .protocol.webhook_rules import parse_networks
 from .storage.committer import Durability
+from .storage.ownership import TakeOver
+
+_NODE_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
 class ConfigError(ValueError):
@@ -52,6 +56,7 @@ _POSITIVE = (
     "webhook_timeout_ms",
     "compaction_target_file_bytes",
     "read_plan_ttl_s",
+    "take_over_timeout_s",
 )
 _NON_NEGATIVE = (
     "max_header_bytes",
@@ -129,6 +134,16 @@ class ServerConfig:
     """A webhook receiver must answer within this."""
     auth: AuthConfig | None = None
     """Bearer tokens and what each may do; ``None`` serves every request without a token."""
+    node_id: str | None = None
+    """This server's name as an owner of its storage (``storage.ownership``); ``None``: the id
+    kept in ``data_dir`` (made at the first start), so a restart is the same node."""
+    advertise_url: str = ""
+    """The URL other servers and operators reach this one at (named in ownership errors)."""
+    take_over: TakeOver = "no"
+    """When another node owns the storage: no (refuse to start, naming it), ask (it hands over:
+    flushes what it acknowledged, then lets go) or force (take it even if it does not answer)."""
+    take_over_timeout_s: float = 30.0
+    """How long ``take_over="ask"`` waits for the owner's release."""
     fast_path: Literal["on", "off"] = "on"
     """on: where the server's own connection protocol serves the app (``server.http_protocol``:
     the command line's uvicorn, httptools parser), a stream's small appends and creates, reads,
@@ -163,6 +178,10 @@ class ServerConfig:
         for switch in ("memory_guard", "fast_path"):
             if getattr(self, switch) not in ("on", "off"):
                 raise ConfigError(switch, f"must be on or off, got {getattr(self, switch)!r}")
+        if self.take_over not in get_args(TakeOver):
+            raise ConfigError("take_over", f"must be one of {', '.join(get_args(TakeOver))}, got {self.take_over!r}")
+        if self.node_id is not None and not _NODE_ID.fullmatch(self.node_id):
+            raise ConfigError("node_id", f"must be 1-64 letters, digits, '.', '_' or '-', got {self.node_id!r}")
         if self.durability not in modes:
             raise ConfigError("durability", f"must be one of {', '.join(modes)}, got {self.durability!r}")
 

@@ -32,6 +32,7 @@ from .protocol.webhook_rules import parse_networks
 from .storage.committer import Storage, StorageConfig
 from .storage.compaction import CompactionConfig
 from .storage.observer import StorageObserver
+from .storage.ownership import Node, node_id_for
 
 log = logging.getLogger("durable_streams_server.http")  # the "ready" event keeps its logger from before
 
@@ -54,6 +55,14 @@ def open_storage(config: ServerConfig, observer: StorageObserver) -> tuple[Stora
                 log_retention_hours=config.log_retention_hours,
             ),
             read_plan_ttl_s=config.read_plan_ttl_s,
+            node=Node(
+                node_id_for(config.data_dir, config.node_id),
+                url=config.advertise_url,
+                data_dir=str(config.data_dir.resolve()),
+                durability=config.durability,
+                take_over=config.take_over,
+                take_over_timeout_s=config.take_over_timeout_s,
+            ),
             history_parked_bytes=config.memory_budget // 8 if config.memory_budget else 64 * 1024 * 1024,
         ),
         observer=observer,
@@ -73,6 +82,8 @@ def open_storage(config: ServerConfig, observer: StorageObserver) -> tuple[Stora
         extra={
             "storage_uri": config.resolved_storage_uri,
             "durability": config.durability,
+            "node_id": storage.node.node_id,
+            "owner_epoch": storage.owner.epoch if storage.owner else 0,
             "streams": len(engine.streams),
         },
     )
