@@ -21,10 +21,14 @@ $(VENV)/.server-installed: $(BIN)/python setup.py
 	$(BIN)/python -m pip install --quiet -e '.[server]'
 	touch $@
 
+# tests/delta_spark/site: delta-spark's Python package for tests/notebooks/test_delta_extra.py
+# only, beside the venv (installed into it, its pyspark<=4.2.0 would replace the tests' PySpark).
 $(VENV)/.test-installed: $(BIN)/python setup.py tests/conformance/package-lock.json tests/emulators/package-lock.json
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	cd tests/conformance && npm ci --no-audit --no-fund --loglevel=error
 	cd tests/emulators && npm ci --no-audit --no-fund --loglevel=error
+	$(BIN)/python -m pip install --quiet --no-deps --upgrade --target tests/delta_spark/site \
+		'delta-spark==4.4.1' 'importlib_metadata==8.7.1' 'zipp==3.23.0'
 	touch $@ $(VENV)/.server-installed
 
 install: $(VENV)/.server-installed
@@ -61,4 +65,4 @@ bench-scale: install-test
 	$(BIN)/python bench/scale_bench.py --sizes $(SCALE)
 
 clean:
-	rm -rf $(VENV) tests/conformance/node_modules tests/emulators/node_modules .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) tests/conformance/node_modules tests/emulators/node_modules tests/delta_spark/site .pytest_cache .mypy_cache .ruff_cache
