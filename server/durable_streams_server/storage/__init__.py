@@ -52,8 +52,9 @@ inside one), not the stream's history.
 Read plans (``read_plans``) let Spark executors read history from the data files themselves:
 for a stream's uid and a sequence range they name a table version's files and row groups
 (Delta log statistics, cached Parquet footers: ``footers``) and how readers reach them
-(presigned S3 URLs: ``presign``; a local table's files through the HTTP layer's signed
-file endpoint). Vacuum keeps a replaced file ``vacuum_retention_hours``, at least as long as
+(presigned S3 URLs: ``presign``; any other table's files through the HTTP layer's signed
+file endpoint, read from the local disk or, by the server, from the object store:
+``stored_files``). Vacuum keeps a replaced file ``vacuum_retention_hours``, at least as long as
 a plan's URLs are valid.
 
 Object-store outages
