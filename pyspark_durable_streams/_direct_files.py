@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ._direct_plans import FileSlice
+from ._source.direct_plans import FileSlice
 from .client import Client, Forbidden, Gone, NotFound, TransportError
 from .options import ReadOptions
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from ._offsets import EARLIEST
+from ._source.offsets import EARLIEST
 
 T = TypeVar("T")
 
@@ -344,7 +344,7 @@ class ReadOptions:
     value_type: str | None = _READ_DEFAULTS["value_type"]
     poll_interval_ms: int = _READ_DEFAULTS["poll_interval_ms"]
     history_reads: str = _READ_DEFAULTS["history_reads"]
-    """``auto``: history from the Delta files where the server plans reads (``_direct_plans``),
+    """``auto``: history from the Delta files where the server plans reads (``_source.direct_plans``),
     ``delta``: fail where it does not, ``http``: always over HTTP."""
     local_files: bool = _READ_DEFAULTS["local_files"]
     """Direct reads open the server's local data files where an executor sees them."""

@@ -16,9 +16,9 @@ itself, and the sink refuses ``overwrite``.
 Exactly-once, and what it rests on
 ----------------------------------
 Every write task appends with an idempotent-producer identity (spec 5.2.1) derived from what
-Spark persists (see ``_producer_identity``): Producer-Id = (query id, partition id),
+Spark persists (see ``_sink.producer_identity``): Producer-Id = (query id, partition id),
 Producer-Epoch = batch id, Producer-Seq = 0, 1, 2 … per request and target stream. Request
-bodies are a pure function of the task's rows in order (``_sink_encoding``). So when Spark
+bodies are a pure function of the task's rows in order (``_sink.encoding``). So when Spark
 runs the same (batch, partition) again — a task retry, a speculative copy, or the last batch
 re-run after the query restarts from its checkpoint — and the rows are the same in the same
 order, every request is byte-identical with the same triple: the server stores the ones it
@@ -61,9 +61,9 @@ from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType
 
 from ._connect import connect
-from ._producer_identity import BATCH_ID_PROPERTY, QUERY_ID_PROPERTY, JobIdentity, job_identity, task_identity
-from ._sink_encoding import RequestCutter, checked_messages, row_messages
-from ._sink_sender import FailureHook, SinkError, TaskSender
+from ._sink.encoding import RequestCutter, checked_messages, row_messages
+from ._sink.producer_identity import BATCH_ID_PROPERTY, QUERY_ID_PROPERTY, JobIdentity, job_identity, task_identity
+from ._sink.sender import FailureHook, SinkError, TaskSender
 from ._worker_gc import freeze_worker_imports
 from .client import Client, Stream, errors
 from .client.models import DEFAULT_CONTENT_TYPE, JSON_CONTENT_TYPE, is_json, media_type

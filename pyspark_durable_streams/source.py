@@ -9,7 +9,7 @@ not expose message boundaries), ``value`` (binary, or string for text/JSON strea
 of the JSON message (null where missing or of another type).
 
 Spark offsets are ``{stream key: next protocol offset}``. The driver plans; tasks read (see
-``_task_reader``). On our server (sequence offsets + the Arrow or multipart read extension) a
+``_source.task_reader``). On our server (sequence offsets + the Arrow or multipart read extension) a
 large range of a stream is split by message sequence into several partitions, and
 ``maxMessagesPerTrigger`` is applied by offset arithmetic without reading. Elsewhere (e.g.
 the reference Node server) each stream is one partition per batch, and the limits are
@@ -36,10 +36,10 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Inp
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType, TimestampType
 
 from ._connect import connect
-from ._direct_plans import DirectRange
-from ._direct_reads import read_direct
-from ._driver_streams import DriverStreams
-from ._incarnations import (
+from ._source.direct_plans import DirectRange
+from ._source.direct_reads import read_direct
+from ._source.driver_streams import DriverStreams
+from ._source.incarnations import (
     SparkOffset,
     decode,
     deleted_message,
@@ -48,7 +48,7 @@ from ._incarnations import (
     range_start,
     recreated_message,
 )
-from ._offsets import (
+from ._source.offsets import (
     EARLIEST,
     SEQ_OFFSET,
     allocate_rows,
@@ -58,7 +58,7 @@ from ._offsets import (
     seq_offset,
     starts_inside,
 )
-from ._task_reader import DataLossError, StreamRange, read_range
+from ._source.task_reader import DataLossError, StreamRange, read_range
 from ._worker_gc import freeze_worker_imports
 from .client import TransportError
 from .client.models import is_json, media_type
@@ -206,7 +206,7 @@ class DurableStreamsStreamReader(_Reader, DataSourceStreamReader, SupportsTrigge
         ``pollIntervalMs``, since Spark asks every few milliseconds then.
 
         A stream deleted, or deleted and created again, since ``start`` is data loss (see
-        ``_incarnations``): with ``failOnDataLoss=false`` a deleted stream keeps its offset (it
+        ``_source.incarnations``): with ``failOnDataLoss=false`` a deleted stream keeps its offset (it
         yields nothing) and a new incarnation is read from its beginning."""
         if start is None:  # pyspark < 4.2 calls latestOffset() without arguments
             start = self._last if self._last is not None else self.initialOffset()

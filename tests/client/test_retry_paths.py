@@ -15,7 +15,7 @@ import pytest
 import requests
 from fake_transport import FakeClock, FakeTransport, Outcome, Reply, reset, seq_of
 
-from pyspark_durable_streams._sink_sender import SinkError, TaskSender
+from pyspark_durable_streams._sink.sender import SinkError, TaskSender
 from pyspark_durable_streams.client import Backoff, Client, Producer, ProducerFenced, SequenceGap
 from pyspark_durable_streams.client._http import Request
 

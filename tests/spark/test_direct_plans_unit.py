@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from pyspark_durable_streams._direct_plans import _cut
+from pyspark_durable_streams._source.direct_plans import _cut
 from pyspark_durable_streams.client import PlannedFile, PlannedRowGroup, PlanSegment, ReadPlan
 
 PLAN = ReadPlan("k", "7-1", "application/json", "-1", "-1", "-1", 1, 0, ())

@@ -18,9 +18,9 @@ from pyspark.sql.types import StructType
 from servers import ServerProcess, session, wait_for
 
 from pyspark_durable_streams._connect import connect
-from pyspark_durable_streams._direct_plans import DirectRange, plan_stream
-from pyspark_durable_streams._direct_reads import _runs, read_direct
-from pyspark_durable_streams._task_reader import StreamRange, read_range
+from pyspark_durable_streams._source.direct_plans import DirectRange, plan_stream
+from pyspark_durable_streams._source.direct_reads import _runs, read_direct
+from pyspark_durable_streams._source.task_reader import StreamRange, read_range
 from pyspark_durable_streams.options import ReadOptions, parse_read_options
 from pyspark_durable_streams.source import infer_schema
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pyspark_durable_streams._incarnations import decode, encode, new_incarnation, range_start
+from pyspark_durable_streams._source.incarnations import decode, encode, new_incarnation, range_start
 
 A, B = "http://h/v1/stream/a", "http://h/v1/stream/b"
 OLD = "0000000000001000_0000000000000000"

@@ -11,9 +11,9 @@ from pyspark.sql import SparkSession
 from servers import ServerProcess, session, wait_for
 
 from pyspark_durable_streams._connect import connect
-from pyspark_durable_streams._direct_plans import DirectRange, plan_stream
-from pyspark_durable_streams._driver_streams import DriverStreams
-from pyspark_durable_streams._offsets import EARLIEST
+from pyspark_durable_streams._source.direct_plans import DirectRange, plan_stream
+from pyspark_durable_streams._source.driver_streams import DriverStreams
+from pyspark_durable_streams._source.offsets import EARLIEST
 from pyspark_durable_streams.options import parse_read_options
 
 JSON = {"Content-Type": "application/json"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from pyspark_durable_streams._offsets import (
+from pyspark_durable_streams._source.offsets import (
     EARLIEST,
     first_excluded,
     is_seq_offset,

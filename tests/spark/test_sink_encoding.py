@@ -11,7 +11,7 @@ import random
 import pyarrow as pa
 import pytest
 
-from pyspark_durable_streams._sink_encoding import PayloadError, RequestCutter, checked_messages, row_messages
+from pyspark_durable_streams._sink.encoding import PayloadError, RequestCutter, checked_messages, row_messages
 from pyspark_durable_streams.client import bulk
 
 MAX_BYTES, MAX_MESSAGES = 300, 7

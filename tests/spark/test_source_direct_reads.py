@@ -16,8 +16,8 @@ from pyspark.sql import SparkSession
 from servers import MotoServer, ServerProcess, session, wait_for
 
 from pyspark_durable_streams._connect import connect
-from pyspark_durable_streams._direct_plans import DirectRange, plan_stream
-from pyspark_durable_streams._direct_reads import read_direct
+from pyspark_durable_streams._source.direct_plans import DirectRange, plan_stream
+from pyspark_durable_streams._source.direct_reads import read_direct
 from pyspark_durable_streams.options import OptionError, parse_read_options
 from pyspark_durable_streams.source import infer_schema
 
@@ -141,7 +141,7 @@ def test_a_planned_file_compacted_away_is_replanned(server_factory: Callable[...
     wait_for(some_file_gone, timeout_s=60, interval_s=0.5)
     direct = [row for part in partitions for batch in read_direct(options, schema, part) for row in batch.to_pylist()]
     http_options = parse_read_options({"url": url, "historyReads": "http"})
-    from pyspark_durable_streams._task_reader import StreamRange, read_range
+    from pyspark_durable_streams._source.task_reader import StreamRange, read_range
 
     over_http = [
         row
@@ -189,8 +189,8 @@ def test_retention_moving_past_a_plan_is_data_loss_as_over_http(
 ) -> None:
     """A snapshot moves retention past a planned range, compaction purges and vacuums its files:
     the task's re-plan answers 410, which follows failOnDataLoss exactly as an HTTP read does."""
-    from pyspark_durable_streams._direct_reads import DataLossError
-    from pyspark_durable_streams._task_reader import StreamRange, read_range
+    from pyspark_durable_streams._source.direct_reads import DataLossError
+    from pyspark_durable_streams._source.task_reader import StreamRange, read_range
 
     server = server_factory(*FAST, "--compaction-interval-s", "1", "--vacuum-retention-hours", "0")
     http = session()

@@ -9,7 +9,7 @@ import pytest
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType, TimestampType
 from servers import ServerProcess, append_all, session
 
-from pyspark_durable_streams._task_reader import StreamRange, read_range
+from pyspark_durable_streams._source.task_reader import StreamRange, read_range
 from pyspark_durable_streams.client import ReadFraming
 from pyspark_durable_streams.options import parse_read_options
 from pyspark_durable_streams.source import infer_schema

@@ -9,12 +9,12 @@ import time
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
-from ._connect import connect
-from ._direct_plans import DirectRange, PlansUnavailable, plan_stream
-from ._offsets import EARLIEST, SEQ_OFFSET, is_seq_offset, pending_messages, sorted_offsets, split_range
-from ._task_reader import StreamRange
-from .client import Bucket, Client, Gone, NotFound, ReadFraming, Stream, TransportError
-from .options import LATEST, ReadOptions
+from .._connect import connect
+from ..client import Bucket, Client, Gone, NotFound, ReadFraming, Stream, TransportError
+from ..options import LATEST, ReadOptions
+from .direct_plans import DirectRange, PlansUnavailable, plan_stream
+from .offsets import EARLIEST, SEQ_OFFSET, is_seq_offset, pending_messages, sorted_offsets, split_range
+from .task_reader import StreamRange
 
 log = logging.getLogger("pyspark_durable_streams.source")
 
@@ -111,7 +111,7 @@ class DriverStreams:
 
     def plan(self, start: Mapping[str, str], end: Mapping[str, str]) -> list[StreamRange | DirectRange]:
         """Partitions of ``[start, end)``: history from the Delta files where the server plans
-        reads (``_direct_plans``), the rest over HTTP split by sequence number. Each partition is
+        reads (``direct_plans``), the rest over HTTP split by sequence number. Each partition is
         a function of its offsets: a re-planned batch reads the same rows."""
         ranges: list[tuple[str, str, str, ReadFraming]] = []
         direct: list[DirectRange] = []

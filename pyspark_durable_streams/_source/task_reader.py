@@ -1,6 +1,6 @@
 """What one Spark task of the source does: read ``[start, end)`` of one stream into Arrow.
 
-(The rows themselves are built by ``_rows.RowBuilder``.)
+(The rows themselves are built by ``rows.RowBuilder``.)
 
 Runs on executors. Everything it needs is in the partition and the (pickled) options, and
 nothing is kept between calls. Three ways of reading, chosen on the driver per server:
@@ -29,13 +29,13 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 from pyspark.sql.types import StructType
 
-from ._connect import connect
-from ._offsets import EARLIEST
-from ._rows import RowBuilder
-from .client import Gone, Message, ReadFraming, Stream
-from .client.arrow import ArrowSlice
-from .client.models import is_json
-from .options import ReadOptions
+from .._connect import connect
+from ..client import Gone, Message, ReadFraming, Stream
+from ..client.arrow import ArrowSlice
+from ..client.models import is_json
+from ..options import ReadOptions
+from .offsets import EARLIEST
+from .rows import RowBuilder
 
 log = logging.getLogger("pyspark_durable_streams.source")
 

@@ -20,8 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .client import bulk
-from .client.models import is_json
+from ..client import bulk
+from ..client.models import is_json
 
 
 class PayloadError(ValueError):

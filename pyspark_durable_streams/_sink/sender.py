@@ -25,8 +25,8 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from .client import Backoff, Client, ProducerRequest, errors
-from .client.delivery import TRANSIENT
+from ..client import Backoff, Client, ProducerRequest, errors
+from ..client.delivery import TRANSIENT
 
 _RETRIED: tuple[type[errors.DurableStreamsError], ...] = (*TRANSIENT, errors.SequenceGap)
 """A gap this task cannot explain (its predecessor was delivered) is backed off and re-sent too."""

@@ -28,7 +28,7 @@ import os
 import uuid
 from dataclasses import dataclass
 
-from .options import OptionError, WriteOptions
+from ..options import OptionError, WriteOptions
 
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 BATCH_ID_PROPERTY = "streaming.sql.batchId"

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 import numpy as np
 import pyarrow as pa
 
-from .client.reading import BEGINNING
+from ..client.reading import BEGINNING
 
 EARLIEST = BEGINNING
 """The protocol's "from the beginning" offset, ``-1``; ``startingOffsets=earliest`` maps to it."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ._offsets import EARLIEST
+from .offsets import EARLIEST
 
 SparkOffset = dict[str, Any]
 """A Spark offset of the source as JSON: stream key → offset string or ``{"offset", "incarnation"}``."""

@@ -36,15 +36,15 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql.types import StructType
 
-from ._connect import connect
-from ._direct_files import FileGone, open_parquet
-from ._direct_plans import DirectRange, FileSlice, file_slice
-from ._offsets import seq_of, seq_offset
-from ._rows import BATCH_ROWS, RowBuilder
-from ._task_reader import DataLossError, StreamRange, gone_message, read_range
-from .client import Client, Gone
-from .client.arrow import ArrowSlice
-from .options import ReadOptions
+from .._connect import connect
+from .._direct_files import FileGone, open_parquet
+from ..client import Client, Gone
+from ..client.arrow import ArrowSlice
+from ..options import ReadOptions
+from .direct_plans import DirectRange, FileSlice, file_slice
+from .offsets import seq_of, seq_offset
+from .rows import BATCH_ROWS, RowBuilder
+from .task_reader import DataLossError, StreamRange, gone_message, read_range
 
 __all__ = ["DataLossError", "FileGone", "read_direct"]
 

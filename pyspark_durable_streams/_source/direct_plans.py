@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 from pyspark.sql.datasource import InputPartition
 
-from ._offsets import is_seq_offset, starts_inside
-from .client import Client, PlannedFile, PlannedRowGroup, PlanSegment, PlansUnavailable, ReadPlan
+from ..client import Client, PlannedFile, PlannedRowGroup, PlanSegment, PlansUnavailable, ReadPlan
+from .offsets import is_seq_offset, starts_inside
 
 __all__ = ["DirectRange", "FileSlice", "PlansUnavailable", "file_slice", "plan_stream"]
 

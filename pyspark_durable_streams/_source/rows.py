@@ -18,9 +18,9 @@ import pyarrow.compute as pc
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, StructType
 
-from ._offsets import first_excluded, seq_offsets, starts_inside
-from .client import Message
-from .client.arrow import ArrowSlice
+from ..client import Message
+from ..client.arrow import ArrowSlice
+from .offsets import first_excluded, seq_offsets, starts_inside
 
 METADATA_COLUMNS = ("stream", "offset", "value", "content_type", "timestamp")
 BATCH_ROWS = 8192
