@@ -4,7 +4,7 @@ On the driver: ``offsets`` (protocol offsets as Spark offsets, splitting and cou
 ranges), ``incarnations`` (streams deleted or re-created between batches),
 ``driver_streams`` (tails, capabilities, planning a batch into partitions) and
 ``direct_plans`` (read plans cut into partitions). On executors: ``task_reader`` (a range
-over HTTP), ``direct_reads`` (a range from the Delta table's Parquet files) and ``rows``
-(messages into Arrow rows of the declared schema). Every request goes through the
-connector's one client (``_connect``).
+over HTTP), ``direct_reads`` (a range from the Delta table's Parquet files, which
+``direct_files`` opens) and ``rows`` (messages into Arrow rows of the declared schema).
+Every request goes through the connector's one client (``_connect``).
 """

@@ -1,6 +1,6 @@
 """Direct history reads, executing: one task reads its ``DirectRange`` from the Parquet files.
 
-Runs on executors. The partition lists its files (``_direct_files`` opens them: the server's
+Runs on executors. The partition lists its files (``direct_files`` opens them: the server's
 local path where the executor sees it, else the signed URL, through the task's one client)
 and the row groups that may hold its messages. The rows are filtered to the partition's
 stream incarnation (``stream_uid``), ``kind = 'message'`` and sequence range: exactly the
@@ -37,10 +37,10 @@ import pyarrow.parquet as pq
 from pyspark.sql.types import StructType
 
 from .._connect import connect
-from .._direct_files import FileGone, open_parquet
 from ..client import Client, Gone
 from ..client.arrow import ArrowSlice
 from ..options import ReadOptions
+from .direct_files import FileGone, open_parquet
 from .direct_plans import DirectRange, FileSlice, file_slice
 from .offsets import seq_of, seq_offset
 from .rows import BATCH_ROWS, RowBuilder

@@ -21,9 +21,9 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ._source.direct_plans import FileSlice
-from .client import Client, Forbidden, Gone, NotFound, TransportError
-from .options import ReadOptions
+from ..client import Client, Forbidden, Gone, NotFound, TransportError
+from ..options import ReadOptions
+from .direct_plans import FileSlice
 
 _GONE = (Forbidden, NotFound, Gone, TransportError)
 
