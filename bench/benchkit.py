@@ -1,34 +1,44 @@
-"""What both benchmark scripts share: progress lines, the results table, the JSON record, and
-the regeneration of bench/README.md's results sections from those records.
+"""What the benchmark scripts share: progress lines, the results table, and the JSON record of a run.
 
 Every benchmark row is a ``Result``: our value, the value it is compared with (the reference
-server, or a Spark baseline), and optionally the issue's target, which is either a ratio to
-that comparison value or an absolute bound. The scripts print one table and write one JSON
-file each; ``python bench/benchkit.py`` renders the JSON files into bench/README.md between
-the ``<!-- results:NAME -->`` markers, so the README never drifts from a real run.
-
-    python bench/benchkit.py [--results DIR] [--readme PATH]
+server, or a Spark baseline), optionally the issue's target (a ratio to that comparison value
+or an absolute bound), the raw values each side was computed from and how (``statistic``).
+A script prints one table and writes one JSON record: every row with its raw samples, ratio,
+target and verdict, and the conditions of the run (cores, loopback, the disk under the work
+directory, versions, git commit, dates). A run of record (complete, full size) writes
+``bench/results/<stem>.json``, which is committed; quick and partial runs write
+``bench/results/scratch/<stem>.json`` (git-ignored), so a smoke run never stands for a
+measurement. ``bench/render.py`` renders the records into bench/README.md.
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import os
 import platform
 import re
+import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 from typing import Any, TextIO
 
 BENCH_DIR = Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
 RESULTS_DIR = BENCH_DIR / "results"
+SCRATCH_DIR = RESULTS_DIR / "scratch"
 README = BENCH_DIR / "README.md"
+LOOPBACK = "127.0.0.1"
+"""Every server and client of the benchmarks talks over this address (no real network)."""
 
 _STARTED = time.monotonic()
+_STARTED_AT = datetime.datetime.now(datetime.UTC)
+_LOAD_AT_START = os.getloadavg()
+_PACKAGES = ("pyspark", "pyarrow", "deltalake", "uvicorn", "starlette", "httptools", "uvloop", "numpy", "requests")
 
 
 def progress(message: str, file: TextIO | None = None) -> None:
@@ -37,12 +47,17 @@ def progress(message: str, file: TextIO | None = None) -> None:
     print(f"[{time.monotonic() - _STARTED:7.1f}s] {message}", file=file or sys.stdout, flush=True)
 
 
-def percentile(values: list[float], fraction: float) -> float:
+def percentile(values: Iterable[float], fraction: float) -> float:
     """Nearest-rank percentile; NaN for no values, so that a scenario that delivered nothing shows."""
-    if not values:
-        return float("nan")
     ordered = sorted(values)
+    if not ordered:
+        return float("nan")
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def median(values: Iterable[float]) -> float:
+    """The middle value (the upper one of an even count, as ``percentile(values, 0.5)``)."""
+    return percentile(values, 0.5)
 
 
 @dataclass(frozen=True)
@@ -80,14 +95,34 @@ def value_at_most(bound: float) -> Target:
     return Target("value", "<=", bound)
 
 
+class Measured(dict[str, float]):
+    """A scenario's metrics (metric → value, as a plain dict reads them), each with the raw
+    values it was computed from and how (``raw[metric]``, ``how[metric]``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.raw: dict[str, tuple[float, ...]] = {}
+        self.how: dict[str, str] = {}
+
+    def add(self, metric: str, value: float, raw: Iterable[float], how: str) -> Measured:
+        self[metric] = value
+        self.raw[metric] = tuple(raw)
+        self.how[metric] = how
+        return self
+
+
 @dataclass(frozen=True)
 class Result:
-    """One table row. ``other`` is None where nothing comparable was measured."""
+    """One table row. ``other`` is None where nothing comparable was measured; ``ours_raw`` and
+    ``other_raw`` are the raw values each side's number was computed from (``statistic`` says how)."""
 
     metric: str
     ours: float
     other: float | None = None
     target: Target | None = None
+    ours_raw: tuple[float, ...] = ()
+    other_raw: tuple[float, ...] = ()
+    statistic: str = ""
 
     @property
     def ratio(self) -> float | None:
@@ -99,10 +134,52 @@ class Result:
     def met(self) -> bool | None:
         return self.target.met(self.ours, self.ratio) if self.target is not None else None
 
-    def record(self) -> dict[str, Any]:
-        row = asdict(self)
-        row.update(ratio=self.ratio, met=self.met, target=self.target.text() if self.target else None)
-        return row
+    def record(self, samples: Samples, other_name: str = "other") -> dict[str, Any]:
+        return {
+            "metric": self.metric,
+            "ours": _finite(self.ours),
+            "other": _finite(self.other),
+            "ratio": _finite(self.ratio),
+            "target": self.target.text() if self.target else None,
+            "met": self.met,
+            "statistic": self.statistic or None,
+            "ours_samples": samples.name(f"{self.metric} / ours", self.ours_raw),
+            "other_samples": samples.name(f"{self.metric} / {other_name}", self.other_raw),
+        }
+
+
+def _finite(value: float | None) -> float | None:
+    """JSON has no NaN: a value nothing was measured for is null."""
+    return None if value is None or value != value else value
+
+
+def compared(metric: str, ours: Measured, other: Measured | None, key: str, target: Target | None = None) -> Result:
+    """The row for ``key`` of two scenarios' measurements (``other`` None: ours alone)."""
+    return Result(
+        metric,
+        ours[key],
+        other[key] if other is not None else None,
+        target,
+        ours.raw.get(key, ()),
+        other.raw.get(key, ()) if other is not None else (),
+        ours.how.get(key, ""),
+    )
+
+
+@dataclass
+class Samples:
+    """Raw values of a record, each list stored once (a p50 row and a p99 row share theirs)."""
+
+    named: dict[str, list[float]] = field(default_factory=dict)
+    _seen: dict[tuple[float, ...], str] = field(default_factory=dict)
+
+    def name(self, label: str, raw: tuple[float, ...]) -> str | None:
+        if not raw:
+            return None
+        if raw not in self._seen:
+            self._seen[raw] = label
+            self.named[label] = [float(f"{value:.6g}") for value in raw]
+        return self._seen[raw]
 
 
 def _number(value: float | None) -> str:
@@ -120,16 +197,116 @@ def _verdict(met: bool | None) -> str:
 def markdown_table(rows: list[dict[str, Any]], other_name: str) -> str:
     """The table from JSON records (the same function renders the console and the README)."""
     lines = [
-        f"| metric | ours | {other_name} | ratio | target | met? |",
-        "|---|---:|---:|---:|---|---|",
+        f"| metric | ours | {other_name} | ratio | target | met? | from |",
+        "|---|---:|---:|---:|---|---|---|",
     ]
     for row in rows:
         ratio = row["ratio"]
         lines.append(
             f"| {row['metric']} | {_number(row['ours'])} | {_number(row['other'])} | "
-            f"{'-' if ratio is None else f'{ratio:.2f}x'} | {row['target'] or '-'} | {_verdict(row['met'])} |"
+            f"{'-' if ratio is None else f'{ratio:.2f}x'} | {row['target'] or '-'} | {_verdict(row['met'])} | "
+            f"{row.get('statistic') or '-'} |"
         )
     return "\n".join(lines)
+
+
+def _run(command: list[str]) -> str:
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unavailable"
+    return (done.stdout or done.stderr).strip().splitlines()[0] if (done.stdout or done.stderr).strip() else "-"
+
+
+def _mount_of(path: Path) -> tuple[str, str, str]:
+    """(mount point, device, filesystem type) holding ``path``, from /proc/self/mounts."""
+    best = ("/", "?", "?")
+    resolved = str(path.resolve())
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        device, point, fstype, *_ = line.split()
+        inside = resolved == point or resolved.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best[0]):
+            best = (point, device, fstype)
+    return best
+
+
+def disk(path: Path) -> dict[str, Any]:
+    """The disk under ``path``: mount, device, filesystem, and what the kernel says of the device."""
+    point, device, fstype = _mount_of(path)
+    facts: dict[str, Any] = {"path": str(path), "mount": point, "device": device, "filesystem": fstype}
+    block = Path("/sys/class/block") / Path(device).name
+    if block.exists():
+        queue = block / "queue" if (block / "queue").exists() else block.resolve().parent / "queue"
+        for name in ("rotational", "logical_block_size"):
+            if (queue / name).exists():
+                facts[name] = (queue / name).read_text().strip()
+        for name in ("model", "vendor"):
+            source = block / "device" / name
+            if source.exists():
+                facts[name] = source.read_text().strip()
+    return facts
+
+
+def _versions() -> dict[str, str]:
+    versions = {"python": platform.python_version(), "node": _run(["node", "--version"])}
+    versions["java"] = _run(["java", "-version"])
+    for package in _PACKAGES:
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = "not installed"
+    reference = REPO / "tests/conformance/node_modules/@durable-streams/server/package.json"
+    if reference.exists():
+        versions["@durable-streams/server"] = json.loads(reference.read_text())["version"]
+    return versions
+
+
+def _git() -> dict[str, Any]:
+    commit = _run(["git", "-C", str(REPO), "rev-parse", "HEAD"])
+    changed = subprocess.run(
+        ["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.splitlines()
+    return {"commit": commit, "uncommitted changes": sorted(line[3:] for line in changed)}
+
+
+def conditions(work_dir: Path) -> dict[str, Any]:
+    """Where and when the run happened: what a reader needs to weigh its numbers."""
+    cores = os.cpu_count()
+    return {
+        "cores": cores,
+        "cores usable by this process": len(os.sched_getaffinity(0)),
+        "network": f"loopback only ({LOOPBACK}): servers, load generators and Spark on this machine",
+        "disk": disk(work_dir),
+        "load average at start (1, 5, 15 min)": [round(load, 2) for load in _LOAD_AT_START],
+        "load average at end (1, 5, 15 min)": [round(load, 2) for load in os.getloadavg()],
+        "platform": platform.platform(),
+        "versions": _versions(),
+        "git": _git(),
+        "started": _STARTED_AT.isoformat(timespec="seconds"),
+        "finished": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+    }
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The verdict of a record: the rows with a target, those met and those missed (named)."""
+    targeted = [row for row in rows if row["target"] is not None]
+    return {
+        "targets": len(targeted),
+        "met": sum(1 for row in targeted if row["met"] is True),
+        "missed": [row["metric"] for row in targeted if row["met"] is False],
+        "not measured": [row["metric"] for row in targeted if row["met"] is None],
+    }
+
+
+def _one_line_numbers(text: str) -> str:
+    """JSON with each list of numbers on one line (the raw samples stay readable in a diff)."""
+    number = r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"
+    pattern = re.compile(rf"\[\s*({number}(?:,\s*{number})*)\s*\]")
+    return pattern.sub(lambda match: "[" + ", ".join(re.split(r",\s*", match.group(1))) + "]", text)
 
 
 def report(
@@ -140,79 +317,39 @@ def report(
     results: list[Result],
     settings: dict[str, Any],
     kind: str | None = None,
+    work_dir: Path | None = None,
 ) -> Path:
-    """Print the table and write ``results/<stem>.json``; returns its path.
+    """Print the table and write the run's JSON record; returns its path.
 
-    ``section`` names the README block the record may fill: None for partial runs (``--only``),
-    which must never replace a complete table. ``kind`` describes the run in the README
-    (default: full run, or quick smoke run when ``settings["quick"]``).
+    ``section`` names the README block the record fills: None for partial runs (``--only``),
+    which are never a run of record. A run of record (a section, not ``settings["quick"]``)
+    goes to ``results/<stem>.json``, any other run to ``results/scratch/<stem>.json``.
+    ``kind`` describes the run in the README; ``work_dir`` is where the servers kept their
+    data (the disk the record names; the temporary directory's by default).
     """
-    rows = [result.record() for result in results]
+    samples = Samples()
+    rows = [result.record(samples, other_name) for result in results]
     print()
     print(markdown_table(rows, other_name))
-    print("\nratio = ours / " + other_name + "; for ms and MiB lower is better, for rates higher is better.")
+    print("\nratio = ours / " + other_name + "; for ms, s and MiB lower is better, for rates higher is better.")
+    quick = bool(settings.get("quick"))
+    of_record = section is not None and not quick
     record = {
         "section": section,
         "title": title,
         "other": other_name,
-        "quick": bool(settings.get("quick")),
+        "of_record": of_record,
+        "quick": quick,
         "kind": kind,
-        "finished": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "conditions": conditions(work_dir or Path(os.environ.get("TMPDIR", "/tmp"))),
         "settings": settings,
+        "summary": summary(rows),
         "rows": rows,
+        "samples": samples.named,
     }
-    RESULTS_DIR.mkdir(exist_ok=True)
-    path = RESULTS_DIR / f"{stem}.json"
-    path.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"results: {path}")
+    folder = RESULTS_DIR if of_record else SCRATCH_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{stem}.json"
+    path.write_text(_one_line_numbers(json.dumps(record, indent=2, ensure_ascii=False)) + "\n")
+    print(f"results: {path}" + ("" if of_record else " (not a run of record: scratch)"))
     return path
-
-
-def render(record: dict[str, Any]) -> str:
-    """A README results section: when, where, with which settings, and the table."""
-    settings = ", ".join(f"{key}={value}" for key, value in record["settings"].items())
-    machine = record["machine"]
-    kind = record.get("kind") or ("quick smoke run (small loads; not the benchmark)" if record["quick"] else "full run")
-    return (
-        f"{record['title']}, {kind}, {record['finished']} on {machine['cpus']} CPUs "
-        f"({machine['platform']}, Python {machine['python']}); settings: {settings}.\n\n"
-        + markdown_table(record["rows"], record["other"])
-    )
-
-
-def update_readme(results_dir: Path, readme: Path) -> list[str]:
-    """Replace each ``<!-- results:SECTION -->…<!-- /results:SECTION -->`` block that has a
-    record; a full run's record wins over a quick one's."""
-    chosen: dict[str, dict[str, Any]] = {}
-    for path in sorted(results_dir.glob("*.json")):
-        record = json.loads(path.read_text())
-        section = record.get("section")
-        if section and (section not in chosen or (chosen[section]["quick"] and not record["quick"])):
-            chosen[section] = record
-    text = readme.read_text()
-    updated = []
-    for section, record in sorted(chosen.items()):
-        name = re.escape(section)
-        pattern = re.compile(rf"(<!-- results:{name} -->\n).*?(\n<!-- /results:{name} -->)", re.S)
-        match = pattern.search(text)
-        if match is not None:
-            text = text[: match.start()] + match.group(1) + render(record) + match.group(2) + text[match.end() :]
-            updated.append(section)
-    readme.write_text(text)
-    return updated
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description="Render bench/results/*.json into bench/README.md.")
-    parser.add_argument("--results", type=Path, default=RESULTS_DIR)
-    parser.add_argument("--readme", type=Path, default=README)
-    args = parser.parse_args()
-    updated = update_readme(args.results, args.readme)
-    if not updated:
-        sys.exit(f"no results in {args.results} matched a results section of {args.readme}")
-    print(f"updated {args.readme}: {', '.join(updated)}")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,8 +1,9 @@
 """Storage scale benchmark (issue 19): how the server's costs grow with what it stores.
 
 Not a timed test: it prints size -> cost tables, with the issue's targets beside the
-measurements, and writes them to ``bench/results/`` like the other benchmarks. The server is
-a black box (``scale_probe.py``): a ``durable-streams-server`` subprocess on 127.0.0.1 with a
+measurements, and writes their JSON records like the other benchmarks (``benchkit.report``:
+``--sizes full`` runs to ``bench/results/``, others to ``bench/results/scratch/``). The server
+is a black box (``scale_probe.py``): a ``durable-streams-server`` subprocess on 127.0.0.1 with a
 temp data dir, observed through HTTP, ``/metrics``, ``/proc`` and the data dir on disk, so
 the harness keeps working while storage is redesigned. Three groups:
 

@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path += [str(REPO / "tests")]
 
 from benchkit import Target, progress  # noqa: E402
-from server_bench import _request as request  # noqa: E402
+from harness import request  # noqa: E402
 from servers import ServerProcess  # noqa: E402
 
 MIB = 1024 * 1024

@@ -21,9 +21,8 @@ import statistics
 import time
 
 from benchkit import Result, value_at_most
+from harness import request, spawn, threads
 from scale_probe import MIB, NO_COMPACTION, OCTETS, Probe, Work, dir_bytes, note, target_at
-from server_bench import _request as request
-from server_bench import _spawn, _threads
 
 COMMITS = "durable_streams_delta_commit_duration_seconds_count"
 COMMIT_SECONDS = "durable_streams_delta_commit_duration_seconds_sum"
@@ -117,7 +116,7 @@ def _append_paced(probe: Probe, path: str, done: int, count: int) -> float | Non
 
 def put_streams(port: int, paths: list[str], processes: int = 4, threads: int = 8) -> None:
     """Create ``paths`` (16 B each) from ``processes`` x ``threads`` concurrent clients."""
-    _spawn(_put_worker, [(port, paths[i::processes], threads) for i in range(processes)])
+    spawn(_put_worker, [(port, paths[i::processes], threads) for i in range(processes)])
 
 
 def _put_worker(port: int, paths: list[str], clients: int) -> int:
@@ -130,7 +129,7 @@ def _put_worker(port: int, paths: list[str], clients: int) -> int:
             assert status in (200, 201), (status, path, body[:300])
         conn.close()
 
-    _threads(create, [paths[i::clients] for i in range(clients)])
+    threads(create, [paths[i::clients] for i in range(clients)])
     return len(paths)
 
 

@@ -23,6 +23,7 @@ import os
 import time
 
 from benchkit import Result, at_least, value_at_least, value_at_most
+from harness import request, threads
 from scale_probe import (
     MIB,
     NO_COMPACTION,
@@ -37,8 +38,6 @@ from scale_probe import (
     target_at,
 )
 from scale_restart import put_streams
-from server_bench import _request as request
-from server_bench import _threads
 
 PASSES = "durable_streams_compaction_duration_seconds_count"
 PASS_SECONDS = "durable_streams_compaction_duration_seconds_sum"
@@ -184,13 +183,13 @@ def memory_group(work: Work, sizes: list[int], budget_mib: float | None) -> list
     for mebibytes in sizes:
         rounds = max(0, -(-(mebibytes * MIB - stored) // (chunk * ACTIVE_STREAMS)))  # at least the size
         started = time.perf_counter()
-        _threads(functools.partial(write, rounds=rounds), shares)
+        threads(functools.partial(write, rounds=rounds), shares)
         stored += rounds * chunk * ACTIVE_STREAMS
         note(
             f"  {stored / MIB:,.0f} MiB written to {ACTIVE_STREAMS} streams "
             f"({rounds * chunk * ACTIVE_STREAMS / MIB / (time.perf_counter() - started):.0f} MiB/s); reading all"
         )
-        _threads(read, shares)
+        threads(read, shares)
         time.sleep(2)
         rss, peak = probe.rss_mib(), probe.peak_rss_mib()
         note(f"{stored / MIB:,.0f} MiB in {ACTIVE_STREAMS} active streams: RSS {rss:.0f} MiB, peak {peak:.0f} MiB")

@@ -10,6 +10,11 @@ absolute values.
 
     python bench/server_bench.py [--quick] [--only seq,conc1,conc32,catchup,lp1,lp32,sse,memory]
 
+A complete full-size run is a run of record: its JSON record (every row's raw samples, ratio,
+target, verdict, and the run's conditions) goes to ``bench/results/server.json``, which
+``bench/render.py`` renders into bench/README.md; ``--quick`` and ``--only`` runs go to
+``bench/results/scratch/``.
+
 The load generator is ``loadgen``: pre-rendered requests on keep-alive sockets, responses
 parsed with the least work (~40 µs of client CPU a request, where ``http.client`` took ~200 µs,
 about what a server spends on an append: on 2 cores the load generator's own cost squeezed
@@ -24,105 +29,37 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import http.client
 import itertools
-import json
-import multiprocessing
 import shutil
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path += [str(REPO / "tests"), str(REPO / "tests" / "conformance")]
 
 import loadgen  # noqa: E402
-from benchkit import Result, Target, at_least, at_most, percentile, progress, report  # noqa: E402
+from benchkit import Measured, Result, Target, at_least, at_most, compared, percentile, progress, report  # noqa: E402
+from harness import PROCESSES, Server, create, spawn  # noqa: E402
+from harness import request as _request  # noqa: E402  (compaction_memory.py imports it from here)
 from runner import start_reference_server  # noqa: E402
 from servers import ServerProcess  # noqa: E402
+from sse_fan_out import sse_fan_out  # noqa: E402
 
 PAYLOAD = b"x" * 100
-PROCESSES = 4  # load-generator processes for the concurrent scenarios
 OCTETS = {"Content-Type": "application/octet-stream"}
-SSE_IDLE_TIMEOUT_S = 30  # a reader that hears nothing this long counts the rest as missing
-
-
-@dataclass
-class Server:
-    name: str
-    port: int
-    pid: int
-
-    def connection(self, timeout: float = 60) -> http.client.HTTPConnection:
-        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-
-
-def _request(
-    conn: http.client.HTTPConnection,
-    method: str,
-    path: str,
-    body: bytes | None = None,
-    headers: dict[str, str] | None = None,
-) -> tuple[int, dict[str, str], bytes]:
-    conn.request(method, path, body=body, headers=headers or {})
-    response = conn.getresponse()
-    data = response.read()
-    return response.status, {k.lower(): v for k, v in response.getheaders()}, data
-
-
-def _create(server: Server, path: str, content_type: str = "application/octet-stream") -> None:
-    status, _, _ = _request(server.connection(), "PUT", path, headers={"Content-Type": content_type})
-    assert status in (200, 201), status
-
-
-def _tail(conn: http.client.HTTPConnection, path: str) -> str:
-    _, headers, _ = _request(conn, "HEAD", path)
-    return headers["stream-next-offset"]
-
-
-def _in_process(target: Callable[..., Any], args: tuple[Any, ...], results: multiprocessing.Queue[Any]) -> None:
-    try:
-        results.put((True, target(*args)))
-    except BaseException as exc:
-        results.put((False, f"{type(exc).__name__}: {exc}"))
-
-
-def _gather(results: multiprocessing.Queue[Any], count: int, timeout_s: float) -> list[Any]:
-    """One value per worker process; a worker's failure fails the scenario (no silent zeros)."""
-    collected = []
-    for _ in range(count):
-        ok, value = results.get(timeout=timeout_s)
-        if not ok:
-            raise RuntimeError(f"a load-generator process failed: {value}")
-        collected.append(value)
-    return collected
-
-
-def _spawn(target: Callable[..., Any], args_per_process: list[tuple[Any, ...]]) -> list[Any]:
-    """``target(*args)`` in one process per argument tuple; their return values."""
-    context = multiprocessing.get_context("spawn")
-    results: multiprocessing.Queue[Any] = context.Queue()
-    workers = [context.Process(target=_in_process, args=(target, args, results)) for args in args_per_process]
-    for worker in workers:
-        worker.start()
-    collected = _gather(results, len(workers), 600)
-    for worker in workers:
-        worker.join()
-    return collected
 
 
 # -- scenarios ---------------------------------------------------------------------------
 
 
-def sequential_appends(server: Server, count: int) -> dict[str, float]:
+def sequential_appends(server: Server, count: int) -> Measured:
     path = f"/v1/stream/seq-{uuid.uuid4().hex}"
-    _create(server, path)
+    create(server, path)
     conn = loadgen.Connection(server.port)
     append = loadgen.render("POST", path, server.port, PAYLOAD, OCTETS)
     latencies = []
@@ -131,15 +68,17 @@ def sequential_appends(server: Server, count: int) -> dict[str, float]:
         t0 = time.perf_counter()
         conn.send(append)
         status = conn.receive().status
-        latencies.append(time.perf_counter() - t0)
+        latencies.append(1000 * (time.perf_counter() - t0))
         assert status == 204, status
     elapsed = time.perf_counter() - started
     conn.close()
-    return {
-        "appends/s": count / elapsed,
-        "p50 ms": 1000 * percentile(latencies, 0.5),
-        "p99 ms": 1000 * percentile(latencies, 0.99),
-    }
+    of = f"of {count:,} appends"
+    return (
+        Measured()
+        .add("appends/s", count / elapsed, (count, elapsed), "appends / s (raw: count, s)")
+        .add("p50 ms", percentile(latencies, 0.5), latencies, f"p50 {of}")
+        .add("p99 ms", percentile(latencies, 0.99), latencies, f"p99 {of}")
+    )
 
 
 def _expect(*statuses: int) -> Callable[[loadgen.Response], None]:
@@ -149,25 +88,6 @@ def _expect(*statuses: int) -> Callable[[loadgen.Response], None]:
     return check
 
 
-def _threads(work: Callable[[Any], None], items: list[Any]) -> None:
-    """``work(item)`` for each item in its own thread; the first failure is raised here."""
-    errors: list[BaseException] = []
-
-    def guarded(item: Any) -> None:
-        try:
-            work(item)
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=guarded, args=(item,)) for item in items]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise errors[0]
-
-
 def _append_worker(port: int, paths: list[str], seconds: float) -> int:
     """Appends to ``paths`` (one connection each) for ``seconds``; how many were acknowledged."""
     deadline = time.perf_counter() + seconds
@@ -175,18 +95,19 @@ def _append_worker(port: int, paths: list[str], seconds: float) -> int:
     return loadgen.drive(port, appends, _expect(204), deadline)
 
 
-def concurrent_appends(server: Server, clients: int, streams: int, seconds: float) -> dict[str, float]:
+def concurrent_appends(server: Server, clients: int, streams: int, seconds: float) -> Measured:
     paths = [f"/v1/stream/conc-{uuid.uuid4().hex}" for _ in range(streams)]
     for path in paths:
-        _create(server, path)
+        create(server, path)
     per_client = [paths[i % streams] for i in range(clients)]
-    counts = _spawn(_append_worker, [(server.port, per_client[i::PROCESSES], seconds) for i in range(PROCESSES)])
-    return {"appends/s": sum(counts) / seconds}
+    counts = spawn(_append_worker, [(server.port, per_client[i::PROCESSES], seconds) for i in range(PROCESSES)])
+    how = f"acknowledged appends of {PROCESSES} processes / {seconds:g} s (raw: per process)"
+    return Measured().add("appends/s", sum(counts) / seconds, counts, how)
 
 
-def catch_up_read(server: Server, mebibytes: int) -> dict[str, float]:
+def catch_up_read(server: Server, mebibytes: int) -> Measured:
     path = f"/v1/stream/read-{uuid.uuid4().hex}"
-    _create(server, path)
+    create(server, path)
     conn = server.connection()
     chunk = b"r" * (1024 * 1024)
     for _ in range(mebibytes):
@@ -195,26 +116,36 @@ def catch_up_read(server: Server, mebibytes: int) -> dict[str, float]:
     time.sleep(2)  # past a WAL flush (every second by default): read history at rest, not mid-flush
     received = 0
     offset = "-1"
+    responses = []
     started = time.perf_counter()
     while True:
         status, headers, body = _request(conn, "GET", f"{path}?offset={offset}")
         assert status == 200, status
         received += len(body)
+        responses.append(time.perf_counter() - started)
         offset = headers["stream-next-offset"]
         if headers.get("stream-up-to-date") == "true":
             break
     elapsed = time.perf_counter() - started
     assert received == mebibytes * len(chunk), received
-    return {"MiB/s": mebibytes / elapsed}
+    how = f"{mebibytes} MiB / s to the tail (raw: s at the end of each of {len(responses)} responses)"
+    return Measured().add("MiB/s", mebibytes / elapsed, responses, how)
 
 
-def long_poll_wake(server: Server, readers: int, rounds: int, idle_s: float = 0.05) -> dict[str, float]:
+def long_poll_wake(server: Server, readers: int, rounds: int, idle_s: float = 0.05) -> Measured:
     """``long_poll_latencies``' p50 and p99 in ms."""
-    return latency_summary(long_poll_latencies(server, readers, rounds, idle_s))
+    return latency_summary(long_poll_latencies(server, readers, rounds, idle_s), "wakes")
 
 
-def latency_summary(latencies: list[float]) -> dict[str, float]:
-    return {"p50 ms": 1000 * percentile(latencies, 0.5), "p99 ms": 1000 * percentile(latencies, 0.99)}
+def latency_summary(latencies: list[float], what: str) -> Measured:
+    """p50 and p99 in ms of latencies in seconds (the raw values kept, in ms)."""
+    raw = [1000 * latency for latency in latencies]
+    of = f"of {len(raw):,} {what}"
+    return (
+        Measured()
+        .add("p50 ms", percentile(raw, 0.5), raw, f"p50 {of}")
+        .add("p99 ms", percentile(raw, 0.99), raw, f"p99 {of}")
+    )
 
 
 def long_poll_latencies(
@@ -224,7 +155,7 @@ def long_poll_latencies(
     each reader has its response, from the moment the append is sent (all read by one thread
     as they arrive), in seconds; ``warm_up`` more rounds first, not counted."""
     path = f"/v1/stream/lp-{uuid.uuid4().hex}"
-    _create(server, path)
+    create(server, path)
     writer = loadgen.Connection(server.port)
     append = loadgen.render("POST", path, server.port, PAYLOAD, OCTETS)
     polls = [loadgen.Connection(server.port) for _ in range(readers)]
@@ -248,113 +179,6 @@ def long_poll_latencies(
     return latencies
 
 
-def _sse_stamps(event: bytes) -> list[float]:
-    """The append times carried by one SSE ``data`` event of a JSON stream (an array of messages)."""
-    kind, data = b"message", []
-    for line in event.split(b"\n"):
-        name, _, value = line.partition(b":")
-        value = value[1:] if value.startswith(b" ") else value
-        if name == b"event":
-            kind = value
-        elif name == b"data":
-            data.append(value)
-    if kind != b"data":
-        return []
-    return [float(message["t"]) for message in json.loads(b"\n".join(data))]
-
-
-def _sse_worker(
-    port: int, path: str, tail: str, readers: int, expected: int, ready: multiprocessing.Queue[Any]
-) -> list[float]:
-    """``readers`` SSE connections tailing ``path``; each notes when each message arrives.
-
-    Puts True on ``ready`` once every connection has its response headers (False if one failed).
-    """
-    latencies: list[float] = []
-    lock = threading.Lock()
-    connected = threading.Barrier(readers + 1, timeout=60)
-
-    def reader() -> None:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=SSE_IDLE_TIMEOUT_S)
-        try:
-            conn.request("GET", f"{path}?offset={tail}&live=sse")
-            response = conn.getresponse()
-            assert response.status == 200, response.status
-        except BaseException:
-            connected.abort()
-            raise
-        connected.wait()
-        mine: list[float] = []
-        buffer = b""
-        try:
-            while len(mine) < expected:
-                chunk = response.read1(65536)
-                if not chunk:
-                    break
-                arrived = time.monotonic()
-                *events, buffer = (buffer + chunk).split(b"\n\n")
-                mine += [arrived - stamp for event in events for stamp in _sse_stamps(event)]
-        except TimeoutError:
-            pass  # counted as missing deliveries
-        conn.close()
-        with lock:
-            latencies.extend(mine)
-
-    def announce() -> None:
-        try:
-            connected.wait()
-            ready.put(True)
-        except threading.BrokenBarrierError:
-            ready.put(False)  # the failed reader raises its own error
-
-    def run(index: int) -> None:
-        if index == 0:
-            announce()
-        else:
-            reader()
-
-    _threads(run, list(range(readers + 1)))
-    return latencies
-
-
-def sse_fan_out(server: Server, readers: int, messages: int, interval_s: float) -> dict[str, float]:
-    """``readers`` SSE readers on one JSON stream; one writer appends stamped messages, pausing
-    ``interval_s`` after each acknowledgement (the reference server answers an append only after
-    reading it back from its file once per waiting reader, so its pace is slower)."""
-    path = f"/v1/stream/sse-{uuid.uuid4().hex}"
-    _create(server, path, "application/json")
-    writer = server.connection()
-    tail = _tail(writer, path)
-    context = multiprocessing.get_context("spawn")
-    ready: multiprocessing.Queue[Any] = context.Queue()
-    results: multiprocessing.Queue[Any] = context.Queue()
-    shares = [readers // PROCESSES + (i < readers % PROCESSES) for i in range(PROCESSES)]
-    workers = [
-        context.Process(
-            target=_in_process, args=(_sse_worker, (server.port, path, tail, share, messages, ready), results)
-        )
-        for share in shares
-        if share
-    ]
-    for worker in workers:
-        worker.start()
-    if not all([ready.get(timeout=90) for _ in workers]):
-        _gather(results, len(workers), 90)  # raises the failed worker's error
-    time.sleep(0.2)
-    pad = "x" * 70
-    for _ in range(messages):
-        body = json.dumps({"t": time.monotonic(), "pad": pad}).encode()
-        status, _, _ = _request(writer, "POST", path, body, {"Content-Type": "application/json"})
-        assert status == 204, status
-        time.sleep(interval_s)
-    latencies = [latency for share in _gather(results, len(workers), SSE_IDLE_TIMEOUT_S + 30) for latency in share]
-    for worker in workers:
-        worker.join()
-    if len(latencies) < readers * messages:
-        progress(f"  {server.name}: only {len(latencies)} of {readers * messages} SSE deliveries arrived")
-    return {"p50 ms": 1000 * percentile(latencies, 0.5), "p99 ms": 1000 * percentile(latencies, 0.99)}
-
-
 def _create_worker(port: int, names: list[str], clients: int) -> tuple[float, float]:
     """Creates ``names`` over ``clients`` connections; when the creating started and ended
     (``time.monotonic``: one clock for all processes)."""
@@ -367,8 +191,9 @@ def _create_worker(port: int, names: list[str], clients: int) -> tuple[float, fl
     return started, time.monotonic()
 
 
-def memory_for_streams(server: Server, streams: int) -> dict[str, float]:
-    """RSS after creating ``streams`` empty streams from 32 concurrent clients.
+def memory_for_streams(server: Server, streams: int) -> Measured:
+    """Creates/s of ``streams`` empty streams from 32 concurrent clients (from the first create
+    to the last), and the server's RSS 2 s later.
 
     Empty, because the reference server answers ``404`` to some appends (and to creates with a
     body) right after concurrent creates of other streams; one by one it does not, but 10,000
@@ -377,15 +202,18 @@ def memory_for_streams(server: Server, streams: int) -> dict[str, float]:
     before = _rss_mib(server.pid)
     names = [f"mem-{uuid.uuid4().hex[:8]}-{index}" for index in range(streams)]
     spawned = time.monotonic()
-    spans = _spawn(_create_worker, [(server.port, names[i::PROCESSES], 32 // PROCESSES) for i in range(PROCESSES)])
-    # From the first create to the last, as the append loads count: not the load generator's
-    # process start-up, which was counted until 2026-11-24 (the same seconds for either server).
+    spans = spawn(_create_worker, [(server.port, names[i::PROCESSES], 32 // PROCESSES) for i in range(PROCESSES)])
     elapsed = max(end for _, end in spans) - min(start for start, _ in spans)
     with_start_up = time.monotonic() - spawned
     progress(f"  {server.name}: {streams:,} creates in {elapsed:.2f}s ({with_start_up:.2f}s with start-up)")
     time.sleep(2)  # past a WAL flush (every second by default), so that the flush's memory counts
     after = _rss_mib(server.pid)
-    return {"creates/s": streams / elapsed, "RSS MiB": after, "growth MiB": after - before}
+    return (
+        Measured()
+        .add("creates/s", streams / elapsed, (streams, elapsed), "creates / s, first to last (raw: count, s)")
+        .add("RSS MiB", after, (before, after), "VmRSS 2 s after (raw: before, after)")
+        .add("growth MiB", after - before, (before, after), "after - before (raw: before, after)")
+    )
 
 
 def _rss_mib(pid: int) -> float:
@@ -402,7 +230,7 @@ def _rss_mib(pid: int) -> float:
 class Scenario:
     key: str
     title: str
-    run: Callable[[Server], dict[str, float]] | None
+    run: Callable[[Server], Measured] | None
     """The scenario on one server (``None``: a latency scenario, ``alternate``)."""
     targets: dict[str, Target]
     alternate: Callable[[Server], list[float]] | None = None
@@ -411,9 +239,7 @@ class Scenario:
     blocks: int = 0
 
 
-def alternating(
-    servers: list[Server], block: Callable[[Server], list[float]], blocks: int
-) -> dict[str, dict[str, float]]:
+def alternating(servers: list[Server], block: Callable[[Server], list[float]], blocks: int) -> dict[str, Measured]:
     """The latency summary per server of ``blocks`` blocks each, taken from the servers in turn
     (ours, reference, reference, ours, ...): both are measured in the same seconds, so that
     the machine's drift from one second to the next, which moves every leg of a wake by ~20 %
@@ -424,7 +250,7 @@ def alternating(
     for index in range(blocks):
         for server in servers if index % 2 == 0 else servers[::-1]:
             latencies[server.name] += block(server)
-    return {name: latency_summary(values) for name, values in latencies.items()}
+    return {name: latency_summary(values, f"wakes in {blocks} blocks") for name, values in latencies.items()}
 
 
 def scenarios(scale: float) -> list[Scenario]:
@@ -489,7 +315,7 @@ def scenarios(scale: float) -> list[Scenario]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="smaller loads (a smoke run)")
+    parser.add_argument("--quick", action="store_true", help="a fifth of the loads (a smoke run, never of record)")
     parser.add_argument("--only", help="comma-separated scenario keys (default: all)")
     args = parser.parse_args()
     scale = 0.2 if args.quick else 1.0
@@ -516,7 +342,7 @@ def main() -> None:
             Server("reference", int(reference.url.rsplit(":", 1)[1]), reference.pid),
         ]
         for scenario in chosen:
-            measured = {}
+            measured: dict[str, Measured] = {}
             if scenario.alternate is not None:
                 progress(f"{scenario.title}: both servers, {scenario.blocks} blocks each, in turn")
                 measured = alternating(servers, scenario.alternate, scenario.blocks)
@@ -526,15 +352,17 @@ def main() -> None:
                     measured[server.name] = scenario.run(server)
                 summary = ", ".join(f"{metric} {value:,.2f}" for metric, value in measured[server.name].items())
                 progress(f"  {server.name}: {summary}")
-            for metric, value in measured["ours"].items():
+            for metric in measured["ours"]:
                 target = scenario.targets.get(metric)
-                results.append(Result(f"{scenario.title}: {metric}", value, measured["reference"][metric], target))
-    shutil.rmtree(work, ignore_errors=True)
+                results.append(
+                    compared(f"{scenario.title}: {metric}", measured["ours"], measured["reference"], metric, target)
+                )
     complete = len(chosen) == len(keys)
     stem = "server" + ("" if complete else "-" + "-".join(s.key for s in chosen)) + ("-quick" if args.quick else "")
     settings = {"scenarios": "+".join(s.key for s in chosen), "quick": args.quick}
     title = "Server benchmark (ours: WAL durability, local Delta; reference: @durable-streams/server, file-backed)"
-    report(stem, "server" if complete else None, title, "reference", results, settings)
+    report(stem, "server" if complete else None, title, "reference", results, settings, work_dir=work)
+    shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -18,22 +18,24 @@ import tempfile
 import uuid
 from pathlib import Path
 
+import harness
 import server_bench as sb
 from benchkit import progress
+from servers import ServerProcess
 
 CLIENTS = 32
 
 
-def _appends_per_s(servers: list[sb.Server], seconds: float) -> float:
+def _appends_per_s(servers: list[harness.Server], seconds: float) -> float:
     """32 clients on 32 streams spread evenly over ``servers``; total appends/s."""
     work: list[tuple[int, list[str], float]] = []
-    per_server = sb.PROCESSES // len(servers) or 1
+    per_server = harness.PROCESSES // len(servers) or 1
     for server in servers:
         paths = [f"/v1/stream/shard-{uuid.uuid4().hex}" for _ in range(CLIENTS // len(servers))]
         for path in paths:
-            sb._create(server, path)
+            harness.create(server, path)
         work += [(server.port, paths[i::per_server], seconds) for i in range(per_server)]
-    return sum(sb._spawn(sb._append_worker, work)) / seconds
+    return float(sum(harness.spawn(sb._append_worker, work))) / seconds
 
 
 def main() -> None:
@@ -46,10 +48,10 @@ def main() -> None:
     with contextlib.ExitStack() as running:
         started = []
         for index in range(args.processes):
-            process = sb.ServerProcess(work / f"shard-{index}").start()
+            process = ServerProcess(work / f"shard-{index}").start()
             running.callback(process.kill)
             assert process.proc is not None
-            started.append(sb.Server(f"shard-{index}", process.port, process.proc.pid))
+            started.append(harness.Server(f"shard-{index}", process.port, process.proc.pid))
         one, sharded = [], []
         for round_ in range(args.rounds):
             one.append(_appends_per_s(started[:1], args.seconds))
