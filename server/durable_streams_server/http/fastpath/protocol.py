@@ -9,8 +9,11 @@ returns, a request whose body is all there and that is likely answered without w
 (``eager.start_eagerly``); the others (a body still to come, a long-poll, a write while others
 wait for their group commit) get a task from the start, as uvicorn's requests do.
 
-uvicorn's keep-alive timeout is kept by a ``ClosingDeadline`` (a deadline moved per request,
-not a timer made and cancelled per request).
+The fast path stands in for the app uvicorn runs only when uvicorn runs it alone or behind its
+proxy-headers middleware, whose reading of forwarding headers it then applies (``forwarded.py``);
+behind any other wrapper every request goes through that wrapper. uvicorn's keep-alive timeout
+is kept by a ``ClosingDeadline`` (a deadline moved per request, not a timer made and cancelled
+per request).
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ def _as_uvicorn_cycle(cycle: FastCycle) -> RequestResponseCycle:
 
 class FastPathProtocol(GuardedHttpToolsProtocol):
     fast_path: ClassVar[FastPath | None] = None
-    """The requests served on the fast path, when uvicorn runs the app it stands in for (``_fast_path``)."""
+    """The requests served on the fast path, when uvicorn runs the app it stands in for (``_bind``)."""
     default_lines: ClassVar[DefaultLines] = DefaultLines()
     """uvicorn's default headers rendered (one per server: ``connection_protocol`` gives each its own)."""
     _keep_alive: ClosingDeadline
@@ -116,7 +119,6 @@ class FastPathProtocol(GuardedHttpToolsProtocol):
         scope["path"] = self.root_path + (urllib.parse.unquote(path) if "%" in path else path)
         scope["raw_path"] = self.root_path.encode("ascii") + raw_path
         scope["query_string"] = parsed_url.query or b""
-        local_peer = peer_is_local(self.client, self.server)  # (the connection's, before forwarding headers)
         name = fast.target(cast(dict[str, object], scope), self._forwarded)
         if name is None:
             return False
@@ -124,7 +126,7 @@ class FastPathProtocol(GuardedHttpToolsProtocol):
             cast(dict[str, object], scope),
             name,
             fast,
-            local_peer,
+            peer_is_local(self.client, self.server),  # (the connection's peer, whatever a proxy forwarded)
             self.transport,
             self.flow,
             self.server_state.default_headers,
