@@ -182,7 +182,8 @@ class Samples:
         return self._seen[raw]
 
 
-def _number(value: float | None) -> str:
+def number(value: float | None) -> str:
+    """A table's number: thousands separated, two decimals below 100, one below 1,000."""
     if value is None or value != value:
         return "-"
     if abs(value) >= 1000:
@@ -203,7 +204,7 @@ def markdown_table(rows: list[dict[str, Any]], other_name: str) -> str:
     for row in rows:
         ratio = row["ratio"]
         lines.append(
-            f"| {row['metric']} | {_number(row['ours'])} | {_number(row['other'])} | "
+            f"| {row['metric']} | {number(row['ours'])} | {number(row['other'])} | "
             f"{'-' if ratio is None else f'{ratio:.2f}x'} | {row['target'] or '-'} | {_verdict(row['met'])} | "
             f"{row.get('statistic') or '-'} |"
         )
@@ -211,11 +212,13 @@ def markdown_table(rows: list[dict[str, Any]], other_name: str) -> str:
 
 
 def _run(command: list[str]) -> str:
+    """The first line a command prints (``java -version`` prints on stderr), or "unavailable"."""
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return "unavailable"
-    return (done.stdout or done.stderr).strip().splitlines()[0] if (done.stdout or done.stderr).strip() else "-"
+    lines = (done.stdout or done.stderr).strip().splitlines()
+    return lines[0] if done.returncode == 0 and lines else "unavailable"
 
 
 def _mount_of(path: Path) -> tuple[str, str, str]:

@@ -27,15 +27,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchkit import README, RESULTS_DIR, markdown_table, summary
+from benchkit import README, RESULTS_DIR, markdown_table, number, summary
 
 
 def _measured(row: dict[str, Any]) -> str:
     """A row's number against its target: the ratio for ratio targets, else our value."""
     if row["target"] and row["target"].endswith("x") and row["ratio"] is not None:
         return f"{row['ratio']:.2f}x"
-    value = row["ours"]
-    return "nothing measured" if value is None else f"{value:,.4g}"
+    return "nothing measured" if row["ours"] is None else number(row["ours"])
 
 
 def headline(record: dict[str, Any]) -> str:
