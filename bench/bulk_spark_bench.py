@@ -35,17 +35,8 @@ from benchkit import Result, at_least, progress, report  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.sql import datasource as ds  # noqa: E402
 from servers import ServerProcess  # noqa: E402
-from spark_bench import (  # noqa: E402
-    FULL_ROWS,
-    WARM_ROWS,
-    Bench,
-    _connection,
-    _send,
-    best_rate,
-    message_count,
-    parse_args,
-    spark_session,
-)
+from spark_bench import FULL_ROWS, WARM_ROWS, Bench, parse_args, spark_session  # noqa: E402
+from spark_kit import best_rate, connection, message_count, send  # noqa: E402
 
 _ArrowStreamWriter: Any = getattr(ds, "DataSourceStreamArrowWriter", ds.DataSourceStreamWriter)
 CONTENT_TYPES = ("application/json", "application/octet-stream")
@@ -80,8 +71,8 @@ class DiscardSource(ds.DataSource):
 
 def create_stream(base: str, content_type: str) -> str:
     url = f"{base}/v1/stream/bulk-write-{uuid.uuid4().hex[:8]}"
-    conn, path = _connection(url)
-    _send(conn, "PUT", path, b"", content_type)
+    conn, path = connection(url)
+    send(conn, "PUT", path, b"", content_type)
     conn.close()
     return url
 
@@ -104,7 +95,8 @@ def main() -> None:
         spark: SparkSession = spark_session(work)
         running.callback(spark.stop)
         spark.dataSource.register(DiscardSource)
-        bench = Bench(spark, args, work, ours.url)
+        assert ours.proc is not None
+        bench = Bench(spark, args, work, ours.url, ours.proc.pid)
         rows = args.rows
         progress(f"{rows:,} rows into Parquet input files")
         folder = bench.parquet_input("write-input", rows)
