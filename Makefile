@@ -11,7 +11,7 @@ PORT   ?= 4437
 DATA   ?= ./data
 SCALE  ?= small
 
-.PHONY: serve test install install-test lint unit conformance bench bench-server bench-spark bench-scale clean
+.PHONY: serve test install install-test lint unit conformance bench bench-server bench-spark bench-render bench-scale clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -52,13 +52,18 @@ unit: install-test
 conformance: install-test
 	$(BIN)/python -m pytest tests/test_conformance.py -v
 
-bench: bench-server bench-spark
+# The runs of record (bench/README.md, "Running"): full loads, raw results in bench/results/*.json,
+# then the README's Headline and Results rendered from them. Run on a quiet machine.
+bench: bench-server bench-spark bench-render
 
 bench-server: install-test
 	$(BIN)/python bench/server_bench.py
 
 bench-spark: install-test
 	$(BIN)/python bench/spark_bench.py
+
+bench-render:
+	$(BIN)/python bench/render.py
 
 # Storage scale benchmark (issue 19): SCALE=small (minutes), full (hours, a few GB in /tmp) or max.
 bench-scale: install-test
