@@ -38,7 +38,9 @@ the last one. It takes a state checkpoint, purges removed streams (their tombsto
 Delta are the durable intention, resumed after a restart) and messages below retention
 points, bin-packs the files written since the last pass into files of a target size sorted
 by stream (``compaction_plan``: bins are LSN spans, so a rewrite replaces exactly the rows
-it read) and vacuums; a pass with nothing new writes nothing. The
+it read; ``bin_rewrite``: a bin is sorted within the pass's memory share, its sorted runs
+spilled to local disk and merged as the writer takes them, ``sorted_runs``) and vacuums; a
+pass with nothing new writes nothing. The
 Delta log itself is kept to its two newest checkpoints and the commits after them
 (``log_trim``, after every log checkpoint), because delta-rs lists it on every commit and
 open: a commit costs the same after a million commits as after a hundred.
@@ -92,8 +94,8 @@ Modules: ``committer`` (the ``Storage`` facade wiring the rest), ``records`` and
 ``commit_rows`` (a flush's rows), ``state_rows`` (what recovery parses now or later),
 ``state_checkpoint``, ``log_trim``, ``history_reader`` with ``footers``, ``read_plans``
 (what Spark executors may read directly) and ``presign`` (S3 URLs), ``data_files`` (local files read
-with pyarrow), ``compaction_plan``, ``compaction``, ``view`` (what storage and the engine
-hand each other), ``observer`` (metrics hooks).
+with pyarrow), ``compaction_plan``, ``compaction`` with ``bin_rewrite`` and ``sorted_runs``,
+``view`` (what storage and the engine hand each other), ``observer`` (metrics hooks).
 Storage never imports the engine.
 """
 

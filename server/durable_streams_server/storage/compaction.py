@@ -11,8 +11,9 @@ One pass, each step its own atomic Delta commit (or an idempotent file operation
    the LSN of its creation, so no row of it has a smaller LSN); then the messages below
    retention points. Each ``DELETE`` rewrites only the files holding such rows;
 3. **bin-packing** (``compaction_plan``): the small files written since the last pass, cut
-   into bins of about ``target_file_bytes``; each bin is read (memory: one bin, decoded, plus
-   one row group gathered at a time), cleaned and rewritten as one file sorted by
+   into bins of about ``target_file_bytes``; each bin is read, sorted and cleaned within
+   ``memory_bytes`` whatever its size (``bin_rewrite``: an external sort spilling to
+   ``spill_dir``), and streamed into one file sorted by
    ``(kind, stream_uid, seq)``, so a stream's messages are contiguous row groups of about
    ``row_group_bytes`` that reads find by their statistics; ``state``/``subscription`` rows
    superseded by a newer row of the bin or by the checkpoint are dropped. Files already
@@ -21,11 +22,11 @@ One pass, each step its own atomic Delta commit (or an idempotent file operation
 
 Every commit that removes files goes through the writer's handle under its lock
 (``DeltaLog.rewrite``/``delete``/``vacuum``), so it never races the flusher; the reading and
-sorting of a bin happen outside the lock. Purges are durable intentions: a removed stream's
-tombstone (its state marked deleted) is in Delta before it is purged, stays in state
-checkpoints, goes in the same commit as the rest of its rows, and is loaded at recovery
-(``Compaction.recovered``), so a purge interrupted by a crash or a restart is resumed by
-the next pass. Retention points are part of stream state.
+sorting of a bin's runs happen outside the lock, their merge as the writer consumes it.
+Purges are durable intentions: a removed stream's tombstone (its state marked deleted) is
+in Delta before it is purged, stays in state checkpoints, goes in the same commit as the
+rest of its rows, and is loaded at recovery (``Compaction.recovered``), so a purge
+interrupted by a crash or a restart is resumed by the next pass. Retention points are part of stream state.
 
 ``Compaction`` schedules the passes (every ``interval_s``, or on demand through
 ``Storage.compact``) and the state checkpoints (``CheckpointPolicy``, after flushes, also
@@ -37,20 +38,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from deltalake import DeltaTable
 
+from .bin_rewrite import BinRewrite
 from .compaction_plan import Bin, plan_bins
 from .data_files import DataFiles
-from .delta_log import DeltaLog, plain_batch
+from .delta_log import DeltaLog
 from .observer import StorageObserver
-from .state_checkpoint import CHECKPOINT_APP_ID, CheckpointPolicy, newest_per_uid
-from .table_schema import KIND_MESSAGE, KIND_STATE, KIND_SUBSCRIPTION, SCHEMA
+from .state_checkpoint import CHECKPOINT_APP_ID, CheckpointPolicy
+from .table_schema import KIND_MESSAGE, SCHEMA
 from .view import StateView, StreamState
 
 log = logging.getLogger("durable_streams_server.compaction")
@@ -68,6 +70,12 @@ class CompactionConfig:
     """Bins are cut at about this many bytes of input files; each becomes one file."""
     row_group_bytes: int = 8 * 1024 * 1024
     """About this many bytes of rows per row group of a compacted file."""
+    memory_bytes: int = 64 * 1024 * 1024
+    """The rows a pass holds at once take about this many bytes (``bin_rewrite``), whatever the
+    size of a bin; the Delta writer's buffers come on top."""
+    spill_dir: Path | None = None
+    """Where a bin's sorted runs are spilled (its leftovers are removed at start); ``None``:
+    the system's temporary directory."""
     vacuum_retention_hours: int = 1
     log_retention_hours: int = 0
 
@@ -90,7 +98,7 @@ class Compactor:
     def __init__(self, delta: DeltaLog, config: CompactionConfig) -> None:
         self.delta = delta
         self.config = config
-        self._files = DataFiles(delta.uri)
+        self._bins = BinRewrite(DataFiles(delta.uri), config.memory_bytes, config.spill_dir)
 
     def run_once(self, removed_uids: Iterable[int], retention: Mapping[int, int]) -> CompactionReport:
         """``retention`` maps uid -> first retained seq."""
@@ -120,43 +128,12 @@ class Compactor:
         return report
 
     def _rewrite(self, table: DeltaTable, bin_: Bin, checkpoint: int) -> bool:
-        # Memory: the bin's rows once as read (file by file from a local directory:
-        # ``data_files``), plus one row group of them at a time in their new order,
-        # streamed into the writer.
-        if self._files.local:
-            scanned = self._files.read(sorted(bin_.paths), SCHEMA)
-        else:
-            batches = pa.RecordBatchReader.from_stream(table.scan(predicate=bin_.predicate))
-            scanned = pa.Table.from_batches([plain_batch(batch) for batch in batches], schema=SCHEMA)
-        order = rewrite_order(scanned, checkpoint)
-        row_bytes = max(1, scanned.nbytes // max(1, scanned.num_rows))
-        group_rows = min(1 << 20, max(1, self.config.row_group_bytes // row_bytes))
-        ordered = pa.RecordBatchReader.from_batches(SCHEMA, _taken(scanned, order, group_rows))
-        done = self.delta.rewrite(bin_, ordered, group_rows)
-        del scanned, ordered
+        with self._bins.ordered(table, bin_, checkpoint, self.config.row_group_bytes) as (rows, group_rows):
+            done = self.delta.rewrite(bin_, pa.RecordBatchReader.from_batches(SCHEMA, rows), group_rows)
         pa.default_memory_pool().release_unused()
         if not done:
             log.warning("compaction bin skipped: its files changed", extra={"lo": bin_.lo, "hi": bin_.hi})
         return done
-
-
-def _taken(rows: pa.Table, order: pa.Array, size: int) -> Iterator[pa.RecordBatch]:
-    """``rows.take(order)`` as batches of ``size`` rows, each gathered when the writer asks."""
-    for start in range(0, len(order), size):
-        yield from rows.take(order.slice(start, size)).combine_chunks().to_batches()
-
-
-def rewrite_order(rows: pa.Table, checkpoint: int) -> pa.Array:
-    """Indices of a bin's rows in their compacted order, ``(kind, stream_uid, seq, lsn)``,
-    without the ``state``/``subscription`` rows recovery will never take: those below the
-    state checkpoint's LSN and those a newer row of the bin replaces."""
-    keys = rows.select(["kind", "stream_uid", "seq", "lsn"]).append_column("index", pa.array(range(rows.num_rows)))
-    is_state = pc.is_in(keys["kind"], value_set=pa.array([KIND_STATE, KIND_SUBSCRIPTION]))
-    states = keys.filter(is_state)
-    newest = newest_per_uid(states.filter(pc.greater_equal(states["lsn"], checkpoint)))
-    kept = pa.concat_tables([keys.filter(pc.invert(is_state)), newest])
-    ordered = kept.sort_by([(name, "ascending") for name in ("kind", "stream_uid", "seq", "lsn")])
-    return ordered["index"].combine_chunks()
 
 
 def _batches(items: list[_T], size: int) -> Iterable[list[_T]]:

@@ -4,11 +4,11 @@ History reads open each file they plan through it (``open_local``): half the cos
 through delta-rs's object-store handler (measured 0.8 vs 1.7 ms per flush file opened and
 one row group read), which matters to a read over many small files before compaction.
 
-Compaction reads each bin's files whole, one at a time (a bin is made of whole files:
-``compaction_plan``). Reading them through a Delta scan lets delta-rs's query engine read the files concurrently
-and buffer them: measured here, a 128 MiB bin of 128 flush files raised the server's RSS by
-~620 MiB while the rows it produced took 172 MiB. Read file by file with pyarrow's native
-file system, a bin costs its decoded rows.
+Compaction reads each bin's files one at a time, in batches of a bounded size (a bin is made
+of whole files: ``compaction_plan``; ``bin_rewrite`` sorts the batches within its memory
+share). Reading them through a Delta scan lets delta-rs's query engine read the files
+concurrently and buffer them (bench/README.md, "Compaction memory"); read file by file with
+pyarrow's native file system, a batch costs its decoded rows and the row group it comes from.
 
 Only for local tables: pyarrow reaches an object store's files only through delta-rs's
 ``DeltaStorageHandler``, whose calls hold the GIL for the whole request (an S3 GET would
@@ -17,7 +17,7 @@ stall the event loop), so tables on object stores keep the Delta scan (``local``
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
@@ -48,13 +48,14 @@ class DataFiles:
         self.local = root is not None
         self._root = root or ""
 
-    def read(self, paths: Sequence[str], schema: pa.Schema) -> pa.Table:
-        """Every row of the files at ``paths`` (relative to the table), as ``schema``."""
+    def batches(self, paths: Sequence[str], schema: pa.Schema, batch_bytes: int) -> Iterator[pa.RecordBatch]:
+        """Every row of the files at ``paths`` (relative to the table), as ``schema``, file by
+        file in batches of about ``batch_bytes`` decoded (by the file's mean row size)."""
         assert self.local, "object stores are read through a Delta scan"
-        tables = [
-            pq.read_table(self._root + unquote(path), filesystem=_LOCAL, use_threads=False).cast(schema)
-            for path in paths
-        ]
-        table = pa.concat_tables(tables) if tables else schema.empty_table()
-        pa.default_memory_pool().release_unused()  # the files' decoding buffers, freed by now
-        return table
+        for path in paths:
+            with pq.ParquetFile(self._root + unquote(path), filesystem=_LOCAL, pre_buffer=False) as parquet:
+                metadata = parquet.metadata
+                decoded = sum(metadata.row_group(index).total_byte_size for index in range(metadata.num_row_groups))
+                rows = max(1, batch_bytes // max(1, decoded // max(1, metadata.num_rows)))
+                for batch in parquet.iter_batches(batch_size=rows, use_threads=False):
+                    yield batch.cast(schema)
