@@ -137,7 +137,7 @@ class ServerConfig:
     node_id: str | None = None
     """This server's name as an owner of its storage (``storage.ownership``); ``None``: the id
     kept in ``data_dir`` (made at the first start), so a restart is the same node."""
-    advertise_url: str = ""
+    advertise_url: str | None = None
     """The URL other servers and operators reach this one at (named in ownership errors)."""
     take_over: TakeOver = "no"
     """When another node owns the storage: no (refuse to start, naming it), ask (it hands over:
