@@ -18,7 +18,8 @@ strace counts a system call's invocations per thread: ``when=40+40`` delays the 
     python bench/slow_sync_probe.py [--seconds 8] [--readers 2] [--read-interval-ms 5] [--every 40] [--delay-ms 200]
                                     [--source DIR] [--json bench/results/slow_sync.json]
 
-``--source`` runs a server from another checkout (``git archive <commit> | tar -x -C DIR``).
+``--source`` runs a server from another checkout (``git archive <commit> | tar -x -C DIR``);
+``--json`` adds the run to the ``runs`` kept in that file.
 Needs ``strace`` (``apt-get install strace``) and permission to trace (ptrace) here.
 """
 
@@ -178,13 +179,15 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=40, help="condition (b) delays 1 sync in this many")
     parser.add_argument("--delay-ms", type=int, default=200)
     parser.add_argument("--source", type=Path, default=REPO, help="the checkout whose server runs")
-    parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--label", help="what the source is (e.g. its commit), kept with the run")
+    parser.add_argument("--json", type=Path, help="add the run to this file's runs")
     args = parser.parse_args()
     missing = strace_missing()
     if missing is not None:
         print(f"slow_sync_probe: {missing}", file=sys.stderr)
         sys.exit(2)
     work = Path(tempfile.mkdtemp(prefix="ds-slow-sync-"))
+    load_before = os.getloadavg()[0]
     rows = []
     try:
         for index, every in enumerate((None, args.every, 1)):
@@ -200,7 +203,7 @@ def main() -> None:
     record = {
         "probe": "bench/slow_sync_probe.py",
         "source": str(args.source),
-        "commit": _commit(args.source),
+        "label": args.label or _commit(args.source),
         "when": time.strftime("%Y-%m-%d %H:%M:%S"),
         "conditions": {
             "network": "loopback",
@@ -212,13 +215,20 @@ def main() -> None:
             "readers": args.readers,
             "read_interval_ms": args.read_interval_ms,
             "appenders": 1,
+            "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         },
         "rows": rows,
     }
     print(json.dumps(record, indent=2))
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(record, indent=2) + "\n")
+        _append_run(args.json, record)
+
+
+def _append_run(path: Path, record: dict[str, Any]) -> None:
+    """Add this run to the ``runs`` kept in ``path`` (created with its folder if missing)."""
+    runs = json.loads(path.read_text())["runs"] if path.exists() else []
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"runs": [*runs, record]}, indent=2) + "\n")
 
 
 def _commit(source: Path) -> str | None:
