@@ -53,6 +53,8 @@ def open_storage(config: ServerConfig, observer: StorageObserver) -> tuple[Stora
                 target_file_bytes=config.compaction_target_file_bytes,
                 vacuum_retention_hours=config.vacuum_retention_hours,
                 log_retention_hours=config.log_retention_hours,
+                memory_bytes=config.memory_budget // 8 if config.memory_budget else 64 * 1024 * 1024,
+                spill_dir=config.data_dir / "compaction",
             ),
             read_plan_ttl_s=config.read_plan_ttl_s,
             node=Node(
