@@ -103,8 +103,12 @@ def _reference_current(rows: pa.Table, checkpoint: int) -> list[dict[str, Any]]:
 
 def test_superseded_state_rows_are_dropped_however_the_steps_are_cut() -> None:
     rows = _rows(2000, seed=3)
-    # Distinct LSNs per (kind, uid) so that "the newest" names one row.
-    rows = rows.set_column(rows.schema.get_field_index("lsn"), "lsn", pa.array(np.arange(rows.num_rows) % 977))
+    # Distinct LSNs per (kind, uid) so that "the newest" names one row; uid 4's all below 900,
+    # so that the last checkpoint leaves none of its state rows.
+    of_4 = np.asarray(rows["stream_uid"]) == 4
+    lsn = np.arange(rows.num_rows) % 977
+    lsn[of_4] = np.arange(np.count_nonzero(of_4))
+    rows = rows.set_column(rows.schema.get_field_index("lsn"), "lsn", pa.array(lsn))
     ordered = rows.take(pa.array(sort_order(keys_of(rows))))
     rng = random.Random(4)
     for checkpoint in (0, 300, 900):
@@ -117,6 +121,8 @@ def test_superseded_state_rows_are_dropped_however_the_steps_are_cut() -> None:
         ]
         assert sorted(kept, key=repr) == sorted(reference, key=repr)
         assert len(kept) < rows.num_rows
+        uid_4_states = [row for row in kept if row["stream_uid"] == 4 and row["kind"] in ("state", "subscription")]
+        assert len(uid_4_states) == {0: 2, 300: 2, 900: 0}[checkpoint]
 
 
 def _state(uid: int, tail: int) -> dict[str, Any]:
