@@ -3,13 +3,12 @@ streams in use, not every stream used since the start.
 
 A restart leaves ordinary streams dormant (``stream_index``: their state as read, no
 ``Stream``), and a request builds one when it needs it. Without this module a built stream
-stayed built until the process ended: ~0.7 KB in the index (~0.4 KB asleep) and two
-containers for every full collection of the cyclic collector (~1.7 µs a stream,
-``collector.py``: 173 ms with 100,000 streams created), for every stream created or used
-since the start. So every ``interval_s`` ``IdleStreams`` looks at the next ``batch`` of
-built streams, for at most ``step_s`` of the loop (in turns: a step costs the same whatever
-the number of streams; putting one to sleep takes ~6 µs, looking at a busy one ~0.5 µs), and
-puts to sleep each one that
+stayed built until the process ended: more memory than a sleeping one, and two containers
+for every full collection of the cyclic collector to scan (``collector.py``), for every
+stream created or used since the start (the figures: bench/README.md, "Figures behind design
+choices"). So every ``interval_s`` ``IdleStreams`` looks at the next ``batch`` of built
+streams, for at most ``step_s`` of the loop (in turns: a step costs the same whatever the
+number of streams), and puts to sleep each one that
 
 - nobody has read or written for ``idle_ms`` (nor is it expired: that is ``Engine.find``'s
   to delete);

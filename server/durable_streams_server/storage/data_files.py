@@ -1,8 +1,8 @@
 """Reading data files of a table in a local directory with pyarrow's native file system.
 
-History reads open each file they plan through it (``open_local``): half the cost of opening
-through delta-rs's object-store handler (measured 0.8 vs 1.7 ms per flush file opened and
-one row group read), which matters to a read over many small files before compaction.
+History reads open each file they plan through it (``open_local``): cheaper than opening
+through delta-rs's object-store handler (bench/README.md, "Figures behind design choices"),
+which matters to a read over many small files before compaction.
 
 Compaction reads each bin's files one at a time, in batches of a bounded size (a bin is made
 of whole files: ``compaction_plan``; ``bin_rewrite`` sorts the batches within its memory

@@ -3,9 +3,8 @@
 delta-rs finds a table's newest version by listing ``_delta_log``: after every commit (to
 update the writer's snapshot) and on every open. On a local disk that listing stats every
 entry, so with time-based log retention alone each commit costs more the more commits the
-retention window holds. Measured here (one 1-row append per commit, one process): 23 ms per
-commit on a new table, 70 ms with 3,150 log entries, 28 ms with 3,150 data files but 3 log
-entries; a writer that never trimmed went from 52 to 260 ms per commit over 2,500 commits.
+retention window holds: the cost follows the log entries, not the data files (the figures:
+bench/README.md, "Figures behind design choices").
 
 So the log is trimmed by count, not only by age. delta-rs writes a log checkpoint after
 every ``delta.checkpointInterval``-th commit; one commit *before* each checkpoint the writer
