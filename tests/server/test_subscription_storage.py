@@ -101,7 +101,8 @@ def test_a_server_on_s3_with_delta_durability_restores_subscriptions_on_a_fresh_
 
         receiver.fail_first, receiver.answer = 0, {"done": True}
         receiver.received.clear()
-        fresh = server_factory(*args)  # a new process on a new, empty data dir: everything from Delta
+        # A new process on a new, empty data dir (taking over from the killed one): everything from Delta.
+        fresh = server_factory(*args, "--take-over", "--take-over-timeout-s", "1")
         assert fresh.data_dir != server.data_dir
         (delivered, *_) = receiver.wait(1)
         jwks = http.get(fresh.stream_url("__ds/jwks.json")).json()
