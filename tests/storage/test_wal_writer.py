@@ -33,6 +33,8 @@ class _ThreadNotingLog(WriteAheadLog):
     def __init__(self, directory: Path) -> None:
         super().__init__(directory)
         self.writes: list[tuple[int, int]] = []
+        self.returned = 0
+        """Writes that have returned (every frame written and synced)."""
         self.during_first_write: list[Callable[[], None]] = []
 
     def write(self, frames: list[bytes]) -> None:
@@ -41,6 +43,7 @@ class _ThreadNotingLog(WriteAheadLog):
             hook()
         self.writes.append((threading.get_ident(), len(frames)))
         super().write(frames)
+        self.returned += 1
 
 
 def _record(lsn: int) -> Record[Header]:
@@ -207,23 +210,32 @@ def test_close_writes_everything_queued_before_run_returns(tmp_path: Path) -> No
 
 
 def test_a_cancelled_writer_task_leaves_its_thread_no_further_batches(tmp_path: Path) -> None:
-    """The writer task cancelled while a batch syncs (a loop shut down abruptly): the thread
-    finishes the batch it is writing and takes no more, so nothing writes to the log after
-    the owner may have closed it."""
+    """The writer task cancelled while a batch syncs (a loop shut down abruptly), with more
+    frames queued: the thread finishes the batch it is writing and takes no more, and the
+    task ends only after that batch, so nothing writes to the log after the owner may have
+    closed it. Each step waits for the one before it (no timing)."""
     wal = _ThreadNotingLog(tmp_path / "wal")
-    cancelled = threading.Event()
+    failures: list[OSError] = []
+    abandoned_during_write: list[bool] = []
+    returned_when_task_ended: list[int] = []
 
     async def main() -> WalWriter:
         loop = asyncio.get_running_loop()
-        acks, writer, task = _started(wal)
-        task.add_done_callback(lambda _: cancelled.set())
+        acks = Acknowledgements()
+        writer = WalWriter(wal, acks, failures.append)
+        writer.recovered(0)
+        task = asyncio.create_task(writer.run())
+        task.add_done_callback(lambda _: returned_when_task_ended.append(wal.returned))
 
-        def cancel_then_queue() -> None:
-            loop.call_soon_threadsafe(task.cancel)
+        def queue_then_cancel() -> None:  # (on the loop)
             _queue(writer, acks, 3)
-            assert cancelled.wait(30)  # (the cancellation reached the task while this batch is written)
+            task.cancel()
 
-        wal.during_first_write.append(cancel_then_queue)
+        def during_first_write() -> None:  # (on the sync thread: it only waits, and notes)
+            loop.call_soon_threadsafe(queue_then_cancel)
+            abandoned_during_write.append(writer.policy.abandoned.wait(30))
+
+        wal.during_first_write.append(during_first_write)
         _queue(writer, acks, 5)
         with contextlib.suppress(asyncio.CancelledError):
             await task
@@ -233,7 +245,11 @@ def test_a_cancelled_writer_task_leaves_its_thread_no_further_batches(tmp_path: 
     assert writer.policy.thread is not None
     writer.policy.thread.join(timeout=30)
     assert not writer.policy.thread.is_alive()
+    assert failures == []
+    assert abandoned_during_write == [True]  # (the cancellation reached the writer in its first batch)
+    assert returned_when_task_ended == [1]  # (the task outlasted the batch in progress)
     assert [count for _, count in wal.writes] == [5]
+    assert _replayed(tmp_path / "wal") == [1, 2, 3, 4, 5]
 
 
 class _FailingLog(WriteAheadLog):

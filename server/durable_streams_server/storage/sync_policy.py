@@ -25,6 +25,12 @@ wakes the appenders waiting for it and the readers of what they wrote. An ``OSEr
 ``write`` is fatal: the loop gets ``on_failure`` and the thread ends (memory may be ahead
 of the log; the next start recovers what the log holds).
 
+**Cancelled, the task outlasts the batch in progress.** A cancelled ``run`` tells the thread
+to take no further batch, then waits (through further cancellations) until the thread has
+ended before it raises: the owner closes the log once the task has ended, and a batch still
+being written then would write, cut segments and close descriptors under it (descriptor
+numbers the process has meanwhile handed to other files).
+
 What the items mean (frames, new segments) is the caller's (``wal_writer``); how a write is
 made durable (``RWF_DSYNC``, or ``fdatasync`` where the flag is refused) is the log's (``wal``).
 """
@@ -67,8 +73,9 @@ class SyncPolicy(Generic[T]):
         self._on_durable = on_durable
         self._on_failure = on_failure
         self._inbox: queue.SimpleQueue[T | _Stop] = queue.SimpleQueue()
-        self._abandoned = False
-        """The loop is going away: the thread writes nothing more."""
+        self.abandoned = threading.Event()
+        """Set once the task is cancelled (the loop is going away): the thread takes no
+        further batch after the one it is writing."""
         self.thread: threading.Thread | None = None
 
     def hand_over(self, item: T) -> None:
@@ -81,26 +88,31 @@ class SyncPolicy(Generic[T]):
 
     async def run(self) -> None:
         """Start the sync thread and wait until it ends; cancelled, the thread ends after the
-        batch it is writing (nothing may write to the log once its owner may close it)."""
+        batch it is writing, and so does this, before it raises (nothing may write to the log
+        once its owner may close it)."""
         loop = asyncio.get_running_loop()
         ended: asyncio.Future[None] = loop.create_future()
         thread = threading.Thread(target=self._serve, args=(loop, ended), name=THREAD_NAME, daemon=True)
         self.thread = thread
         thread.start()
         try:
-            await ended
+            await asyncio.shield(ended)
         except asyncio.CancelledError:
-            self._abandoned = True
+            self.abandoned.set()
             self._inbox.put(_STOP)
+            while not ended.done():  # (the batch in progress: as long as the disk takes)
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(ended)
             raise
 
     def _serve(self, loop: asyncio.AbstractEventLoop, ended: asyncio.Future[None]) -> None:
         """The sync thread: batch after batch until stopped, abandoned or failed."""
         try:
             stopping = False
-            while not self._abandoned:
+            abandoned = self.abandoned
+            while not abandoned.is_set():
                 batch, stopping = self._take(stopping)
-                if self._abandoned or not batch:
+                if abandoned.is_set() or not batch:
                     return  # (nothing left after a stop)
                 try:
                     last = self._write(batch)
