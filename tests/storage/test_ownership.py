@@ -51,11 +51,20 @@ def test_a_claim_raises_the_epoch_and_every_commit_carries_it(tmp_path: Path) ->
 
 def test_another_node_is_refused_with_the_owner_named(tmp_path: Path) -> None:
     DeltaLog(str(tmp_path), {}).claim(_node("a"), holds_wal=False)
-    with pytest.raises(OwnedElsewhere) as refused:
-        DeltaLog(str(tmp_path), {}).claim(_node("b"), holds_wal=False)
+    version = DeltaTable(f"{tmp_path}/streams").version()
+    with pytest.raises(OwnedElsewhere) as refused:  # (configured otherwise: still nothing written)
+        DeltaLog(str(tmp_path), {}, log_retention_hours=5).claim(_node("b"), holds_wal=False)
     message = str(refused.value)
     assert "node 'a' at http://a.test" in message and "/data/a" in message and "--take-over" in message
-    assert DeltaTable(f"{tmp_path}/streams").transaction_version(OWNER_APP_ID) == 1  # nothing changed
+    assert DeltaTable(f"{tmp_path}/streams").version() == version  # nothing changed
+
+
+def test_the_owner_aligns_the_table_properties_once_it_has_claimed(tmp_path: Path) -> None:
+    DeltaLog(str(tmp_path), {}).claim(_node("a"), holds_wal=False)
+    DeltaLog(str(tmp_path), {}, log_retention_hours=5).claim(_node("a"), holds_wal=False)
+    table = DeltaTable(f"{tmp_path}/streams")
+    assert table.metadata().configuration["delta.logRetentionDuration"] == "interval 5 hours"
+    assert table.transaction_version(OWNER_APP_ID) == 2
 
 
 def test_the_same_node_takes_its_storage_back_and_the_old_handle_is_fenced(tmp_path: Path) -> None:

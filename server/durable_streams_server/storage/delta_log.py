@@ -56,7 +56,7 @@ from .compaction_plan import Bin, FileSpan, spans_intersecting
 from .local_sync import LocalSync
 from .log_trim import table_properties, trim_due, trim_log
 from .owner_log import check_owner, claim_table, fenced_by, handover_asked, name_owner, owner_properties
-from .ownership import Node, Owner, released
+from .ownership import OWNER_KEY, Node, Owner, released
 from .records import (
     Header,
     Record,
@@ -121,10 +121,18 @@ class DeltaLog:
                 configuration=self._configuration,
                 storage_options=self.storage_options,
             )
+        if OWNER_KEY not in table.metadata().configuration:  # (an owned table: aligned by its next claim)
+            self._align_properties(table, None)
+        return table
+
+    def _align_properties(self, table: DeltaTable, owner: Owner | None) -> None:
+        """Set the table properties this server needs where they differ (a commit only then)."""
         configured = table.metadata().configuration
         if any(configured.get(key) != value for key, value in self._configuration.items()):
-            table.alter.set_table_properties(self._configuration, raise_if_not_exists=False)
-        return table
+            properties = owner_properties(owner) if owner is not None else None
+            table.alter.set_table_properties(
+                self._configuration, raise_if_not_exists=False, commit_properties=properties
+            )
 
     def committed_lsn(self) -> int:
         """The highest LSN any commit covers (0 for a new table)."""
@@ -319,8 +327,11 @@ class DeltaLog:
     def claim(self, node: Node, holds_wal: bool) -> Owner:
         """Claim the next epoch for ``node`` (``owner_log.claim_table``); every later commit of
         this handle carries it. ``holds_wal``: ``node``'s data directory holds WAL records."""
-        self.owner = claim_table(self._table, self._lock, self.uri, node, holds_wal)
-        return self.owner
+        self.owner = owner = claim_table(self._table, self._lock, self.uri, node, holds_wal)
+        with self._lock, self._fencing():
+            self._align_properties(self._table, owner)
+            self._table.update_incremental()
+        return owner
 
     def handover_asked(self) -> bool:
         """Whether a handover of this owner's epoch was asked for; ``Fenced`` if a newer
