@@ -40,17 +40,11 @@ def test_conformance_local_delta_storage(server_factory: Callable[..., ServerPro
 
 
 @pytest.mark.slow
-def test_conformance_fast_path_off(server_factory: Callable[..., ServerProcess]) -> None:
-    """Every request through uvicorn's request cycle and the ASGI app (``--fast-path off``): the
-    server answers the suite the same without the fast path."""
-    server = server_factory(*LONG_POLL, "--fast-path", "off")
-    _assert_all_passed(run_conformance(server.url, include_subscriptions=True))
-
-
-@pytest.mark.slow
-def test_conformance_reads_served_from_delta(server_factory: Callable[..., ServerProcess]) -> None:
-    """No tail cache and a 50 ms flush: nearly every read of history goes to Delta files."""
-    server = server_factory(*LONG_POLL, "--tail-cache-bytes", "0", "--flush-interval-ms", "50")
+def test_conformance_fast_path_off_reads_served_from_delta(server_factory: Callable[..., ServerProcess]) -> None:
+    """Every request through uvicorn's request cycle and the ASGI app (``--fast-path off``; the
+    other runs have it on), with no tail cache and a 50 ms flush: nearly every read of history
+    goes to Delta files. The server answers the suite the same without the fast path."""
+    server = server_factory(*LONG_POLL, "--fast-path", "off", "--tail-cache-bytes", "0", "--flush-interval-ms", "50")
     _assert_all_passed(run_conformance(server.url, include_subscriptions=True))
 
 
