@@ -1,10 +1,15 @@
-"""S3 presigned GET URLs (AWS Signature Version 4, query-string form), no SDK needed.
+"""S3 presigned request URLs (AWS Signature Version 4, query-string form), no SDK needed.
 
 A read plan on an ``s3://`` table hands executors one URL per data file: a GET signed with
 the server's storage credentials (the ones in its storage options, or the standard
 ``AWS_*`` environment variables), valid for ``expires_s`` seconds. Executors thus read the
 files straight from S3 without ever holding a key. ``UNSIGNED-PAYLOAD`` and the ``host``
 header are all that is signed, so a ``Range`` header may be added by the reader.
+
+The same signer serves the server's own requests (``S3Presigner.signed``: any method, extra
+query parameters, the bucket itself for listings): cluster mode's conditional objects
+(``cluster.objects``) send PUTs whose ``If-Match`` / ``If-None-Match`` headers ride unsigned,
+as a reader's ``Range`` does.
 
 With an endpoint (``AWS_ENDPOINT_URL``: MinIO, moto, …) URLs are path-style
 (``<endpoint>/<bucket>/<key>``); otherwise virtual-hosted AWS URLs
@@ -82,18 +87,35 @@ class S3Presigner:
 
     def url(self, path: str, expires_s: int, now: datetime.datetime | None = None) -> str:
         """A presigned GET of the table's file ``path`` (relative to the table root)."""
+        return self.signed("GET", path, expires_s, now=now)
+
+    def signed(
+        self,
+        method: str,
+        path: str | None,
+        expires_s: int,
+        *,
+        query: Mapping[str, str] | None = None,
+        now: datetime.datetime | None = None,
+    ) -> str:
+        """A presigned ``method`` URL of the file ``path`` under the root (the bucket itself if ``None``).
+
+        ``query`` parameters (a listing's ``list-type``, ``prefix``, ...) are signed along.
+        """
         now = now or datetime.datetime.now(datetime.UTC)
-        key = f"{self.prefix}/{path}" if self.prefix else path
+        key = None if path is None else f"{self.prefix}/{path}" if self.prefix else path
         if self.endpoint is not None:
             base = self.endpoint
-            canonical_uri = "/" + _uri_encode(self.bucket) + "/" + _uri_encode(key, slash=True)
+            canonical_uri = "/" + _uri_encode(self.bucket)
+            canonical_uri += "" if key is None else "/" + _uri_encode(key, slash=True)
         else:
             base = f"https://{self.bucket}.s3.{self.region}.amazonaws.com"
-            canonical_uri = "/" + _uri_encode(key, slash=True)
+            canonical_uri = "/" + ("" if key is None else _uri_encode(key, slash=True))
         host = urlsplit(base).netloc
         stamp, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
         scope = f"{day}/{self.region}/s3/aws4_request"
         params = {
+            **(query or {}),
             "X-Amz-Algorithm": "AWS4-HMAC-SHA256",
             "X-Amz-Credential": f"{self.access_key}/{scope}",
             "X-Amz-Date": stamp,
@@ -102,9 +124,10 @@ class S3Presigner:
         }
         if self.session_token:
             params["X-Amz-Security-Token"] = self.session_token
-        query = "&".join(f"{_uri_encode(k)}={_uri_encode(v)}" for k, v in sorted(params.items()))
-        request = f"GET\n{canonical_uri}\n{query}\nhost:{host}\n\nhost\nUNSIGNED-PAYLOAD"
+        encoded = sorted((_uri_encode(k), _uri_encode(v)) for k, v in params.items())  # by name, as SigV4 sorts
+        query_text = "&".join(f"{k}={v}" for k, v in encoded)
+        request = f"{method}\n{canonical_uri}\n{query_text}\nhost:{host}\n\nhost\nUNSIGNED-PAYLOAD"
         to_sign = f"AWS4-HMAC-SHA256\n{stamp}\n{scope}\n{hashlib.sha256(request.encode()).hexdigest()}"
         signing = _hmac(_hmac(_hmac(_hmac(f"AWS4{self.secret_key}".encode(), day), self.region), "s3"), "aws4_request")
         signature = hmac.new(signing, to_sign.encode(), hashlib.sha256).hexdigest()
-        return f"{base}{canonical_uri}?{query}&X-Amz-Signature={signature}"
+        return f"{base}{canonical_uri}?{query_text}&X-Amz-Signature={signature}"

@@ -1,0 +1,1 @@
+"""Cluster mode: shards, leases, the node supervisor and its router."""
