@@ -13,6 +13,7 @@ transport to replay 409s, 429s, 503s and connection resets deterministically.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import random
 import ssl
 import time
@@ -41,6 +42,7 @@ DEFAULT_TIMEOUT: Timeout = (10.0, 90.0)
 """The read timeout outlasts a long-poll (30 s on our server) and an SSE connection (~60 s)."""
 
 _ERROR_BODY_LIMIT = 64 * 1024
+MAX_REDIRECTS = 5
 
 
 class UseDefault:
@@ -141,6 +143,7 @@ class RequestsTransport:
             verify=self.verify,
             timeout=request.timeout,
             stream=request.stream,
+            allow_redirects=False,  # HTTP.request follows 307/308 itself, keeping the request whole
         )
 
     def close(self) -> None:
@@ -211,8 +214,7 @@ class HTTP:
             stream,
             credentials,
         )
-        with guard(method, url):
-            response = self.transport.send(request)
+        response = self._send_following(request)
         if response.status_code in ok:
             return response
         with response, guard(method, url):
@@ -224,6 +226,21 @@ class HTTP:
         raise errors.error_for_status(
             method=method, url=response.url or url, status=response.status_code, headers=response.headers, body=body
         )
+
+    def _send_following(self, request: Request) -> requests.Response:
+        """Send ``request``, following up to ``MAX_REDIRECTS`` 307/308 answers with the same
+        method, headers and body (a cluster node sends a stream's requests to the server of its
+        shard: the server is trusted with the request, so is the peer it names). The
+        ``Location`` carries the query string, so the parameters are not sent again."""
+        for _ in range(MAX_REDIRECTS + 1):
+            with guard(request.method, request.url):
+                response = self.transport.send(request)
+            location = response.headers.get("Location") if response.status_code in (307, 308) else None
+            if not location:
+                return response
+            response.close()
+            request = dataclasses.replace(request, url=urljoin(request.url, location), params=None)
+        raise errors.TransportError(f"more than {MAX_REDIRECTS} redirects", method=request.method, url=request.url)
 
 
 @contextlib.contextmanager

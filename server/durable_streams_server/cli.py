@@ -17,6 +17,7 @@ from typing import get_args
 import uvicorn
 
 from .allocators import tune_allocators
+from .cluster.workers import die_with_parent
 from .collector import freeze_start_up_objects
 from .config import ConfigError, ServerConfig, require_number
 from .http.fastpath import HttpParser
@@ -145,6 +146,20 @@ def build_parser() -> argparse.ArgumentParser:
         choices=list(get_args(TakeOver)),
     )
     _add_config(parser, "--take-over-timeout-s", "how long --take-over waits for the owner to hand over")
+    _add(
+        parser,
+        "--cluster",
+        False,
+        "run as a cluster node: hold shard leases on --storage-uri (s3:// or a local path shared by all "
+        "nodes), serve each held shard with a server of its own, answer any stream URL with a 307 to its "
+        "shard's server; needs --storage-uri, and --advertise-url unless --host is a loopback or a name",
+        action="store_true",
+    )
+    _add(parser, "--shards", 4, "cluster mode: the number of shards of a new storage root (fixed after)", type=int)
+    _add(parser, "--lease-ttl-s", 5.0, "cluster mode: a dead node's shards are taken after this", type=float)
+    _add_config(parser, "--cluster-shard", "set by a cluster node for the shard servers it starts: k/N")
+    _add_config(parser, "--cluster-router", "set by a cluster node for its shard servers: the node's URL")
+    _add(parser, "--cluster-parent", 0, "set by a cluster node for its shard servers: the node's pid", type=int)
     _add_config(parser, "--long-poll-timeout-ms", "how long a long-poll waits for data")
     _add_config(parser, "--sse-reconnect-ms", "SSE connections are closed after this long")
     _add_config(parser, "--max-body-bytes", "larger request bodies get 413")
@@ -375,6 +390,13 @@ def _freeze_start_up() -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     configure_logging(args.log_level, args.log_format)
+    if args.cluster:
+        from .cluster.run import run_node
+
+        run_node(args, list(sys.argv[1:] if argv is None else argv), config_from_args(args))
+        return
+    if args.cluster_parent:
+        die_with_parent(args.cluster_parent)
     config = config_from_args(args)
     check_exposure(args.host, config, args.allow_unauthenticated)
     check_tls(args.tls_certfile, args.tls_keyfile)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
 
+from .http.shard_guard import ShardGuard
 from .protocol.tokens import AuthConfig
 from .protocol.webhook_rules import parse_networks
 from .storage.committer import Durability
@@ -144,6 +145,11 @@ class ServerConfig:
     flushes what it acknowledged, then lets go) or force (take it even if it does not answer)."""
     take_over_timeout_s: float = 30.0
     """How long ``take_over="ask"`` waits for the owner's release."""
+    cluster_shard: str | None = None
+    """On a cluster's shard server (started by its node: ``cluster.workers``): ``k/N``, the
+    shard it serves of N; a request for another shard's stream is sent to ``cluster_router``."""
+    cluster_router: str | None = None
+    """The advertised URL of the node that started this shard server (its router)."""
     fast_path: Literal["on", "off"] = "on"
     """on: where the server's own connection protocol serves the app (``server.http_protocol``:
     the command line's uvicorn, httptools parser), a stream's small appends and creates, reads,
@@ -182,8 +188,23 @@ class ServerConfig:
             raise ConfigError("take_over", f"must be one of {', '.join(get_args(TakeOver))}, got {self.take_over!r}")
         if self.node_id is not None and not _NODE_ID.fullmatch(self.node_id):
             raise ConfigError("node_id", f"must be 1-64 letters, digits, '.', '_' or '-', got {self.node_id!r}")
+        if (self.cluster_shard is None) != (self.cluster_router is None):
+            raise ConfigError("cluster_shard", "a shard server needs both cluster_shard and cluster_router")
+        if self.cluster_shard is not None and self.cluster_router is not None:
+            try:
+                ShardGuard.parse(self.cluster_shard, self.cluster_router)
+            except ValueError as exc:
+                raise ConfigError(
+                    "cluster_shard", f"must be k/N with 0 <= k < N, got {self.cluster_shard!r}: {exc}"
+                ) from None
         if self.durability not in modes:
             raise ConfigError("durability", f"must be one of {', '.join(modes)}, got {self.durability!r}")
+
+    @property
+    def shard_guard(self) -> ShardGuard | None:
+        if self.cluster_shard is None or self.cluster_router is None:
+            return None
+        return ShardGuard.parse(self.cluster_shard, self.cluster_router)
 
     @property
     def resolved_storage_uri(self) -> str:

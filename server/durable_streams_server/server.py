@@ -124,7 +124,7 @@ def build_app(config: ServerConfig | None = None, on_started: Callable[[], objec
     recovered and running)."""
     config = config or ServerConfig()
     opener = functools.partial(open_server, config)
-    return DurableStreamsApp(opener, http_limits(config), config.auth, on_started)
+    return DurableStreamsApp(opener, http_limits(config), config.auth, on_started, config.shard_guard)
 
 
 def create_app(config: ServerConfig | None = None, on_started: Callable[[], object] | None = None) -> ASGIApp:

@@ -44,6 +44,7 @@ from .read_plans import ReadPlanHandlers, wants_plan
 from .request_policy import RequestPolicy
 from .responses import error_response, http_error_response, preflight_response
 from .routes import route_path, starlette_routes
+from .shard_guard import ShardGuard
 from .streams import StreamHandlers
 from .subscriptions import SubscriptionHandlers
 from .targets import base_target
@@ -83,6 +84,7 @@ class DurableStreamsApp:
         limits: HttpLimits,
         auth: AuthConfig | None = None,
         on_started: Callable[[], object] | None = None,
+        shard_guard: ShardGuard | None = None,
     ) -> None:
         self.opener = opener
         self.on_started = on_started
@@ -126,6 +128,7 @@ class DurableStreamsApp:
             ),
             self.metrics,
             self.live_readers,
+            shard_guard,
         )
         """Admit, observe, decorate: what every request passes, on either path (``request_policy.py``)."""
         self.asgi = Gate(self.router, self.base_route, self.policy)

@@ -3,7 +3,8 @@
 Every HTTP request passes the same three steps, whichever path serves it -- the ASGI app's
 gate (``gate.py``) or the fast path, from the connection's parser callbacks (``fastpath/``):
 
-1. **admit** (``RequestPolicy.admit``): auth first when tokens are configured (401/403,
+1. **admit** (``RequestPolicy.admit``): on a cluster's shard server, a path of another shard
+   is sent back to the node's router (307, ``shard_guard``); then auth when tokens are configured (401/403,
    ``auth.authorize``), then the limits (431 for heads over ``--max-header-bytes``, 429 over
    the rate limit: ``limits.RequestLimits``). A refusal is answered with the protocol's JSON
    error instead of routing (its route label: ``unrouted``).
@@ -24,11 +25,13 @@ import time
 from starlette.responses import Response
 from starlette.types import Scope
 
+from ..protocol.errors import ProtocolError
 from ..protocol.tokens import AuthConfig
 from .auth import authorize
 from .limits import LiveReaders, RequestLimits
 from .metrics import ServerMetrics
 from .responses import EXPOSED_HEADERS, error_response
+from .shard_guard import ShardGuard
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -69,19 +72,27 @@ def security_lines(headers: Headers) -> bytes:
 class RequestPolicy:
     """The steps every request passes (module docstring), for one app."""
 
-    __slots__ = ("auth", "limits", "live_readers", "metrics")
+    __slots__ = ("auth", "limits", "live_readers", "metrics", "shard_guard")
 
     def __init__(
-        self, auth: AuthConfig | None, limits: RequestLimits, metrics: ServerMetrics, live_readers: LiveReaders
+        self,
+        auth: AuthConfig | None,
+        limits: RequestLimits,
+        metrics: ServerMetrics,
+        live_readers: LiveReaders,
+        shard_guard: ShardGuard | None = None,
     ) -> None:
+        self.shard_guard = shard_guard
         self.auth = auth
         self.limits = limits
         self.metrics = metrics
         self.live_readers = live_readers
 
     def admit(self, scope: Scope) -> Response | None:
-        """Auth, then limits: the refusal to answer instead of routing, or ``None``: go on."""
-        refusal = authorize(self.auth, scope) if self.auth is not None else None
+        """Shard, auth, then limits: the refusal to answer instead of routing, or ``None``: go on."""
+        refusal: ProtocolError | None = self.shard_guard.refusal(scope) if self.shard_guard is not None else None
+        if refusal is None and self.auth is not None:
+            refusal = authorize(self.auth, scope)
         if refusal is None:
             refusal = self.limits.refusal(scope)
         return error_response(refusal) if refusal is not None else None

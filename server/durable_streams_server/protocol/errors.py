@@ -48,6 +48,13 @@ class ProtocolError(Exception):
         """Seconds after which a retry may succeed (rendered as ``Retry-After``)."""
 
 
+class Moved(ProtocolError):
+    """Served elsewhere: a 307 to the ``Location`` header (the method and body are kept)."""
+
+    status = 307
+    default_code = "MOVED"
+
+
 class BadRequest(ProtocolError):
     status = 400
     default_code = "BAD_REQUEST"

@@ -1,0 +1,331 @@
+"""A cluster node's supervisor: it holds shard leases, runs a server per held shard, and
+keeps the routing table its router answers from.
+
+Theory of operation
+-------------------
+One thread (``Supervisor.run``) ticks every ``tick_s`` (a fifth of the lease ttl). Each tick:
+
+1. **Beat**: rewrite this node's object (``_cluster/nodes/<id>.json``), so others count it
+   live; a node whose object has not changed for a ttl of the reader's clock is not live.
+2. **Renew** every held lease (``leases``); a lease lost to a newer version, or not renewed
+   before its validity ends, has its shard server killed at once.
+3. **Look**: read every shard's lease, and publish the routing table (``Route`` per shard)
+   that the router reads without locks (one attribute, replaced whole).
+4. **Serve**: a shard whose server is ready is published ``serving`` at the server's URL; a
+   server that exited by itself is started again (the same node takes its location back,
+   replaying its WAL); one stopped for a drain has its lease released once it exited.
+5. **Balance**: with ``live`` nodes, each should hold ``ceil(shards / live)`` shards. A node
+   below that takes free shards and those ``leases.may_take`` allows; a node above it drains
+   one shard at a time (its server flushes and releases the location, then the lease is
+   released), and another node takes it.
+
+Every shard server is started from this thread (``workers``: the kernel kills it when this
+thread ends). On shutdown the node stops its servers (each flushes and releases its
+location), then releases their leases.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass, replace
+from typing import Literal
+
+import httpx
+
+from .leases import Held, LeaseRecord, Observed, may_take, target_count
+from .objects import ConditionalObjects, ObjectStoreError
+from .shards import Layout, lease_key, node_key
+from .workers import ShardServer, ShardServerSpec
+
+log = logging.getLogger("durable_streams_server.cluster")
+
+RouteState = Literal["serving", "unavailable"]
+DRAIN_TIMEOUT_S = 60.0
+WATCHDOG_S = 0.1
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where a shard is served now (``url``), or that it is not (moving, starting, no owner)."""
+
+    state: RouteState
+    url: str | None = None
+    holder: str | None = None
+
+
+@dataclass(frozen=True)
+class NodeSettings:
+    node_id: str
+    advertise_url: str
+    storage_uri: str
+    durability: str
+    lease_ttl_s: float = 5.0
+    adopt_wal: bool = False
+
+    @property
+    def tick_s(self) -> float:
+        return self.lease_ttl_s / 5
+
+
+class Supervisor:
+    """The node's tick loop (module docstring) and the routing table it publishes."""
+
+    def __init__(
+        self, settings: NodeSettings, layout: Layout, objects: ConditionalObjects, spec: ShardServerSpec
+    ) -> None:
+        self.settings = settings
+        self.layout = layout
+        self.objects = objects
+        self.spec = spec
+        self.routes: tuple[Route, ...] = tuple(Route("unavailable") for _ in range(layout.shards))
+        self.live_nodes: tuple[str, ...] = (settings.node_id,)
+        self._seen: dict[int, Observed] = {}
+        self._nodes_seen: dict[str, Observed] = {}
+        self._held: dict[int, Held] = {}
+        self._servers: dict[int, ShardServer] = {}
+        self._node_etag: str | None = None
+        self._beat = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self.run, name="cluster-supervisor", daemon=True)
+        self._watchdog = threading.Thread(target=self._watch, name="cluster-lease-watchdog", daemon=True)
+        self._probe = httpx.Client()
+
+    @property
+    def held(self) -> tuple[int, ...]:
+        return tuple(sorted(self._held))
+
+    def start(self) -> None:
+        self._thread.start()
+        self._watchdog.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._watchdog.join()
+        self._probe.close()
+
+    # --- the loop --------------------------------------------------------------------------
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                self.tick()
+            except ObjectStoreError as exc:
+                log.warning("cluster tick failed", extra={"error": str(exc)})
+            self._stop.wait(max(0.0, self.settings.tick_s - (time.monotonic() - started)))
+        self._shut_down()
+
+    def _watch(self) -> None:
+        """Kill a shard's server the moment its lease's validity ends, whatever the tick is
+        doing (a renewal may hang on the store for its whole timeout); the tick then drops it."""
+        while not self._stop.wait(WATCHDOG_S):
+            now = time.monotonic()
+            for shard, held in list(self._held.items()):
+                server = self._servers.get(shard)
+                if now >= held.valid_until and server is not None and not server.exited:
+                    server.proc.kill()
+                    log.warning("lease validity ended: shard server killed", extra={"shard": shard})
+
+    def tick(self) -> None:
+        self._fence_expired()
+        self._beat_node()
+        self._renew()
+        self._look()
+        self._serve()
+        self._balance()
+        self._publish()
+
+    def _fence_expired(self) -> None:
+        now = time.monotonic()
+        for shard, held in list(self._held.items()):
+            if now >= held.valid_until:
+                self._lose(shard, "its lease could not be renewed in time")
+
+    def _beat_node(self) -> None:
+        self._beat += 1
+        body = json.dumps({"node_id": self.settings.node_id, "url": self.settings.advertise_url, "beat": self._beat})
+        key = node_key(self.settings.node_id)
+        etag = self.objects.replace(key, body.encode(), self._node_etag) if self._node_etag else None
+        if etag is None:
+            current = self.objects.get(key)
+            if current is None:
+                etag = self.objects.create(key, body.encode())
+            else:
+                etag = self.objects.replace(key, body.encode(), current.etag)
+        self._node_etag = etag
+        now = time.monotonic()
+        live = [self.settings.node_id]
+        for key in self.objects.list_keys(node_key("")[: -len(".json")]):
+            node_id = key.rsplit("/", 1)[-1].removesuffix(".json")
+            if node_id == self.settings.node_id:
+                continue
+            found = self.objects.get(key)
+            if found is None:
+                continue
+            record = LeaseRecord(
+                shard=-1, holder=node_id, state="serving", ttl_ms=int(self.settings.lease_ttl_s * 1000)
+            )
+            seen = self._nodes_seen.get(node_id)
+            seen = Observed(record, found.etag, now) if seen is None else seen.seen_again(record, found.etag, now)
+            self._nodes_seen[node_id] = seen
+            if not seen.expired(now):
+                live.append(node_id)
+        self.live_nodes = tuple(sorted(live))
+
+    def _renew(self) -> None:
+        for shard, held in list(self._held.items()):
+            sent = time.monotonic()
+            record = held.record.next_beat()
+            try:
+                etag = self.objects.replace(lease_key(shard), record.to_bytes(), held.etag)
+            except ObjectStoreError as exc:
+                log.warning("lease renewal failed", extra={"shard": shard, "error": str(exc)})
+                continue
+            if etag is None:
+                self._lose(shard, "another node replaced its lease")
+                continue
+            self._held[shard] = Held(record, etag, Held.valid_from(sent, record.ttl_ms))
+
+    def _lose(self, shard: int, why: str) -> None:
+        server = self._servers.pop(shard, None)
+        if server is not None:
+            server.kill()
+        self._held.pop(shard, None)
+        log.warning("shard lost", extra={"shard": shard, "reason": why})
+
+    def _look(self) -> None:
+        now = time.monotonic()
+        for shard in range(self.layout.shards):
+            if shard in self._held:
+                continue
+            found = self.objects.get(lease_key(shard))
+            if found is None:
+                self._seen.pop(shard, None)
+                continue
+            record = LeaseRecord.from_bytes(found.body)
+            seen = self._seen.get(shard)
+            self._seen[shard] = (
+                Observed(record, found.etag, now) if seen is None else seen.seen_again(record, found.etag, now)
+            )
+
+    def _serve(self) -> None:
+        for shard, server in list(self._servers.items()):
+            held = self._held.get(shard)
+            if held is None:
+                continue
+            if server.stopping_since is not None:
+                if server.exited or time.monotonic() - server.stopping_since > DRAIN_TIMEOUT_S:
+                    server.kill()
+                    self._release(shard)
+                continue
+            if server.exited and held.record.state == "starting":
+                log.error("shard server failed to start", extra={"shard": shard, "code": server.proc.returncode})
+                self._release(shard)
+            elif server.exited:
+                log.warning(
+                    "shard server exited; starting it again", extra={"shard": shard, "code": server.proc.returncode}
+                )
+                self._servers[shard] = self._start_server(shard, take_over="no")
+                self._write_held(shard, held.record.next_beat(state="starting", url=None))
+            elif held.record.state == "starting" and server.ready(self._probe):
+                self._write_held(shard, held.record.next_beat(state="serving", url=server.url))
+                log.info("shard serving", extra={"shard": shard, "url": server.url})
+
+    def _balance(self) -> None:
+        target = target_count(self.layout.shards, len(self.live_nodes))
+        draining = any(server.stopping_since is not None for server in self._servers.values())
+        if len(self._held) > target and not draining:
+            shard = max(self._held)
+            self._write_held(shard, self._held[shard].record.next_beat(state="draining", url=None))
+            self._servers[shard].stop()
+            log.info("shard draining", extra={"shard": shard, "target": target, "live_nodes": len(self.live_nodes)})
+            return
+        now = time.monotonic()
+        for shard in range(self.layout.shards):
+            if len(self._held) >= target:
+                return
+            if shard in self._held:
+                continue
+            seen = self._seen.get(shard)
+            if seen is not None and not may_take(seen, self.settings.node_id, now, adopt_wal=self.settings.adopt_wal):
+                continue
+            self._acquire(shard, seen)
+
+    def _acquire(self, shard: int, seen: Observed | None) -> None:
+        ttl_ms = int(self.settings.lease_ttl_s * 1000)
+        record = LeaseRecord(
+            shard=shard,
+            holder=self.settings.node_id,
+            node_url=self.settings.advertise_url,
+            state="starting",
+            durability=self.settings.durability,
+            ttl_ms=ttl_ms,
+            beat=seen.record.beat + 1 if seen is not None else 0,
+        )
+        sent = time.monotonic()
+        if seen is None:
+            etag = self.objects.create(lease_key(shard), record.to_bytes())
+        else:
+            etag = self.objects.replace(lease_key(shard), record.to_bytes(), seen.etag)
+        if etag is None:
+            return  # another node was faster
+        self._held[shard] = Held(record, etag, Held.valid_from(sent, ttl_ms))
+        self._seen.pop(shard, None)
+        previous = seen.record if seen is not None else None
+        taken = previous is not None and not previous.free and previous.holder != self.settings.node_id
+        take_over = "no"
+        if taken:
+            take_over = "force" if previous is not None and previous.durability == "wal" else "ask"
+        log.info(
+            "shard acquired",
+            extra={"shard": shard, "from": previous.holder if taken and previous else None, "take_over": take_over},
+        )
+        self._servers[shard] = self._start_server(shard, take_over=take_over)
+
+    def _start_server(self, shard: int, *, take_over: str) -> ShardServer:
+        return self.spec.start(shard, self.layout.shard_uri(self.settings.storage_uri, shard), take_over=take_over)
+
+    def _write_held(self, shard: int, record: LeaseRecord) -> None:
+        held = self._held[shard]
+        sent = time.monotonic()
+        etag = self.objects.replace(lease_key(shard), record.to_bytes(), held.etag)
+        if etag is None:
+            self._lose(shard, "another node replaced its lease")
+            return
+        self._held[shard] = Held(record, etag, Held.valid_from(sent, record.ttl_ms))
+
+    def _release(self, shard: int) -> None:
+        held = self._held.pop(shard)
+        self._servers.pop(shard, None)
+        free = replace(held.record.next_beat(), holder=None, node_url=None, url=None, state="released")
+        if self.objects.replace(lease_key(shard), free.to_bytes(), held.etag) is not None:
+            log.info("shard released", extra={"shard": shard})
+
+    def _publish(self) -> None:
+        routes = []
+        for shard in range(self.layout.shards):
+            held = self._held.get(shard)
+            record = held.record if held is not None else (self._seen[shard].record if shard in self._seen else None)
+            if record is not None and record.state == "serving" and record.url:
+                routes.append(Route("serving", record.url, record.holder))
+            else:
+                routes.append(Route("unavailable", None, record.holder if record else None))
+        self.routes = tuple(routes)
+
+    def _shut_down(self) -> None:
+        for server in self._servers.values():
+            server.stop()
+        deadline = time.monotonic() + DRAIN_TIMEOUT_S
+        for shard, server in list(self._servers.items()):
+            try:
+                server.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except Exception:
+                server.kill()
+            try:
+                self._release(shard)
+            except ObjectStoreError as exc:
+                log.warning("lease release failed at shutdown", extra={"shard": shard, "error": str(exc)})

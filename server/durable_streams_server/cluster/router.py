@@ -1,0 +1,135 @@
+"""A node's router: every URL of the cluster answered at any node, by sending it to its shard.
+
+The router serves no stream itself. A request for a stream is answered with a 307 to the
+server of the stream's shard (``http.shard_guard.shard_of_path``), at the URL the shard's
+lease publishes (``node.Supervisor.routes``): the client repeats the same method and body
+there, so every protocol feature works through any node, and the bytes never pass through
+a second process. A shard that is moving or starting is answered with 503 and
+``Retry-After: 1``. What cannot be right across shards is refused, never half done:
+
+* a fork whose source is another shard's stream (``Stream-Forked-From``): 409
+  ``CROSS_SHARD_FORK`` -- give both one shard key (module ``http.shard_guard``);
+* the base surface's subscriptions (``/v1/stream/__ds/...``) when there is more than one
+  shard: their patterns may span every shard; 501 ``SUBSCRIPTIONS_SPAN_SHARDS`` (a bucket's
+  subscriptions, ``/<bucket>/__ds/...``, cover one bucket: one shard, and work).
+
+``GET /healthz`` is the node's liveness; ``GET /v1/cluster`` describes the cluster as this
+node sees it (its live nodes, and every shard's state, server and holder).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+
+from starlette.types import Receive, Scope, Send
+
+from ..http.request_policy import decorate
+from ..http.routes import route_path
+from ..http.shard_guard import shard_key, shard_of_path
+from ..protocol.shard_keys import shard_of_key
+from .node import Supervisor
+
+CLUSTER_PATH = "/v1/cluster"
+_FORKED_FROM = b"stream-forked-from"
+
+
+class ClusterRouter:
+    """The node's ASGI app (module docstring); it starts and stops the node's supervisor."""
+
+    def __init__(self, supervisor: Supervisor, on_started: Callable[[], object] | None = None) -> None:
+        self.supervisor = supervisor
+        self.on_started = on_started
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+        elif scope["type"] == "http":
+            status, headers, body = self.answer(scope)
+            await _respond(send, status, headers, body)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                self.supervisor.start()
+                if self.on_started is not None:
+                    self.on_started()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await asyncio.to_thread(self.supervisor.stop)
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    def answer(self, scope: Scope) -> tuple[int, dict[str, str], object]:
+        """The status, headers and JSON body answering one request."""
+        path = route_path(scope)
+        if path == "/healthz":
+            return 200, {}, {"status": "ok", "node_id": self.supervisor.settings.node_id}
+        if path == CLUSTER_PATH:
+            return 200, {}, self.describe()
+        shards = self.supervisor.layout.shards
+        key = shard_key(path)
+        if key is None:
+            return _error(
+                404, "NOT_FOUND", f"no stream at {path} (the router serves streams, /healthz, {CLUSTER_PATH})"
+            )
+        if key == "v1/__ds" and shards > 1:
+            return _error(
+                501,
+                "SUBSCRIPTIONS_SPAN_SHARDS",
+                "base-surface subscriptions may match streams of every shard, which this cluster does not "
+                "support with more than one shard; use a bucket's subscriptions (/<bucket>/__ds/...)",
+            )
+        shard = shard_of_key(key, shards)
+        source = dict(scope["headers"]).get(_FORKED_FROM)
+        if source is not None:
+            source_shard = shard_of_path(source.decode("latin-1"), shards)
+            if source_shard is not None and source_shard != shard:
+                return _error(
+                    409,
+                    "CROSS_SHARD_FORK",
+                    f"the fork's source lives in shard {source_shard}, the fork would live in shard {shard}: "
+                    "a fork must share its source's shard key (first path segment, or bucket)",
+                )
+        route = self.supervisor.routes[shard]
+        if route.state != "serving" or route.url is None:
+            status, headers, body = _error(503, "SHARD_UNAVAILABLE", f"shard {shard} is moving or starting")
+            return status, {**headers, "Retry-After": "1"}, body
+        raw: bytes = scope.get("raw_path") or path.encode()
+        query: bytes = scope.get("query_string", b"")
+        location = route.url + raw.decode("latin-1") + ("?" + query.decode("latin-1") if query else "")
+        return 307, {"Location": location}, {"error": {"code": "MOVED", "message": f"served at {location}"}}
+
+    def describe(self) -> dict[str, object]:
+        supervisor = self.supervisor
+        return {
+            "node_id": supervisor.settings.node_id,
+            "url": supervisor.settings.advertise_url,
+            "durability": supervisor.settings.durability,
+            "lease_ttl_s": supervisor.settings.lease_ttl_s,
+            "live_nodes": list(supervisor.live_nodes),
+            "held": list(supervisor.held),
+            "shards": [
+                {"shard": shard, "state": route.state, "url": route.url, "holder": route.holder}
+                for shard, route in enumerate(supervisor.routes)
+            ],
+        }
+
+
+def _error(status: int, code: str, message: str) -> tuple[int, dict[str, str], object]:
+    return status, {}, {"error": {"code": code, "message": message}}
+
+
+async def _respond(send: Send, status: int, headers: dict[str, str], body: object) -> None:
+    payload = json.dumps(body).encode()
+    pairs = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(payload)).encode()),
+        (b"cache-control", b"no-store"),
+        *((name.lower().encode(), value.encode("latin-1")) for name, value in headers.items()),
+    ]
+    pairs = decorate(pairs)
+    await send({"type": "http.response.start", "status": status, "headers": pairs})
+    await send({"type": "http.response.body", "body": payload})

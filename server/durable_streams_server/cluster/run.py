@@ -1,0 +1,101 @@
+"""Starting a cluster node from the command line (``durable-streams-server --cluster``).
+
+The node reads (or, first on a new root, creates) the root's cluster record
+(``shards.Layout``), then serves its router (``router``) with uvicorn; the router's
+lifespan runs the supervisor (``node``), which starts a shard server per held shard.
+
+A root that already holds a single server's location (a ``_delta_log`` at the root, no
+cluster record) is adopted as a cluster of one shard, the root itself: its table, WAL
+(under the same node id and data dir) and streams open as they are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from ipaddress import ip_address
+
+import uvicorn
+
+from ..config import ServerConfig
+from ..storage.ownership import node_id_for
+from .node import NodeSettings, Supervisor
+from .objects import ConditionalObjects, open_objects
+from .router import ClusterRouter
+from .shards import LAYOUT_KEY, Layout, LayoutError
+from .workers import ShardServerSpec, passthrough_args
+
+log = logging.getLogger("durable_streams_server.cluster")
+
+
+def open_layout(objects: ConditionalObjects, shards: int) -> Layout:
+    """The root's cluster record, created with ``shards`` if there is none (``Layout``)."""
+    found = objects.get(LAYOUT_KEY)
+    if found is None:
+        adopted = bool(objects.list_keys("_delta_log/"))
+        if adopted and shards != 1:
+            log.info("adopting a single server's storage location as a cluster of one shard")
+        layout = Layout(1, "root") if adopted else Layout(shards)
+        if objects.create(LAYOUT_KEY, layout.to_bytes()) is None:
+            found = objects.get(LAYOUT_KEY)  # another node created it first
+        else:
+            return layout
+    if found is None:
+        raise LayoutError(f"{LAYOUT_KEY} vanished while it was being read")
+    return Layout.from_bytes(found.body)
+
+
+def advertise_url(args: argparse.Namespace) -> str:
+    if args.advertise_url:
+        return str(args.advertise_url).rstrip("/")
+    host = str(args.host)
+    try:
+        unspecified = ip_address(host.strip("[]")).is_unspecified
+    except ValueError:
+        unspecified = False
+    if unspecified:
+        raise SystemExit(f"--cluster with --host {host} needs --advertise-url: the URL other nodes and clients reach")
+    host = f"[{host}]" if ":" in host else host
+    return f"{'https' if args.tls_certfile else 'http'}://{host}:{args.port}"
+
+
+def run_node(args: argparse.Namespace, argv: list[str], config: ServerConfig) -> None:
+    if not config.storage_uri:
+        raise SystemExit("--cluster needs --storage-uri: the storage root every node of the cluster shares")
+    try:
+        objects = open_objects(config.storage_uri, config.storage_options)
+        layout = open_layout(objects, args.shards)
+    except (ValueError, LayoutError) as exc:
+        raise SystemExit(f"--storage-uri {config.storage_uri}: {exc}") from None
+    url = advertise_url(args)
+    node_id = node_id_for(config.data_dir, config.node_id)
+    settings = NodeSettings(
+        node_id=node_id,
+        advertise_url=url,
+        storage_uri=config.storage_uri,
+        durability=config.durability,
+        lease_ttl_s=args.lease_ttl_s,
+        adopt_wal=config.take_over == "force",
+    )
+    spec = ShardServerSpec(
+        host=args.host,
+        advertise_url=url,
+        data_dir=config.data_dir,
+        node_id=node_id,
+        shards=layout.shards,
+        passthrough=tuple(passthrough_args(argv)),
+        adopted_root=layout.placement == "root",
+    )
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))  # a line per lease request
+    log.info("cluster node starting", extra={"node_id": node_id, "url": url, "shards": layout.shards})
+    router = ClusterRouter(Supervisor(settings, layout, objects, spec))
+    uvicorn.run(
+        router,
+        host=args.host,
+        port=args.port,
+        log_config=None,
+        access_log=args.access_log,
+        timeout_graceful_shutdown=5,
+        ssl_certfile=args.tls_certfile,
+        ssl_keyfile=args.tls_keyfile,
+    )

@@ -1,0 +1,173 @@
+"""Cluster nodes as real processes on loopback, and the checker of what was acknowledged.
+
+A node is ``durable-streams-server --cluster`` (``ServerProcess`` runs it like any server);
+it starts one child process per shard it holds. ``kill`` is ``kill -9`` of the node: its
+shard servers die with it (the kernel kills them). ``pause``/``resume`` stop and continue
+the node and every shard server it runs (SIGSTOP/SIGCONT), like a VM that froze.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import requests
+from servers import ServerProcess
+
+from durable_streams_server.http.shard_guard import shard_key
+from durable_streams_server.protocol.shard_keys import shard_of_key
+
+JSON = {"Content-Type": "application/json"}
+
+
+def children(pid: int) -> list[int]:
+    """The processes ``pid`` started (its shard servers)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+@dataclass
+class Node:
+    process: ServerProcess
+    node_id: str
+    paused: list[int] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return self.process.url
+
+    def describe(self) -> dict[str, object]:
+        answer = requests.get(f"{self.url}/v1/cluster", timeout=10)
+        assert answer.status_code == 200, answer.text
+        result: dict[str, object] = answer.json()
+        return result
+
+    def shards_held(self) -> list[int]:
+        return [int(shard) for shard in self.describe()["held"]]  # type: ignore[attr-defined]
+
+    def kill(self) -> list[int]:
+        """``kill -9`` of the node; its shard servers' pids (they die with it)."""
+        assert self.process.proc is not None
+        servers = children(self.process.proc.pid)
+        self.process.kill()
+        return servers
+
+    def pause(self) -> None:
+        assert self.process.proc is not None
+        self.paused = [self.process.proc.pid, *children(self.process.proc.pid)]
+        for pid in self.paused:
+            os.kill(pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        for pid in self.paused:
+            os.kill(pid, signal.SIGCONT)
+        self.paused = []
+
+
+def start_node(factory: Callable[..., ServerProcess], storage: list[str], node_id: str, tmp: Path, *extra: str) -> Node:
+    process = factory("--cluster", "--node-id", node_id, *storage, *extra, data_dir=tmp / node_id)
+    return Node(process, node_id)
+
+
+def serving(nodes: list[Node], shards: int) -> Callable[[], bool]:
+    """Every shard is served, as each node sees it, and held by exactly one node."""
+
+    def check() -> bool:
+        held: list[int] = []
+        for node in nodes:
+            view = node.describe()
+            if any(shard["state"] != "serving" for shard in view["shards"]):  # type: ignore[attr-defined]
+                return False
+            held += view["held"]  # type: ignore[operator]
+        return sorted(held) == list(range(shards))
+
+    return check
+
+
+def until(predicate: Callable[[], bool], timeout_s: float = 60, message: Callable[[], str] = str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"condition not met in {timeout_s} s {message()}"
+        time.sleep(0.05)
+
+
+def name_in_shard(shard: int, shards: int, prefix: str) -> str:
+    """A stream name (one path segment: its own shard key) whose shard is ``shard``."""
+    for index in range(10_000):
+        name = f"{prefix}-{index}"
+        key = shard_key(f"/v1/stream/{name}")
+        assert key is not None
+        if shard_of_key(key, shards) == shard:
+            return name
+    raise AssertionError("no name found")
+
+
+def history(url: str) -> list[int]:
+    """Every message of the JSON stream at ``url`` (following redirects), read to its end."""
+    values: list[int] = []
+    offset = "-1"
+    while True:
+        answer = requests.get(url, params={"offset": offset}, timeout=30)
+        assert answer.status_code == 200, answer.text
+        values += [item["n"] for item in answer.json()]
+        offset = answer.headers["Stream-Next-Offset"]
+        if answer.headers.get("Stream-Up-To-Date") == "true":
+            return values
+
+
+class ProducerAppender(threading.Thread):
+    """Appends ``{"n": i}`` for i = 0, 1, ... through one URL as an idempotent producer,
+    retrying each message (same producer id, epoch and sequence) until it is acknowledged:
+    what a client does across a failover. ``acknowledged`` lists what the server confirmed."""
+
+    def __init__(self, url: str, producer: str, stop_after: int) -> None:
+        super().__init__(daemon=True)
+        self.url, self.producer, self.stop_after = url, producer, stop_after
+        self.acknowledged: list[int] = []
+        self.refusals: dict[str, int] = {}
+        self.stopping = threading.Event()
+
+    def _note(self, what: str) -> None:
+        self.refusals[what] = self.refusals.get(what, 0) + 1
+
+    def run(self) -> None:
+        http = requests.Session()
+        http.trust_env = False
+        for n in range(self.stop_after):
+            headers = {**JSON, "Producer-Id": self.producer, "Producer-Epoch": "0", "Producer-Seq": str(n)}
+            while not self.stopping.is_set():
+                try:
+                    answer = http.post(self.url, data=b'{"n": %d}' % n, headers=headers, timeout=30)
+                except requests.RequestException as exc:
+                    self._note(type(exc).__name__)
+                    time.sleep(0.05)
+                    continue
+                if answer.status_code in (200, 204):
+                    self.acknowledged.append(n)
+                    break
+                self._note(str(answer.status_code))
+                time.sleep(0.05)
+            if self.stopping.is_set():
+                return
+
+
+def check_history(acknowledged: list[int], read: list[int]) -> None:
+    """0 lost, 0 duplicated, 0 reordered: what was read is 0..k in order, and holds every
+    acknowledged message (a message sent but not acknowledged may be there too: the last)."""
+    assert read == sorted(set(read)), f"duplicated or reordered: {read[:50]}..."
+    assert read == list(range(len(read))), f"a gap: {read[:50]}..."
+    lost = sorted(set(acknowledged) - set(read))
+    assert not lost, f"{len(lost)} acknowledged messages lost: {lost[:20]}"
