@@ -43,6 +43,9 @@ DEFAULT_TIMEOUT: Timeout = (10.0, 90.0)
 
 _ERROR_BODY_LIMIT = 64 * 1024
 MAX_REDIRECTS = 5
+FOLLOWS_REDIRECTS = ("Durable-Streams-Redirects", "follow")
+"""Tells a cluster node that this client follows a 307 itself, with its credentials and body
+(``HTTP._send_following``), so the node redirects instead of relaying the request."""
 
 
 class UseDefault:
@@ -174,7 +177,7 @@ class HTTP:
     ) -> None:
         self.base_url = base_url.rstrip("/") + "/"
         self.transport = transport
-        self.headers = dict(headers or {})
+        self.headers = {FOLLOWS_REDIRECTS[0]: FOLLOWS_REDIRECTS[1], **(headers or {})}
         if token is not None:
             self.headers["Authorization"] = f"Bearer {token}"
         self.timeout = timeout

@@ -17,7 +17,7 @@ from fake_transport import FakeClock, FakeTransport, Outcome, Reply, reset, seq_
 
 from pyspark_durable_streams._sink.sender import SinkError, TaskSender
 from pyspark_durable_streams.client import Backoff, Client, Producer, ProducerFenced, SequenceGap
-from pyspark_durable_streams.client._http import Request
+from pyspark_durable_streams.client._http import FOLLOWS_REDIRECTS, Request
 
 BASE = "http://fake.invalid:4437"
 URL = f"{BASE}/v1/stream/orders"
@@ -66,6 +66,7 @@ def test_producer_waits_retry_after_then_repeats_the_triple(status: int, retry_a
     assert first == second  # the retry is the same request: method, URL, headers, body
     assert (first.method, first.url) == ("POST", URL)
     assert dict(first.headers) == {
+        FOLLOWS_REDIRECTS[0]: FOLLOWS_REDIRECTS[1],  # (a cluster node may redirect: this client follows)
         "Authorization": "Bearer secret",
         "Content-Type": JSON,
         "Producer-Id": "p1",
@@ -160,6 +161,7 @@ def test_sink_waits_retry_after_then_repeats_the_triple(status: int, retry_after
     ]
     assert transport.requests[1] == transport.requests[2]
     assert dict(transport.requests[0].headers) == {
+        FOLLOWS_REDIRECTS[0]: FOLLOWS_REDIRECTS[1],
         "Content-Type": JSON,
         "Producer-Id": "query-7-part-3",
         "Producer-Epoch": "11",

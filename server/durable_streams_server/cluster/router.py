@@ -4,8 +4,10 @@ The router serves no stream itself. A request for a stream is answered with a 30
 server of the stream's shard (``http.shard_guard.shard_of_path``), at the URL the shard's
 lease publishes (``node.Supervisor.routes``): the client repeats the same method and body
 there, so every protocol feature works through any node, and the bytes never pass through
-a second process. A shard that is moving or starting is answered with 503 and
-``Retry-After: 1``. What cannot be right across shards is refused, never half done:
+a second process. Requests a redirect cannot carry (credentials, which ``fetch`` drops on a
+redirect to another origin; the ``__ds`` namespace, whose answers carry the node's URLs)
+are relayed instead (``proxy``). A shard that is moving or starting is answered with 503
+and ``Retry-After: 1``. What cannot be right across shards is refused, never half done:
 
 * a fork whose source is another shard's stream (``Stream-Forked-From``): 409
   ``CROSS_SHARD_FORK`` -- give both one shard key (module ``http.shard_guard``);
@@ -26,10 +28,11 @@ from collections.abc import Callable
 from starlette.types import Receive, Scope, Send
 
 from ..http.request_policy import decorate
-from ..http.routes import route_path
+from ..http.routes import match_route, route_path
 from ..http.shard_guard import shard_key, shard_of_path
 from ..protocol.shard_keys import shard_of_key
 from .node import Supervisor
+from .proxy import Relay, must_relay
 
 CLUSTER_PATH = "/v1/cluster"
 _FORKED_FROM = b"stream-forked-from"
@@ -41,12 +44,20 @@ class ClusterRouter:
     def __init__(self, supervisor: Supervisor, on_started: Callable[[], object] | None = None) -> None:
         self.supervisor = supervisor
         self.on_started = on_started
+        self.relay = Relay()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
         elif scope["type"] == "http":
             status, headers, body = self.answer(scope)
+            location = headers.get("Location") if status == 307 else None
+            if location is not None and must_relay(scope, _reserved(scope)):
+                if await self.relay.relay(scope, receive, send, location):
+                    return
+                status, headers, body = _unavailable("its server did not answer")
+            else:
+                await _drain(receive)  # (a keep-alive connection stays usable after an unread body)
             await _respond(send, status, headers, body)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
@@ -58,6 +69,7 @@ class ClusterRouter:
                     self.on_started()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                await self.relay.close()
                 await asyncio.to_thread(self.supervisor.stop)
                 await send({"type": "lifespan.shutdown.complete"})
                 return
@@ -95,8 +107,7 @@ class ClusterRouter:
                 )
         route = self.supervisor.routes[shard]
         if route.state != "serving" or route.url is None:
-            status, headers, body = _error(503, "SHARD_UNAVAILABLE", f"shard {shard} is moving or starting")
-            return status, {**headers, "Retry-After": "1"}, body
+            return _unavailable(f"shard {shard} is moving or starting")
         raw: bytes = scope.get("raw_path") or path.encode()
         query: bytes = scope.get("query_string", b"")
         location = route.url + raw.decode("latin-1") + ("?" + query.decode("latin-1") if query else "")
@@ -120,6 +131,22 @@ class ClusterRouter:
 
 def _error(status: int, code: str, message: str) -> tuple[int, dict[str, str], object]:
     return status, {}, {"error": {"code": code, "message": message}}
+
+
+def _unavailable(why: str) -> tuple[int, dict[str, str], object]:
+    return 503, {"Retry-After": "1"}, {"error": {"code": "SHARD_UNAVAILABLE", "message": why}}
+
+
+def _reserved(scope: Scope) -> bool:
+    found = match_route(route_path(scope))
+    return found is not None and found[0] == "control"
+
+
+async def _drain(receive: Receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            return
 
 
 async def _respond(send: Send, status: int, headers: dict[str, str], body: object) -> None:

@@ -1,0 +1,90 @@
+"""Relaying one request to a shard's server, for what a redirect cannot carry.
+
+A 307 lets the client repeat its request at the shard's server, so the bytes pass through
+one process. Not every client can follow one, so the router redirects only where it works:
+
+* reads and other requests without a body (``GET``, ``HEAD``, ``DELETE``) without
+  credentials: every HTTP client follows those;
+* every request of a client that says it follows redirects itself, with its credentials
+  and body (``FOLLOWS_HEADER: follow``; this project's Python client sends it).
+
+Everything else is relayed: the same method, headers (the client's ``Host`` included) and
+body, streamed both ways (long-polls and SSE too), without a read timeout of its own.
+Measured reasons: ``fetch`` (the official clients, browsers) drops ``Authorization`` on a
+redirect to another origin (the shard's server then answers 401), and Node 20's fetch fails
+to repeat a typed-array body after a 307 (``Cannot perform ArrayBuffer.prototype.slice on a
+detached ArrayBuffer``). The reserved ``__ds`` namespace (subscriptions) is always relayed:
+its answers carry absolute URLs (``jwks_url``) built from the ``Host`` the client used,
+which must be the node it asked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+from starlette.types import Receive, Scope, Send
+
+HOP_BY_HOP = frozenset(
+    {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailers"}
+    | {b"transfer-encoding", b"upgrade"}
+)
+"""Headers of one connection, not of the message (RFC 9110 7.6.1)."""
+
+
+FOLLOWS_HEADER = "durable-streams-redirects"
+_FOLLOWS = FOLLOWS_HEADER.encode()
+_BODYLESS = frozenset({"GET", "HEAD", "DELETE", "OPTIONS"})
+
+
+def must_relay(scope: Scope, reserved: bool) -> bool:
+    """Whether a request is relayed rather than redirected (module docstring)."""
+    if reserved:
+        return True
+    headers = scope["headers"]
+    if any(name == _FOLLOWS and value.strip().lower() == b"follow" for name, value in headers):
+        return False
+    return scope["method"] not in _BODYLESS or any(name == b"authorization" for name, _ in headers)
+
+
+class Relay:
+    """Relays requests to shard servers over one pooled HTTP client."""
+
+    def __init__(self) -> None:
+        self.client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=5.0), follow_redirects=False)
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+    async def relay(self, scope: Scope, receive: Receive, send: Send, target: str) -> bool:
+        """Relay the request to ``target`` (an absolute URL) and stream its answer back;
+        ``False`` if the shard's server could not be reached (nothing was sent back)."""
+        headers = [(name, value) for name, value in scope["headers"] if name.lower() not in HOP_BY_HOP]
+        method = scope["method"]
+        body = _body(receive) if method not in ("GET", "HEAD", "OPTIONS") else None
+        request = self.client.build_request(method, target, headers=headers, content=body)
+        try:
+            response = await self.client.send(request, stream=True)
+        except httpx.TransportError:
+            return False
+        try:
+            pairs = [(name.lower(), value) for name, value in response.headers.raw if name.lower() not in HOP_BY_HOP]
+            await send({"type": "http.response.start", "status": response.status_code, "headers": pairs})
+            async for chunk in response.aiter_raw():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+        finally:
+            await response.aclose()
+        return True
+
+
+async def _body(receive: Receive) -> AsyncIterator[bytes]:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+        chunk = message.get("body", b"")
+        if chunk:
+            yield chunk
+        if not message.get("more_body", False):
+            return
