@@ -87,6 +87,7 @@ class Supervisor:
         self._held: dict[int, Held] = {}
         self._servers: dict[int, ShardServer] = {}
         self._node_etag: str | None = None
+        self._released_at: dict[int, float] = {}
         self._beat = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self.run, name="cluster-supervisor", daemon=True)
@@ -236,24 +237,49 @@ class Supervisor:
                 log.info("shard serving", extra={"shard": shard, "url": server.url})
 
     def _balance(self) -> None:
-        target = target_count(self.layout.shards, len(self.live_nodes))
-        draining = any(server.stopping_since is not None for server in self._servers.values())
-        if len(self._held) > target and not draining:
+        if any(server.stopping_since is not None for server in self._servers.values()):
+            return  # one drain at a time
+        shards, live = self.layout.shards, self.live_nodes
+        target = target_count(shards, len(live))
+        if self._should_drain(target):
             shard = max(self._held)
             self._write_held(shard, self._held[shard].record.next_beat(state="draining", url=None))
             self._servers[shard].stop()
-            log.info("shard draining", extra={"shard": shard, "target": target, "live_nodes": len(self.live_nodes)})
+            log.info("shard draining", extra={"shard": shard, "target": target, "live_nodes": len(live)})
             return
         now = time.monotonic()
-        for shard in range(self.layout.shards):
+        for shard in range(shards):
             if len(self._held) >= target:
                 return
             if shard in self._held:
                 continue
+            if now - self._released_at.get(shard, -1e9) < self.settings.lease_ttl_s:
+                continue  # (just given up for another node to take)
             seen = self._seen.get(shard)
             if seen is not None and not may_take(seen, self.settings.node_id, now, adopt_wal=self.settings.adopt_wal):
                 continue
             self._acquire(shard, seen)
+
+    def _should_drain(self, target: int) -> bool:
+        """Above the balanced share; or at it while a live node holds less than the floor share,
+        and this node is the one that holds the most (ties: the greatest id), so one node
+        gives a shard up at a time."""
+        mine = len(self._held)
+        if mine > target:
+            return True
+        if mine == 0 or mine < target:
+            return False
+        counts = dict.fromkeys(self.live_nodes, 0)
+        now = time.monotonic()
+        for seen in self._seen.values():
+            holder = seen.record.holder
+            if holder in counts and not seen.record.free and not seen.expired(now):
+                counts[holder] += 1
+        counts[self.settings.node_id] = mine
+        floor = self.layout.shards // len(counts)
+        if min(counts.values()) >= floor:
+            return False
+        return max(counts.items(), key=lambda item: (item[1], item[0]))[0] == self.settings.node_id
 
     def _acquire(self, shard: int, seen: Observed | None) -> None:
         ttl_ms = int(self.settings.lease_ttl_s * 1000)
@@ -302,15 +328,19 @@ class Supervisor:
         held = self._held.pop(shard)
         self._servers.pop(shard, None)
         free = replace(held.record.next_beat(), holder=None, node_url=None, url=None, state="released")
+        self._released_at[shard] = time.monotonic()
         if self.objects.replace(lease_key(shard), free.to_bytes(), held.etag) is not None:
             log.info("shard released", extra={"shard": shard})
 
     def _publish(self) -> None:
+        now = time.monotonic()
         routes = []
         for shard in range(self.layout.shards):
             held = self._held.get(shard)
-            record = held.record if held is not None else (self._seen[shard].record if shard in self._seen else None)
-            if record is not None and record.state == "serving" and record.url:
+            seen = self._seen.get(shard)
+            record = held.record if held is not None else (seen.record if seen is not None else None)
+            live = held is not None or (seen is not None and not seen.expired(now))
+            if record is not None and live and record.state == "serving" and record.url:
                 routes.append(Route("serving", record.url, record.holder))
             else:
                 routes.append(Route("unavailable", None, record.holder if record else None))

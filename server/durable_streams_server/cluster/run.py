@@ -4,9 +4,9 @@ The node reads (or, first on a new root, creates) the root's cluster record
 (``shards.Layout``), then serves its router (``router``) with uvicorn; the router's
 lifespan runs the supervisor (``node``), which starts a shard server per held shard.
 
-A root that already holds a single server's location (a ``_delta_log`` at the root, no
-cluster record) is adopted as a cluster of one shard, the root itself: its table, WAL
-(under the same node id and data dir) and streams open as they are.
+A root that already holds a single server's location (its table, ``streams/_delta_log``,
+and no cluster record) is adopted as a cluster of one shard, the root itself: its table,
+WAL (under the same node id and data dir) and streams open as they are.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from ipaddress import ip_address
 import uvicorn
 
 from ..config import ServerConfig
+from ..storage.delta_log import TABLE_NAME
 from ..storage.ownership import node_id_for
 from .node import NodeSettings, Supervisor
 from .objects import ConditionalObjects, open_objects
@@ -26,13 +27,14 @@ from .shards import LAYOUT_KEY, Layout, LayoutError
 from .workers import ShardServerSpec, passthrough_args
 
 log = logging.getLogger("durable_streams_server.cluster")
+SINGLE_SERVER_MARKER = f"{TABLE_NAME}/_delta_log/"
 
 
 def open_layout(objects: ConditionalObjects, shards: int) -> Layout:
     """The root's cluster record, created with ``shards`` if there is none (``Layout``)."""
     found = objects.get(LAYOUT_KEY)
     if found is None:
-        adopted = bool(objects.list_keys("_delta_log/"))
+        adopted = bool(objects.list_keys(SINGLE_SERVER_MARKER))
         if adopted and shards != 1:
             log.info("adopting a single server's storage location as a cluster of one shard")
         layout = Layout(1, "root") if adopted else Layout(shards)
