@@ -1,10 +1,10 @@
 """A streaming query in its own process, for the SIGKILL test.
 
-usage: source_query_script.py STREAM_URL OUT_DIR CHECKPOINT_DIR slow|available-now
+usage: source_query_script.py STREAM_URL OUT_DIR CHECKPOINT_DIR
 
-``slow`` runs small rate-limited batches whose tasks sleep a little per row (a pass-through
-UDF), so a kill lands mid-batch; ``available-now`` replays the interrupted batch from the
-offset log, reads whatever is left in bigger batches, and exits.
+It runs small rate-limited batches whose tasks sleep a little per row (a pass-through UDF), so
+that a kill lands mid-batch, until it is killed. The test restarts the query from the same
+checkpoint in its own session.
 """
 
 from __future__ import annotations
@@ -23,12 +23,11 @@ import pyspark_durable_streams
 
 
 def main() -> None:
-    url, out, checkpoint, mode = sys.argv[1:5]
-    pause_s = 0.004 if mode == "slow" else 0.0
+    url, out, checkpoint = sys.argv[1:4]
 
     @udf(StringType())
     def slowly(offset: str) -> str:
-        time.sleep(pause_s)  # only the "slow" run, so that the kill lands mid-batch
+        time.sleep(0.004)  # so that the kill lands mid-batch
         return offset
 
     spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
@@ -37,21 +36,15 @@ def main() -> None:
     df = (
         spark.readStream.format("durable_streams")
         .option("url", url)
-        .option("maxMessagesPerTrigger", "400" if mode == "slow" else "2000")
+        .option("maxMessagesPerTrigger", "400")
         .option("messagesPerPartition", "200")
         .load()
     )
-    if mode == "slow":
-        df = df.withColumn("offset", slowly(col("offset")))
+    df = df.withColumn("offset", slowly(col("offset")))
     writer = df.writeStream.format("parquet").option("path", out).option("checkpointLocation", checkpoint)
-    if mode == "slow":
-        query = writer.trigger(processingTime="0 seconds").start()
-        print("STARTED", flush=True)
-        query.awaitTermination()
-    else:
-        query = writer.trigger(availableNow=True).start()
-        query.awaitTermination()
-        print("DONE", flush=True)
+    query = writer.trigger(processingTime="0 seconds").start()
+    print("STARTED", flush=True)
+    query.awaitTermination()
     spark.stop()
 
 
