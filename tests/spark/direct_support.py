@@ -43,9 +43,10 @@ def fill(http: requests.Session, url: str, content_type: str, messages: list[byt
                 assert http.post(url, headers={"Content-Type": content_type}, data=message).status_code == 204
 
 
-def same_both_ways(spark: SparkSession, url: str, **options: str) -> list[tuple[Any, ...]]:
-    """Direct reads (local files where visible, and through the signed URLs) equal HTTP reads."""
-    direct = read_rows(spark, url=url, historyReads="delta", messagesPerPartition="9", **options)
+def same_both_ways(spark: SparkSession, url: str, *, per_partition: int = 9, **options: str) -> list[tuple[Any, ...]]:
+    """Direct reads (local files where visible, cut every ``per_partition`` messages where a row
+    group may be split, and through the signed URLs) equal HTTP reads."""
+    direct = read_rows(spark, url=url, historyReads="delta", messagesPerPartition=str(per_partition), **options)
     through_urls = read_rows(spark, url=url, historyReads="delta", localFiles="false", **options)
     over_http = read_rows(spark, url=url, historyReads="http", **options)
     assert direct == over_http
@@ -53,10 +54,12 @@ def same_both_ways(spark: SparkSession, url: str, **options: str) -> list[tuple[
     return direct
 
 
-def same_both_ways_between(spark: SparkSession, url: str, first: int, end: int) -> list[tuple[Any, ...]]:
+def same_both_ways_between(
+    spark: SparkSession, url: str, first: int, end: int, *, per_partition: int = 9
+) -> list[tuple[Any, ...]]:
     """``same_both_ways`` of messages ``first … end - 1`` (starting and ending offsets)."""
     ranges = {
         "startingOffsets": json.dumps({url: offset_at(first)}),
         "endingOffsets": json.dumps({url: offset_at(end)}),
     }
-    return same_both_ways(spark, url, **ranges)
+    return same_both_ways(spark, url, per_partition=per_partition, **ranges)
