@@ -16,7 +16,7 @@ import pytest
 from deltalake import DeltaTable
 
 from durable_streams_server.storage.delta_log import APP_ID, DeltaLog
-from durable_streams_server.storage.owner_log import OWNER_APP_ID
+from durable_streams_server.storage.owner_log import HANDOVER_APP_ID, OWNER_APP_ID, ask_handover
 from durable_streams_server.storage.ownership import Fenced, Node, OwnedElsewhere, OwnershipError, node_id_for
 from durable_streams_server.storage.records import AppendHeader, Header, Record
 
@@ -139,6 +139,45 @@ def test_a_handover_asked_for_waits_for_the_owners_release(tmp_path: Path) -> No
     taker.join(30)
     assert (claimed, errors) == ([2], [])
     assert _messages(tmp_path) == [1, 2]
+
+
+def test_commits_and_polls_read_no_txn_from_the_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An app id's version costs a read of the log since its checkpoint: the snapshot check reads
+    the epoch from the owner property instead, and the poll reads the handover ``txn`` only once
+    another writer has committed, so neither costs more as the log grows."""
+    owner = DeltaLog(str(tmp_path), {})
+    owner.claim(_node("a"), holds_wal=False)
+    assert not owner.handover_asked()
+    reads: list[str] = []
+    read = DeltaTable.transaction_version
+
+    def counted(table: DeltaTable, app_id: str) -> int | None:
+        reads.append(app_id)
+        return read(table, app_id)
+
+    monkeypatch.setattr(DeltaTable, "transaction_version", counted)
+    for lsn in range(1, 6):
+        _append(owner, lsn)
+        assert not owner.handover_asked()
+    assert reads == []
+    ask_handover(DeltaTable(f"{tmp_path}/streams"), _node("b").owner(1, "releasing"), 1)
+    assert owner.handover_asked()
+    assert reads == [HANDOVER_APP_ID]
+
+
+@pytest.mark.parametrize("refreshed", [False, True])
+def test_a_handover_request_before_the_owners_commit_is_noticed(tmp_path: Path, refreshed: bool) -> None:
+    """The owner's commit lands after a request its poll has not read: on a snapshot without it
+    (Delta puts the commit after it), or on one that a refresh other than the poll's brought it in."""
+    owner = DeltaLog(str(tmp_path), {})
+    owner.claim(_node("a"), holds_wal=False)
+    _append(owner, 1)
+    assert not owner.handover_asked()
+    ask_handover(DeltaTable(f"{tmp_path}/streams"), _node("b").owner(1, "releasing"), 1)
+    if refreshed:
+        owner.file_spans()
+    _append(owner, 2)
+    assert owner.handover_asked()
 
 
 def test_an_owner_that_does_not_answer_keeps_a_wal_location(tmp_path: Path) -> None:

@@ -107,6 +107,9 @@ class DeltaLog:
         (tools and tests that write a table directly; the server always claims first)."""
         self.recovered_checkpoint = (0, 0, 0)
         """After ``load_rows``: rows of the state checkpoint, commits and rows after it."""
+        self._examined = (-1, 0)
+        """(version, epoch): the newest handover request up to that version asked ``epoch`` to let
+        go (``handover_asked``); advanced by this handle's own commits right after it (``_write``)."""
 
     def _open_or_create(self) -> DeltaTable:
         try:
@@ -302,9 +305,14 @@ class DeltaLog:
         return owner_properties(self.owner, transactions)
 
     def _write(self, data: pa.Table | pa.RecordBatchReader, **options: Any) -> None:
-        """(Under the lock.) ``write_deltalake`` on the handle, fenced."""
+        """(Under the lock.) ``write_deltalake`` on the handle, fenced. A commit landing right
+        after the version ``handover_asked`` looked at leaves nothing new to look at."""
+        before = self._table.version()
         with self._fencing():
             write_deltalake(self._table, data, **options)
+        examined, asked = self._examined
+        if examined == before and self._table.version() == before + 1:
+            self._examined = (before + 1, asked)
 
     def _check_owner(self) -> None:
         if self.owner is not None:
@@ -335,12 +343,17 @@ class DeltaLog:
 
     def handover_asked(self) -> bool:
         """Whether a handover of this owner's epoch was asked for; ``Fenced`` if a newer
-        owner claimed the table (checked on a refreshed snapshot)."""
+        owner claimed the table (checked on a refreshed snapshot). The handover ``txn`` is read
+        (a read of the log since its checkpoint: ``owner_log``) only when the snapshot holds
+        commits this handle has not looked at and did not make (``_write``)."""
         assert self.owner is not None
         with self._lock:
             self._table.update_incremental()
             check_owner(self._table, self.owner)
-            return handover_asked(self._table) >= self.owner.epoch
+            version = self._table.version()
+            if self._examined[0] != version:
+                self._examined = (version, handover_asked(self._table))
+            return self._examined[1] >= self.owner.epoch
 
     def release(self) -> None:
         """Let go of the table: a commit saying so; the next owner claims without asking."""

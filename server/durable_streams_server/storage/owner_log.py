@@ -7,6 +7,14 @@ the snapshot itself says who owns the table, with no read of older commits, and 
 metadata change a claim also makes every commit begun on an older snapshot fail, with or
 without a ``txn`` (delta-rs: "Metadata changed since last commit"). A handover request is a
 commit with its own ``txn`` and nothing else, so it never conflicts with the owner's commits.
+
+Reading the epoch costs no request: it is the epoch of the owner the snapshot's property names
+(``epoch_of``), which every claim sets in the same commit as its ``txn``. The ``txn`` itself is
+read only where no property names an owner: delta-rs finds an app id's version by fetching the
+log's commit files since its last checkpoint (every one of them, concurrently, even when the
+newest holds it), so a lookup costs what the log holds. Done before every commit, that made a
+commit cost more with each commit since the last checkpoint (bench/README.md, "Delta-durability
+commit latency vs commits").
 """
 
 from __future__ import annotations
@@ -38,11 +46,15 @@ log = logging.getLogger("durable_streams_server.storage")
 
 
 def epoch_of(table: DeltaTable) -> int:
-    return table.transaction_version(OWNER_APP_ID) or 0
+    """The snapshot's ownership epoch: its owner property's (no request), else its ``txn``'s."""
+    owner = newest_owner(table)
+    return owner.epoch if owner is not None else table.transaction_version(OWNER_APP_ID) or 0
 
 
 def handover_asked(table: DeltaTable) -> int:
-    """The epoch the newest handover request asked to let go (0: none)."""
+    """The epoch the newest handover request asked to let go (0: none). Reads the log's commits
+    since its last checkpoint (see above): ``DeltaLog.handover_asked`` asks only after commits
+    of other writers."""
     return table.transaction_version(HANDOVER_APP_ID) or 0
 
 

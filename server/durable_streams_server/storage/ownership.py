@@ -12,7 +12,8 @@ epoch. Two guarantees follow, one from our code and one from Delta's:
 * **The snapshot check.** Before every commit the owner reads the epoch in the snapshot it
   commits on; a higher one means a newer owner, and the commit is not made (``Fenced``).
   Delta accepts a *lower* version for an app id from a fresh snapshot, so this check is not
-  optional.
+  optional. It reads the epoch the snapshot's ``OWNER_KEY`` property names (set by every
+  claim in the claim's commit, below): no request, whatever the length of the log.
 * **The conflict check.** A claim that lands after that snapshot was read is a winning
   commit carrying the same app id: delta-rs's conflict checker refuses the owner's commit
   (``Concurrent transaction failed``) instead of rebasing it, and the re-read snapshot then
