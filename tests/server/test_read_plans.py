@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -137,7 +136,8 @@ def test_signed_file_urls_expire_and_cannot_be_forged(server_factory: Callable[.
     assert unsigned.status_code == 403
     other_file = file_url.replace("part-", "part-x")
     assert http.get(server.url + other_file).status_code == 403  # the signature names the path
-    time.sleep(3)
+    # Valid until 2 s after the plan (--read-plan-ttl-s): wait for that moment, not a fixed 3 s.
+    wait_for(lambda: http.get(server.url + file_url).status_code != 200, timeout_s=10, interval_s=0.1)
     expired = http.get(server.url + file_url)
     assert expired.status_code == 403 and expired.json()["error"]["code"] == "SIGNATURE_EXPIRED"
 
