@@ -11,7 +11,7 @@ PORT   ?= 4437
 DATA   ?= ./data
 SCALE  ?= small
 
-.PHONY: serve test install install-test lint unit conformance bench bench-server bench-spark bench-render bench-scale clean
+.PHONY: serve test install install-test lint unit conformance bench bench-server bench-spark bench-render bench-scale bench-cluster clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -68,6 +68,10 @@ bench-render:
 # Storage scale benchmark (issue 19): SCALE=small (minutes), full (hours, a few GB in /tmp) or max.
 bench-scale: install-test
 	$(BIN)/python bench/scale_bench.py --sizes $(SCALE)
+
+# Cluster scale (issue 34): 1, 2 and 3 cluster nodes over moto's S3 on loopback (about 6 minutes).
+bench-cluster: install-test
+	$(BIN)/python bench/cluster_bench.py
 
 clean:
 	rm -rf $(VENV) tests/conformance/node_modules tests/emulators/node_modules tests/delta_spark/site .pytest_cache .mypy_cache .ruff_cache

@@ -80,14 +80,25 @@ def _conditions(record: dict[str, Any]) -> str:
     )
 
 
+def carried_table(table: dict[str, Any]) -> str:
+    """A table a record carries whole (``tables``: its caption, columns, ``align`` as one ``l`` or
+    ``r`` per column, and rows of cells the benchmark formatted): for results that are not rows of
+    ours against another (``bench/cluster_bench.py``)."""
+    rules = ["---:" if side == "r" else "---" for side in table["align"]]
+    lines = ["| " + " | ".join(table["columns"]) + " |", "|" + "|".join(rules) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in table["rows"]]
+    return f"{table['caption']}\n\n" + "\n".join(lines)
+
+
 def render_section(record: dict[str, Any], source: str) -> str:
     settings = ", ".join(f"{key}={value}" for key, value in record["settings"].items())
     kind = record.get("kind") or ("run of record" if record.get("of_record") else "smoke run (small loads)")
+    tables = record.get("tables")
+    body = "\n\n".join(map(carried_table, tables)) if tables else markdown_table(record["rows"], record["other"])
     return (
         f"**{headline(record)}**\n\n"
         f"{record['title']}, {kind}. {_conditions(record)} Settings: {settings}. "
-        f"Raw samples, ratios and verdicts: [`{source}`]({source}).\n\n"
-        + markdown_table(record["rows"], record["other"])
+        f"Raw samples, ratios and verdicts: [`{source}`]({source}).\n\n" + body
     )
 
 
