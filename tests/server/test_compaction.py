@@ -26,6 +26,12 @@ def _compaction_passes(server: ServerProcess) -> list[tuple[int, int]]:
     ]
 
 
+def _passes_since_start(server: ServerProcess) -> int:
+    """Compaction passes logged by the server's current incarnation."""
+    current = server.log_text().rsplit(f"--- start {server.starts - 1} ---", 1)[-1]
+    return len(re.findall(r"msg=compacted ", current))
+
+
 def _snapshot_of_answers(http: requests.Session, server: ServerProcess, names: list[str]) -> list[bytes]:
     """Every stream's full history and bootstrap, boundaries normalised (they are random)."""
     answers = []
@@ -120,8 +126,12 @@ def test_sigkill_during_compaction_loses_nothing(server_factory: Callable[..., S
     for round_ in range(5):
         stop = threading.Event()
         writer = threading.Thread(target=_append_until, args=(session(), url, stop, acknowledged, attempted))
+        wanted = len(acknowledged) + 11
         writer.start()
-        time.sleep(0.7)
+        # Kill once this incarnation has compacted at least once (passes keep running every
+        # 200 ms under the writer, so the kill lands amid them) and the writer has had 11
+        # appends acknowledged: conditions, not a fixed pause a loaded machine may not fill.
+        wait_for(lambda: _passes_since_start(server) >= 1 and len(acknowledged) >= wanted, timeout_s=60)  # noqa: B023
         server.kill()
         stop.set()
         writer.join()
