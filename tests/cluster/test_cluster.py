@@ -87,10 +87,11 @@ def test_any_node_answers_any_url(
 
     # a shard server sends another shard's path back to its node's router, storing nothing
     first, other = name_in_shard(0, 3, "guard"), name_in_shard(1, 3, "guard")
-    server_url = nodes[0].describe()["shards"][0]["url"]  # type: ignore[index]
+    guarded = _owner(nodes, 0)
+    server_url = guarded.describe()["shards"][0]["url"]  # type: ignore[index]
     back = requests.put(f"{server_url}/v1/stream/{other}?x=1", headers=JSON, allow_redirects=False, timeout=30)
     assert back.status_code == 307 and back.json()["error"]["code"] == "MOVED"
-    assert back.headers["Location"] == f"{nodes[0].url}/v1/stream/{other}?x=1"
+    assert back.headers["Location"] == f"{guarded.url}/v1/stream/{other}?x=1"  # (its own node's router)
     assert requests.head(f"{nodes[0].url}/v1/stream/{other}", allow_redirects=True, timeout=30).status_code == 404
 
     # what cannot be right across shards is refused, with the reason

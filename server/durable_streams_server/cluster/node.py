@@ -7,8 +7,10 @@ One thread (``Supervisor.run``) ticks every ``tick_s`` (a fifth of the lease ttl
 
 1. **Beat**: rewrite this node's object (``_cluster/nodes/<id>.json``), so others count it
    live; a node whose object has not changed for a ttl of the reader's clock is not live.
-2. **Renew** every held lease (``leases``); a lease lost to a newer version, or not renewed
-   before its validity ends, has its shard server killed at once.
+2. **Renew** every held lease (``leases``) -- on a thread of its own, every tick, so a slow
+   store read in the other steps never delays a renewal; a lease lost to a newer version, or
+   not renewed before its validity ends, has its shard server killed at once (a watchdog
+   thread checks validity every 0.1 s).
 3. **Look**: read every shard's lease, and publish the routing table (``Route`` per shard)
    that the router reads without locks (one attribute, replaced whole).
 4. **Serve**: a shard whose server is ready is published ``serving`` at the server's URL; a
@@ -92,6 +94,10 @@ class Supervisor:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self.run, name="cluster-supervisor", daemon=True)
         self._watchdog = threading.Thread(target=self._watch, name="cluster-lease-watchdog", daemon=True)
+        self._renewer = threading.Thread(target=self._renew_loop, name="cluster-lease-renewer", daemon=True)
+        self._lease_lock = threading.Lock()
+        """Held while a held lease is written (renewed, changed, released), so the renewer and
+        the tick never race each other's conditional writes on one lease."""
         self._probe = httpx.Client()
 
     @property
@@ -101,11 +107,13 @@ class Supervisor:
     def start(self) -> None:
         self._thread.start()
         self._watchdog.start()
+        self._renewer.start()
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
         self._watchdog.join()
+        self._renewer.join()
         self._probe.close()
 
     # --- the loop --------------------------------------------------------------------------
@@ -113,12 +121,15 @@ class Supervisor:
     def run(self) -> None:
         while not self._stop.is_set():
             started = time.monotonic()
-            try:
-                self.tick()
-            except ObjectStoreError as exc:
-                log.warning("cluster tick failed", extra={"error": str(exc)})
+            self.tick()
             self._stop.wait(max(0.0, self.settings.tick_s - (time.monotonic() - started)))
         self._shut_down()
+
+    def _renew_loop(self) -> None:
+        """Renewals on a thread of their own: a slow store delays the tick's reads, never a
+        renewal behind them (each renewal waits only for the store's answer to itself)."""
+        while not self._stop.wait(self.settings.tick_s):
+            self._renew()
 
     def _watch(self) -> None:
         """Kill a shard's server the moment its lease's validity ends, whatever the tick is
@@ -132,19 +143,20 @@ class Supervisor:
                     log.warning("lease validity ended: shard server killed", extra={"shard": shard})
 
     def tick(self) -> None:
-        self._fence_expired()
-        self._beat_node()
-        self._renew()
-        self._look()
-        self._serve()
-        self._balance()
-        self._publish()
+        """One pass of the steps (module docstring); a step the store fails is logged and the
+        others still run (the routes are published from what is known)."""
+        for step in (self._fence_expired, self._beat_node, self._look, self._serve, self._balance, self._publish):
+            try:
+                step()
+            except ObjectStoreError as exc:
+                log.warning("cluster step failed", extra={"step": step.__name__.lstrip("_"), "error": str(exc)})
 
     def _fence_expired(self) -> None:
-        now = time.monotonic()
-        for shard, held in list(self._held.items()):
-            if now >= held.valid_until:
-                self._lose(shard, "its lease could not be renewed in time")
+        with self._lease_lock:
+            now = time.monotonic()
+            for shard, held in list(self._held.items()):
+                if now >= held.valid_until:
+                    self._lose(shard, "its lease could not be renewed in time")
 
     def _beat_node(self) -> None:
         self._beat += 1
@@ -178,18 +190,22 @@ class Supervisor:
         self.live_nodes = tuple(sorted(live))
 
     def _renew(self) -> None:
-        for shard, held in list(self._held.items()):
-            sent = time.monotonic()
-            record = held.record.next_beat()
-            try:
-                etag = self.objects.replace(lease_key(shard), record.to_bytes(), held.etag)
-            except ObjectStoreError as exc:
-                log.warning("lease renewal failed", extra={"shard": shard, "error": str(exc)})
-                continue
-            if etag is None:
-                self._lose(shard, "another node replaced its lease")
-                continue
-            self._held[shard] = Held(record, etag, Held.valid_from(sent, record.ttl_ms))
+        for shard in list(self._held):
+            with self._lease_lock:
+                held = self._held.get(shard)
+                if held is None:
+                    continue
+                sent = time.monotonic()
+                record = held.record.next_beat()
+                try:
+                    etag = self.objects.replace(lease_key(shard), record.to_bytes(), held.etag)
+                except ObjectStoreError as exc:
+                    log.warning("lease renewal failed", extra={"shard": shard, "error": str(exc)})
+                    continue
+                if etag is None:
+                    self._lose(shard, "another node replaced its lease")
+                    continue
+                self._held[shard] = Held(record, etag, Held.valid_from(sent, record.ttl_ms))
 
     def _lose(self, shard: int, why: str) -> None:
         server = self._servers.pop(shard, None)
@@ -316,21 +332,23 @@ class Supervisor:
         return self.spec.start(shard, self.layout.shard_uri(self.settings.storage_uri, shard), take_over=take_over)
 
     def _write_held(self, shard: int, record: LeaseRecord) -> None:
-        held = self._held[shard]
-        sent = time.monotonic()
-        etag = self.objects.replace(lease_key(shard), record.to_bytes(), held.etag)
-        if etag is None:
-            self._lose(shard, "another node replaced its lease")
-            return
-        self._held[shard] = Held(record, etag, Held.valid_from(sent, record.ttl_ms))
+        with self._lease_lock:
+            held = self._held[shard]
+            sent = time.monotonic()
+            etag = self.objects.replace(lease_key(shard), record.to_bytes(), held.etag)
+            if etag is None:
+                self._lose(shard, "another node replaced its lease")
+                return
+            self._held[shard] = Held(record, etag, Held.valid_from(sent, record.ttl_ms))
 
     def _release(self, shard: int) -> None:
-        held = self._held.pop(shard)
-        self._servers.pop(shard, None)
-        free = replace(held.record.next_beat(), holder=None, node_url=None, url=None, state="released")
-        self._released_at[shard] = time.monotonic()
-        if self.objects.replace(lease_key(shard), free.to_bytes(), held.etag) is not None:
-            log.info("shard released", extra={"shard": shard})
+        with self._lease_lock:
+            held = self._held.pop(shard)
+            self._servers.pop(shard, None)
+            self._released_at[shard] = time.monotonic()
+            free = replace(held.record.next_beat(), holder=None, node_url=None, url=None, state="released")
+            if self.objects.replace(lease_key(shard), free.to_bytes(), held.etag) is not None:
+                log.info("shard released", extra={"shard": shard})
 
     def _publish(self) -> None:
         now = time.monotonic()

@@ -51,7 +51,9 @@ class Relay:
     """Relays requests to shard servers over one pooled HTTP client."""
 
     def __init__(self) -> None:
-        self.client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=5.0), follow_redirects=False)
+        # (idle connections are dropped before a shard server's 5 s keep-alive timeout would close them under a request)
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=64, keepalive_expiry=2.0)
+        self.client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=5.0), follow_redirects=False, limits=limits)
 
     async def close(self) -> None:
         await self.client.aclose()
