@@ -65,7 +65,8 @@ from ._sink.encoding import RequestCutter, checked_messages, row_messages
 from ._sink.producer_identity import BATCH_ID_PROPERTY, QUERY_ID_PROPERTY, JobIdentity, job_identity, task_identity
 from ._sink.sender import FailureHook, SinkError, TaskSender
 from ._worker_gc import freeze_worker_imports
-from .client import Client, Stream, errors
+from .client import Backoff, Client, Stream, errors
+from .client.delivery import retrying
 from .client.models import DEFAULT_CONTENT_TYPE, JSON_CONTENT_TYPE, is_json, media_type
 from .options import OptionError, WriteOptions
 from .source import CONTENT_TYPE_METADATA
@@ -162,13 +163,21 @@ class _Sink:
         return DEFAULT_CONTENT_TYPE if self.value_column else JSON_CONTENT_TYPE
 
     def _resolve(self, client: Client, url: str, *, option: str) -> _Target:
-        """Create or look up one target stream; check its content type against the options and rows."""
+        """Create or look up one target stream; check its content type against the options and rows.
+        A transient failure (a shard moving to another cluster node, a restart) is retried with
+        backoff for ``deliveryTimeoutMs``, as the appends are."""
         stream = client.stream(url)
+        backoff = Backoff(initial_s=0.05, max_s=2.0, deadline_s=self.options.delivery_timeout_s)
+        transient = lambda exc: isinstance(exc, errors.TRANSIENT)  # noqa: E731
         try:
             if self.options.create_stream:
                 wanted = self._default_content_type(stream)
                 try:
-                    created = stream.create(wanted, ttl_seconds=self.options.ttl_seconds)
+                    created = retrying(
+                        lambda: stream.create(wanted, ttl_seconds=self.options.ttl_seconds),
+                        backoff=backoff,
+                        retry=transient,
+                    )
                 except errors.Conflict as exc:
                     raise SinkError(
                         f"the target stream {url} exists with another configuration than contentType={wanted!r}"
@@ -178,7 +187,7 @@ class _Sink:
                 content_type, closed = created.content_type or wanted, created.closed
             else:
                 try:
-                    meta = stream.metadata()
+                    meta = retrying(stream.metadata, backoff=backoff, retry=transient)
                 except errors.NotFound as exc:
                     raise SinkError(
                         f"the target stream {url} does not exist: create it first, or set option createStream=true"

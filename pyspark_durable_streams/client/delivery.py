@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 import requests
 
@@ -33,6 +34,7 @@ from . import errors
 from ._http import HTTP, USE_DEFAULT, Backoff, Timeout, UseDefault
 from .models import ARROW_STREAM
 
+T = TypeVar("T")
 TRANSIENT = errors.TRANSIENT
 """Connection failures, timeouts, 5xx and 429: retried with the same triple."""
 
@@ -91,13 +93,13 @@ def deliver(
 
 
 def retrying(
-    attempt: Callable[[], requests.Response],
+    attempt: Callable[[], T],
     *,
     backoff: Backoff,
     retry: Callable[[errors.DurableStreamsError], bool],
     resend_now: Callable[[errors.DurableStreamsError], bool] | None = None,
     on_retry: Callable[[], None] | None = None,
-) -> requests.Response:
+) -> T:
     """The one retry loop: ``attempt()`` again while ``retry(error)`` says so and the backoff's
     deadline allows, pausing as ``Backoff.pause`` says (``Retry-After`` included)."""
     delays = backoff.delays()
