@@ -8,6 +8,7 @@ empty batches, body limits. A refused request stores nothing.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -18,6 +19,16 @@ from multipart_parsing import read_all_parts
 from servers import ServerProcess, flushed, read_all, wait_for
 
 ARROW = "application/vnd.apache.arrow.stream"
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One server for the tests that each use their own stream and read only it back (the
+    restarts some make are graceful: every other test's streams survive them); a test
+    that counts what the whole table holds, or needs other settings, starts its own."""
+    server = ServerProcess(tmp_path_factory.mktemp("bulk") / "data", ("--long-poll-timeout-ms", "500")).start()
+    yield server
+    server.kill()
 
 
 def arrow_body(messages: list[bytes], *, large: bool = False, chunks: int = 1) -> bytes:
@@ -71,9 +82,9 @@ TRICKY = [b"a", b"\r\n", b"\x00", b"--", b"--boundary\r\n\r\n", b"\x00\xff\xfe",
 
 @pytest.mark.parametrize("content_type", ["application/octet-stream", "text/plain", "application/x-ndjson"])
 def test_byte_streams_round_trip_exact_boundaries(
-    server: ServerProcess, http: requests.Session, content_type: str
+    shared: ServerProcess, http: requests.Session, content_type: str
 ) -> None:
-    url = server.stream_url(f"bulk-{content_type.replace('/', '-')}")
+    url = shared.stream_url(f"bulk-{content_type.replace('/', '-')}")
     create(http, url, content_type)
     response = bulk_post(http, url, TRICKY, content_type)
     assert response.status_code == 204, response.text
@@ -90,14 +101,14 @@ def test_byte_streams_round_trip_exact_boundaries(
         response = http.get(url, params={"offset": f"{seq:016d}_0000000000000000"}, timeout=10)
         assert response.content == b"".join(expected[seq:])
     # and the same after the flush, from Delta (restart: the memory tail is gone)
-    wait_for(flushed(server))
-    server.restart()
+    wait_for(flushed(shared))
+    shared.restart()
     assert multipart_messages(http, url) == expected
     assert arrow_messages(http, url)[0] == expected
 
 
-def test_json_stream_round_trip(server: ServerProcess, http: requests.Session) -> None:
-    url = server.stream_url("bulk-json")
+def test_json_stream_round_trip(shared: ServerProcess, http: requests.Session) -> None:
+    url = shared.stream_url("bulk-json")
     create(http, url, "application/json")
     messages = [b'{"a":1}', b"[1, 2, 3]", b'"str\\n"', b"null", b' {"pretty": [true, false]}\n', b"12.5"]
     response = bulk_post(http, url, messages, "application/json")
@@ -136,7 +147,8 @@ def _head_tail(http: requests.Session, url: str) -> str:
     return str(http.head(url, timeout=10).headers["Stream-Next-Offset"])
 
 
-def test_refusals_store_nothing(server: ServerProcess, http: requests.Session) -> None:
+def test_refusals_store_nothing(server_factory: Callable[..., ServerProcess], http: requests.Session) -> None:
+    server = server_factory("--long-poll-timeout-ms", "500")  # its own: the last check counts every stored message
     json_url, bytes_url = server.stream_url("bulk-ref-json"), server.stream_url("bulk-ref-bytes")
     create(http, json_url, "application/json")
     create(http, bytes_url, "application/octet-stream")
@@ -209,8 +221,8 @@ def test_body_limit(server_factory: object, http: requests.Session) -> None:
     assert bulk_post(http, url, [b"x" * 1000] * 2, "application/octet-stream").status_code == 204
 
 
-def test_idempotent_producer_covers_the_batch(server: ServerProcess, http: requests.Session) -> None:
-    url = server.stream_url("bulk-producer")
+def test_idempotent_producer_covers_the_batch(shared: ServerProcess, http: requests.Session) -> None:
+    url = shared.stream_url("bulk-producer")
     create(http, url, "application/octet-stream")
 
     def send(seq: int, messages: list[bytes], epoch: int = 0) -> requests.Response:
@@ -234,8 +246,8 @@ def test_idempotent_producer_covers_the_batch(server: ServerProcess, http: reque
     assert multipart_messages(http, url) == [b"a", b"b", b"c", b"d", b"e", b"z"]
 
 
-def test_stream_seq_and_closed(server: ServerProcess, http: requests.Session) -> None:
-    url = server.stream_url("bulk-seq")
+def test_stream_seq_and_closed(shared: ServerProcess, http: requests.Session) -> None:
+    url = shared.stream_url("bulk-seq")
     create(http, url, "text/plain")
     assert bulk_post(http, url, [b"1", b"2"], "text/plain", **{"Stream-Seq": "b"}).status_code == 204
     regressed = bulk_post(http, url, [b"3"], "text/plain", **{"Stream-Seq": "a"})
@@ -248,24 +260,24 @@ def test_stream_seq_and_closed(server: ServerProcess, http: requests.Session) ->
     assert http.head(url, timeout=10).headers["Stream-Closed"] == "true"
 
 
-def test_head_advertises_the_extension(server: ServerProcess, http: requests.Session) -> None:
-    url = server.stream_url("bulk-head")
+def test_head_advertises_the_extension(shared: ServerProcess, http: requests.Session) -> None:
+    url = shared.stream_url("bulk-head")
     create(http, url, "application/json")
     assert http.head(url, timeout=10).headers["Stream-Bulk-Append"] == ARROW
 
 
-def test_plain_append_of_an_arrow_stream_is_not_bulk(server: ServerProcess, http: requests.Session) -> None:
+def test_plain_append_of_an_arrow_stream_is_not_bulk(shared: ServerProcess, http: requests.Session) -> None:
     """Without the header, an Arrow body is one ordinary message of an Arrow-typed stream."""
-    url = server.stream_url("bulk-plain-arrow")
+    url = shared.stream_url("bulk-plain-arrow")
     create(http, url, ARROW)
     body = arrow_body([b"a", b"b"])
     assert http.post(url, data=body, headers={"Content-Type": ARROW}, timeout=10).status_code == 204
     assert multipart_messages(http, url) == [body]
 
 
-def test_bulk_and_plain_appends_interleave(server: ServerProcess, http: requests.Session, tmp_path: Path) -> None:
+def test_bulk_and_plain_appends_interleave(shared: ServerProcess, http: requests.Session, tmp_path: Path) -> None:
     """Plain and bulk appends in one flush keep their order in Delta (read back after restart)."""
-    url = server.stream_url("bulk-mixed")
+    url = shared.stream_url("bulk-mixed")
     create(http, url, "application/json")
     expected: list[bytes] = []
     for round_ in range(5):
@@ -275,6 +287,6 @@ def test_bulk_and_plain_appends_interleave(server: ServerProcess, http: requests
         batch = [f'{{"r":{round_},"i":{i}}}'.encode() for i in range(3)]
         assert bulk_post(http, url, batch, "application/json").status_code == 204
         expected += batch
-    wait_for(flushed(server))
-    server.restart()
+    wait_for(flushed(shared))
+    shared.restart()
     assert multipart_messages(http, url) == expected
