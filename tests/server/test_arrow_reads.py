@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -65,18 +65,22 @@ def _read_all_arrow(http: requests.Session, url: str, offset: str) -> tuple[list
     raise AssertionError("never up to date")
 
 
-def _stored_messages(data_dir: Path) -> int:
-    table = DeltaTable(str(data_dir / "delta" / "streams")).to_pyarrow_table(columns=["kind"])
-    return sum(1 for kind in table.column("kind").to_pylist() if kind == "message")
+def _stored_messages(data_dir: Path, stream: str) -> int:
+    table = DeltaTable(str(data_dir / "delta" / "streams")).to_pyarrow_table(columns=["stream", "kind"])
+    return sum(1 for row in table.to_pylist() if row["kind"] == "message" and row["stream"] == stream)
 
 
-@pytest.fixture
-def arrow_server(server_factory: Callable[..., ServerProcess]) -> ServerProcess:
-    """History leaves memory as soon as it is in Delta, and read budgets are small."""
-    return server_factory(
+@pytest.fixture(scope="module")
+def arrow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """History leaves memory as soon as it is in Delta, and read budgets are small; one
+    server for the module (each test reads only its own streams)."""
+    args = (
         "--tail-cache-bytes", "0", "--flush-interval-ms", "100", "--max-read-bytes", str(MAX_READ_BYTES),
         "--long-poll-timeout-ms", "5000",
     )  # fmt: skip
+    server = ServerProcess(tmp_path_factory.mktemp("arrow") / "data", args).start()
+    yield server
+    server.kill()
 
 
 def test_arrow_reads_give_every_message_from_delta_memory_and_a_forks_source(
@@ -86,7 +90,8 @@ def test_arrow_reads_give_every_message_from_delta_memory_and_a_forks_source(
     assert http.put(source, headers=BINARY).status_code == 201
     history, recent = _messages(60, 1), _messages(20, 2)
     append_all(http, source, BINARY, history)
-    wait_for(lambda: _stored_messages(arrow_server.data_dir) >= 60, timeout_s=20)  # in Delta, gone from memory
+    in_delta = "v1/stream/arrow-source"
+    wait_for(lambda: _stored_messages(arrow_server.data_dir, in_delta) >= 60, timeout_s=20)  # gone from memory
     append_all(http, source, BINARY, recent)
     fork = arrow_server.stream_url("arrow-fork")
     created = http.put(
