@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -34,14 +34,22 @@ def _flushed(http: requests.Session, url: str, count: int) -> bool:
     return bool(plan["delta_end"] == f"{count:016d}_{0:016d}")
 
 
+@pytest.fixture(scope="module")
+def fast(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One FAST server for the tests that plan only their own streams."""
+    server = ServerProcess(tmp_path_factory.mktemp("plans") / "data", FAST).start()
+    yield server
+    server.kill()
+
+
 def _reader_session() -> requests.Session:
     reader = session()
     reader.headers["Authorization"] = "Bearer reader-token-0123456789"
     return reader
 
 
-def test_plan_lists_files_whose_rows_are_the_range(server_factory: Callable[..., ServerProcess]) -> None:
-    server = server_factory(*FAST)
+def test_plan_lists_files_whose_rows_are_the_range(fast: ServerProcess) -> None:
+    server = fast
     http = session()
     url, other = server.stream_url("planned"), server.stream_url("other")
     _fill(http, url)
@@ -83,8 +91,8 @@ def test_plan_stops_at_the_unflushed_tail_and_the_visible_tail(server_factory: C
     assert plan["delta_end"] == f"{0:016d}_{0:016d}" and plan["segments"] == []  # nothing flushed: all over HTTP
 
 
-def test_fork_plan_takes_the_inherited_part_from_the_source(server_factory: Callable[..., ServerProcess]) -> None:
-    server = server_factory(*FAST)
+def test_fork_plan_takes_the_inherited_part_from_the_source(fast: ServerProcess) -> None:
+    server = fast
     http = session()
     source, fork = server.stream_url("src"), server.stream_url("fork")
     _fill(http, source)
@@ -98,8 +106,8 @@ def test_fork_plan_takes_the_inherited_part_from_the_source(server_factory: Call
     assert plan["segments"][0]["stream_uid"] != plan["segments"][1]["stream_uid"]
 
 
-def test_plan_below_retention_is_gone(server_factory: Callable[..., ServerProcess]) -> None:
-    server = server_factory(*FAST)
+def test_plan_below_retention_is_gone(fast: ServerProcess) -> None:
+    server = fast
     http = session()
     url = server.stream_url("retained")
     _fill(http, url)
