@@ -24,6 +24,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -46,7 +47,7 @@ from readme_blocks import (
     substitute,
 )
 from security_support import bearer, self_signed_certificate
-from servers import REPO_ROOT, MotoServer, ServerProcess, _wait_until_listening, free_port
+from servers import REPO_ROOT, MotoServer, ServerProcess, _wait_until_listening, free_port, wait_for
 from starlette.testclient import TestClient
 
 from durable_streams_server.cli import build_parser
@@ -84,6 +85,7 @@ COVERAGE = {
     f"{CLIENT}#4": "test_client_examples",
     f"{CLIENT}#5": "test_client_command_line",
     "Buckets, snapshots and bootstrap (protocol extensions)#1": "test_extension_curl_examples",
+    "A cluster: streams sharded across processes and machines#1": "test_cluster_example",
 }
 
 
@@ -335,15 +337,7 @@ def test_s3_examples(moto: MotoServer, tmp_path: Path) -> None:
     The AWS one names no endpoint, so here the object store finds moto through the environment
     (AWS_ENDPOINT_URL, which delta-rs reads like the AWS SDKs do).
     """
-    import boto3
-
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=moto.endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
+    s3 = boto3_client(moto)
     if "my-bucket" not in {bucket["Name"] for bucket in s3.list_buckets()["Buckets"]}:
         s3.create_bucket(Bucket="my-bucket")
     aws, compatible = blocks_for("test_s3_examples")
@@ -366,6 +360,53 @@ def test_s3_examples(moto: MotoServer, tmp_path: Path) -> None:
             assert b"".join(message.data for message in stream.read("-1")) == b"stored in S3"
         listed = s3.list_objects_v2(Bucket="my-bucket", Prefix=f"{prefix}/streams/_delta_log/")
         assert listed.get("KeyCount", 0) > 0, f"no Delta log under s3://my-bucket/{prefix}"
+
+
+def test_cluster_example(moto: MotoServer, tmp_path: Path) -> None:
+    """The cluster command, verbatim but for the store, addresses and shard count (two, not twelve
+    processes on this machine), serves streams stored in each shard's table through the node."""
+    (block,) = blocks_for("test_cluster_example")
+    bucket = f"readme-cluster-{uuid.uuid4().hex[:8]}"
+    moto.create_bucket(bucket)
+    port = free_port()
+    command = substitute(
+        block.text,
+        {
+            "http://host1:4437": f"http://127.0.0.1:{port}",
+            "s3://bucket/streams": f"s3://{bucket}/streams",
+            "/var/lib/ds": str(tmp_path / "node"),
+            "--shards 12": "--shards 2",
+        },
+    )
+    env = {**moto.storage_options(), "AWS_ALLOW_HTTP": "true", "DURABLE_STREAMS_PORT": str(port)}
+    with _background(command, tmp_path / "node.log", port, env) as url:
+        wait_for(lambda: all(shard["state"] == "serving" for shard in _cluster_view(url)["shards"]), timeout_s=60)
+        with Client(url) as client:
+            for name in ("one", "two", "three"):
+                stream = client.stream(f"v1/stream/{name}")
+                stream.create("text/plain")
+                stream.append(name.encode())
+                assert b"".join(message.data for message in stream.read("-1")) == name.encode()
+        assert len(_cluster_view(url)["shards"]) == 2
+    listed = boto3_client(moto).list_objects_v2(Bucket=bucket, Prefix="streams/shard-")
+    assert {key["Key"].split("/")[1] for key in listed["Contents"]} == {"shard-0000", "shard-0001"}
+
+
+def _cluster_view(url: str) -> dict[str, Any]:
+    view: dict[str, Any] = requests.get(f"{url}/v1/cluster", timeout=10).json()
+    return view
+
+
+def boto3_client(moto: MotoServer) -> Any:
+    import boto3
+
+    return boto3.client(
+        "s3",
+        endpoint_url=moto.endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
 
 
 @contextmanager

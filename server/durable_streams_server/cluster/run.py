@@ -62,6 +62,7 @@ def advertise_url(args: argparse.Namespace) -> str:
 
 
 def run_node(args: argparse.Namespace, argv: list[str], config: ServerConfig) -> None:
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))  # a line per lease request
     if not config.storage_uri:
         raise SystemExit("--cluster needs --storage-uri: the storage root every node of the cluster shares")
     try:
@@ -88,7 +89,6 @@ def run_node(args: argparse.Namespace, argv: list[str], config: ServerConfig) ->
         passthrough=tuple(passthrough_args(argv)),
         adopted_root=layout.placement == "root",
     )
-    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))  # a line per lease request
     log.info("cluster node starting", extra={"node_id": node_id, "url": url, "shards": layout.shards})
     router = ClusterRouter(Supervisor(settings, layout, objects, spec))
     uvicorn.run(
