@@ -24,12 +24,14 @@ import pyarrow.compute as pc
 import pytest
 import requests
 from deltalake import DeltaTable
-from servers import ServerProcess, session
+from servers import ServerProcess, session, wait_for
 
 PRODUCERS = 8
 KILL_ROUNDS = 3
 BULK_MESSAGES = 50
 """Messages per request of the bulk producers (the odd-numbered ones)."""
+ACKS_PER_ROUND = 5
+"""Requests every producer has acknowledged by each incarnation before it is killed."""
 
 
 def _bulk_body(messages: list[bytes]) -> bytes:
@@ -84,6 +86,32 @@ class Producer:
                 return
 
 
+def _delta_commits(server: ServerProcess) -> int:
+    return len(list((server.data_dir / "delta" / "streams" / "_delta_log").glob("*.json")))
+
+
+def _wait_for_acknowledgements(producers: list[Producer], count: int) -> None:
+    wanted = [len(p.acknowledged) + count for p in producers]
+    wait_for(
+        lambda: (
+            any(p.unexpected for p in producers)
+            or all(len(p.acknowledged) >= n for p, n in zip(producers, wanted, strict=True))
+        ),
+        timeout_s=60,
+    )
+
+
+def _wait_for_failures(producers: list[Producer]) -> None:
+    wanted = [p.in_doubt_retries + 1 for p in producers]
+    wait_for(
+        lambda: (
+            any(p.unexpected for p in producers)
+            or all(p.in_doubt_retries >= n for p, n in zip(producers, wanted, strict=True))
+        ),
+        timeout_s=30,
+    )
+
+
 def _read_all(url: str) -> list[dict[str, int]]:
     http = session()
     messages: list[dict[str, int]] = []
@@ -127,12 +155,18 @@ def test_sigkill_under_idempotent_producers_loses_and_duplicates_nothing(
         thread.start()
     acknowledged_before_kill = []
     for _ in range(KILL_ROUNDS):
-        time.sleep(1.0)
+        # Traffic first: every producer has had requests acknowledged by this incarnation,
+        # which has committed to Delta at least once (conditions, not fixed pauses: a loaded
+        # machine may serve few in a second); the producers keep going until the kill.
+        commits = _delta_commits(server)
+        _wait_for_acknowledgements(producers, ACKS_PER_ROUND)
+        wait_for(lambda: _delta_commits(server) > commits, timeout_s=60)  # noqa: B023
         server.kill()
         acknowledged_before_kill.append(sum(len(p.acknowledged) for p in producers))
-        time.sleep(0.3)
+        # Down until every producer has seen its request fail: each retries the same seq.
+        _wait_for_failures(producers)
         server.start()
-    time.sleep(1.0)
+    _wait_for_acknowledgements(producers, ACKS_PER_ROUND)  # the last one serves too: in-doubt requests settle
     stop.set()
     for thread in threads:
         thread.join(timeout=60)
