@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import requests
 from deltalake import DeltaTable
-from servers import ServerProcess, session, wait_for
+from servers import ServerProcess, flushed, session, wait_for
 
 TEXT = {"Content-Type": "text/plain"}
 FAST_FLUSH = ("--flush-interval-ms", "50", "--tail-cache-bytes", "0", "--vacuum-retention-hours", "0")
@@ -69,7 +69,7 @@ def test_compaction_merges_files_and_changes_no_answer(server_factory: Callable[
         time.sleep(0.01)
     snapshot = "0000000000000020_0000000000000000"
     assert http.put(server.stream_url("beta") + f"/snapshot/{snapshot}", data=b"folded").status_code == 204
-    time.sleep(0.3)  # let the flusher write the last records
+    wait_for(flushed(server))  # the flusher has written the last records
     files_before = _active_files(server)
     assert files_before > 10, "many small flushes should have left many small files"
     before = _snapshot_of_answers(http, server, names)
