@@ -73,13 +73,18 @@ def test_a_read_over_many_small_files_is_short_and_the_catch_up_complete(
     server = server_factory(*FAST, "--compaction-interval-s", "0")
     http = session()
     assert http.put(server.stream_url("spread"), headers=TEXT).status_code == 201
-    bodies = _paced_appends(http, server, "spread", 300)  # 300 flush files, a message in each
+    # 100 flush files, a message in each: over three times the row groups one read may open
+    # (MAX_OPENS_PER_READ, 32), so the first read is cut and the catch-up takes four reads
+    # (300 files, ~35 s, dated from when the bound was 128).
+    files = 100
+    assert files >= 3 * MAX_OPENS_PER_READ
+    bodies = _paced_appends(http, server, "spread", files)
     server.stop()
     server.start()  # nothing in memory: every read goes to Delta
     first = http.get(server.stream_url("spread"), params={"offset": "-1"})
     assert first.status_code == 200
     count = first.text.count(";")  # a message per file, at most MAX_OPENS_PER_READ row groups opened per read
-    assert 0 < count <= MAX_OPENS_PER_READ < 300 and first.text == "".join(bodies[:count])
+    assert 0 < count <= MAX_OPENS_PER_READ < files and first.text == "".join(bodies[:count])
     assert "Stream-Up-To-Date" not in first.headers
     assert read_all(http, server.stream_url("spread")).decode() == "".join(bodies)
 
