@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
+import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -222,6 +223,22 @@ def test_pull_wake_claim_lease_expiry_and_fencing(
     assert "durable_streams_subscription_lease_expiries_total 1.0" in http.get(f"{server.url}/metrics").text
 
 
+@pytest.fixture(scope="module")
+def ssrf_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+    """A server without the operator flag and one with it, for every SSRF case (each case
+    creates one subscription of its own id and no stream: nothing to deliver, nothing shared)."""
+    directory = tmp_path_factory.mktemp("ssrf")
+    plain = ServerProcess(directory / "plain").start()
+    try:
+        loopback_allowed = ServerProcess(directory / "loopback", LOOPBACK).start()
+    except BaseException:
+        plain.kill()
+        raise
+    yield plain, loopback_allowed
+    plain.kill()
+    loopback_allowed.kill()
+
+
 @pytest.mark.parametrize(
     ("url", "allowed"),
     [
@@ -237,17 +254,17 @@ def test_pull_wake_claim_lease_expiry_and_fencing(
     ],
 )
 def test_ssrf_refusals(
-    server_factory: Callable[..., ServerProcess], http: requests.Session, url: str, allowed: bool
+    ssrf_servers: tuple[ServerProcess, ServerProcess], http: requests.Session, url: str, allowed: bool
 ) -> None:
     """Refused without the operator flag; with it, only the listed loopback network passes."""
-    plain = server_factory()
-    refusal = put_sub(http, plain, "x", {"type": "webhook", "pattern": "*", "webhook": {"url": url}})
+    plain, loopback_allowed = ssrf_servers
+    sub_id = f"x-{uuid.uuid4().hex[:12]}"  # (the servers serve every case: an id of its own)
+    refusal = put_sub(http, plain, sub_id, {"type": "webhook", "pattern": "*", "webhook": {"url": url}})
     assert refusal.status_code == 400 and refusal.json()["error"]["code"] == "WEBHOOK_URL_REJECTED"
-    loopback_allowed = server_factory(*LOOPBACK)
-    answer = put_sub(http, loopback_allowed, "x", {"type": "webhook", "pattern": "*", "webhook": {"url": url}})
+    answer = put_sub(http, loopback_allowed, sub_id, {"type": "webhook", "pattern": "*", "webhook": {"url": url}})
     expected = 400 if allowed or url.startswith("https://[::1]") else 201
     assert answer.status_code == expected, answer.text
-    assert http.get(sub_url(plain, "x")).status_code == 404
+    assert http.get(sub_url(plain, sub_id)).status_code == 404
 
 
 def test_bucketed_surface_subscriptions_cover_their_bucket(
