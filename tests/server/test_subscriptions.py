@@ -34,10 +34,8 @@ def receiver() -> Iterator[WebhookReceiver]:
     started.stop()
 
 
-def test_the_reserved_namespace_never_creates_a_stream(
-    server_factory: Callable[..., ServerProcess], http: requests.Session
-) -> None:
-    server = server_factory()
+def test_the_reserved_namespace_never_creates_a_stream(plain_server: ServerProcess, http: requests.Session) -> None:
+    server = plain_server
     for path in ("__ds", "__ds/subscriptions", "__ds/x/y", "__ds/subscriptions/s1/nope"):
         put = http.put(server.stream_url(path), data=b"x", headers={"Content-Type": "text/plain"})
         assert put.status_code == 404, (path, put.status_code, put.text)
@@ -57,10 +55,8 @@ def test_the_reserved_namespace_never_creates_a_stream(
     assert http.get(f"{server.url}/bucket-one/streams").json()["streams"] == []
 
 
-def test_create_reconfirm_conflict_and_membership(
-    server_factory: Callable[..., ServerProcess], http: requests.Session
-) -> None:
-    server = server_factory()
+def test_create_reconfirm_conflict_and_membership(plain_server: ServerProcess, http: requests.Session) -> None:
+    server = plain_server
     assert http.put(server.stream_url("events/old"), data=b"1", headers=JSON | {"Content-Type": "text/plain"}).ok
     body = {"type": "pull-wake", "pattern": "events/*", "streams": ["manual/a"], "wake_stream": "wake"}
     assert put_sub(http, server, "s", body).status_code == 201
@@ -224,19 +220,21 @@ def test_pull_wake_claim_lease_expiry_and_fencing(
 
 
 @pytest.fixture(scope="module")
-def ssrf_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, ServerProcess]]:
-    """A server without the operator flag and one with it, for every SSRF case (each case
+def plain_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A server with the default settings for the tests that use only their own subscription ids,
+    stream names and bucket (no webhook is accepted by it: nothing is ever delivered)."""
+    server = ServerProcess(tmp_path_factory.mktemp("plain") / "data").start()
+    yield server
+    server.kill()
+
+
+@pytest.fixture(scope="module")
+def loopback_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """The operator flag allowing the loopback network, for every SSRF case (each case
     creates one subscription of its own id and no stream: nothing to deliver, nothing shared)."""
-    directory = tmp_path_factory.mktemp("ssrf")
-    plain = ServerProcess(directory / "plain").start()
-    try:
-        loopback_allowed = ServerProcess(directory / "loopback", LOOPBACK).start()
-    except BaseException:
-        plain.kill()
-        raise
-    yield plain, loopback_allowed
-    plain.kill()
-    loopback_allowed.kill()
+    server = ServerProcess(tmp_path_factory.mktemp("loopback") / "data", LOOPBACK).start()
+    yield server
+    server.kill()
 
 
 @pytest.mark.parametrize(
@@ -254,10 +252,10 @@ def ssrf_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Ser
     ],
 )
 def test_ssrf_refusals(
-    ssrf_servers: tuple[ServerProcess, ServerProcess], http: requests.Session, url: str, allowed: bool
+    plain_server: ServerProcess, loopback_server: ServerProcess, http: requests.Session, url: str, allowed: bool
 ) -> None:
     """Refused without the operator flag; with it, only the listed loopback network passes."""
-    plain, loopback_allowed = ssrf_servers
+    plain, loopback_allowed = plain_server, loopback_server
     sub_id = f"x-{uuid.uuid4().hex[:12]}"  # (the servers serve every case: an id of its own)
     refusal = put_sub(http, plain, sub_id, {"type": "webhook", "pattern": "*", "webhook": {"url": url}})
     assert refusal.status_code == 400 and refusal.json()["error"]["code"] == "WEBHOOK_URL_REJECTED"
