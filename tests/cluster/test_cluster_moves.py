@@ -46,14 +46,14 @@ def test_a_joining_node_takes_its_share_under_load(
     appenders = [ProducerAppender(f"{first[0].url}/v1/stream/{name}", f"p-{name}", 100_000) for name in names]
     for appender in appenders:
         appender.start()
-    until(lambda: all(len(appender.acknowledged) >= 20 for appender in appenders))
+    until(lambda: all(len(appender.acknowledged) >= 20 for appender in appenders), timeout_s=180)
 
     joined = start_node(server_factory, storage, "n2", tmp_path)
     nodes = [*first, joined]
     until(lambda: len(joined.shards_held()) >= 1 and serving(nodes, 4)(), timeout_s=60)
     assert sorted(len(node.shards_held()) for node in nodes) == [1, 1, 2]
     counts = [len(appender.acknowledged) for appender in appenders]
-    until(lambda: all(len(a.acknowledged) >= n + 20 for a, n in zip(appenders, counts, strict=True)))
+    until(lambda: all(len(a.acknowledged) >= n + 20 for a, n in zip(appenders, counts, strict=True)), timeout_s=180)
     for appender in appenders:
         appender.stopping.set()
         appender.join(timeout=60)
