@@ -164,11 +164,12 @@ class _Sink:
 
     def _resolve(self, client: Client, url: str, *, option: str) -> _Target:
         """Create or look up one target stream; check its content type against the options and rows.
-        A transient failure (a shard moving to another cluster node, a restart) is retried with
-        backoff for ``deliveryTimeoutMs``, as the appends are."""
+        A server that answers "later" (503, 429: a shard moving to another cluster node) is asked
+        again with backoff for ``deliveryTimeoutMs``, as the appends are; a server that does not
+        answer at all fails the job at once, naming the option."""
         stream = client.stream(url)
         backoff = Backoff(initial_s=0.05, max_s=2.0, deadline_s=self.options.delivery_timeout_s)
-        transient = lambda exc: isinstance(exc, errors.TRANSIENT)  # noqa: E731
+        transient = lambda exc: isinstance(exc, (errors.ServerError, errors.RateLimited))  # noqa: E731
         try:
             if self.options.create_stream:
                 wanted = self._default_content_type(stream)

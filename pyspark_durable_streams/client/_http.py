@@ -235,9 +235,23 @@ class HTTP:
         method, headers and body (a cluster node sends a stream's requests to the server of its
         shard: the server is trusted with the request, so is the peer it names). The
         ``Location`` carries the query string, so the parameters are not sent again."""
-        for _ in range(MAX_REDIRECTS + 1):
-            with guard(request.method, request.url):
-                response = self.transport.send(request)
+        for hop in range(MAX_REDIRECTS + 1):
+            try:
+                with guard(request.method, request.url):
+                    response = self.transport.send(request)
+            except errors.TransportError as exc:
+                if hop == 0:
+                    raise
+                # The server answered and named a peer (a cluster's shard server) that does not: the
+                # shard is moving, as a 503 would say; retried like one, unlike an unreachable server.
+                raise errors.ServerError(
+                    method=request.method,
+                    url=request.url,
+                    status=503,
+                    message=f"the redirect's target did not answer: {exc}",
+                    code="REDIRECT_TARGET_UNREACHABLE",
+                    headers={},
+                ) from exc
             location = response.headers.get("Location") if response.status_code in (307, 308) else None
             if not location:
                 return response
