@@ -64,7 +64,7 @@ def test_a_joining_node_takes_its_share_under_load(
 def test_a_wal_node_that_dies_keeps_its_shards_until_it_returns(
     server_factory: Callable[..., ServerProcess], tmp_path: Path
 ) -> None:
-    storage = ["--storage-uri", str(tmp_path / "root"), "--shards", "2", "--lease-ttl-s", "2"]
+    storage = ["--storage-uri", str(tmp_path / "root"), "--shards", "2", "--lease-ttl-s", "3"]
     storage += ["--durability", "wal", "--flush-interval-ms", "600000"]  # (everything stays in the WAL)
     nodes = [start_node(server_factory, storage, f"n{index}", tmp_path) for index in range(2)]
     until(serving(nodes, 2))
@@ -77,8 +77,8 @@ def test_a_wal_node_that_dies_keeps_its_shards_until_it_returns(
         assert answer.status_code in (200, 204), answer.text
 
     dying.kill()
-    time.sleep(3 * 2)  # three lease ttls: long past the moment a delta-durability shard would move
-    assert other.shards_held() == [1 - shard]
+    time.sleep(3 * 3)  # three lease ttls: long past the moment a delta-durability shard would move
+    assert shard not in other.shards_held()
     view = other.describe()["shards"][shard]  # type: ignore[index]
     assert (view["state"], view["holder"]) == ("unavailable", "n0")
     refused = requests.get(f"{other.url}/v1/stream/{name}", params={"offset": "-1"}, timeout=30)

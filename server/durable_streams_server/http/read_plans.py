@@ -32,11 +32,11 @@ from urllib.parse import quote
 
 import orjson
 from starlette.requests import Request
-from starlette.responses import FileResponse, Response
+from starlette.responses import Response
 
 from ..engine import read_plans
 from ..engine.engine import Engine
-from ..protocol.errors import MethodNotAllowed, NotFound
+from ..protocol.errors import MethodNotAllowed
 from ..protocol.offsets import BEGINNING_SENTINEL, Offset, encode_seq, parse_offset
 from ..protocol.signed_paths import signature, verify
 from ..storage.read_plans import FileAccess, PlannedFile
@@ -108,7 +108,5 @@ class ReadPlanHandlers:
         verify(self._key, path, params.get("expires"), params.get("signature"), time.time())
         if self.access.stored is not None:
             return await stored_file_response(request, self.access.stored, path)
-        local = self.access.local_file(path)
-        if local is None:
-            raise NotFound(f"data file {path!r} is not in the table (compacted and vacuumed?)", code="FILE_NOT_FOUND")
-        return FileResponse(local, media_type="application/vnd.apache.parquet", headers={"Cache-Control": "no-store"})
+        # (opened before answering: a file vacuumed after the check is a 404, never a 500)
+        return await stored_file_response(request, self.access.local_file(path), path)

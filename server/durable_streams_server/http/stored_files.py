@@ -9,20 +9,25 @@ pool): the event loop serves other requests meanwhile, and a response holds one 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from ..protocol.byte_ranges import byte_range
 from ..protocol.errors import NotFound, RangeNotSatisfiable
-from ..storage.stored_files import StoredFiles
+from ..storage.stored_files import StoredFiles, open_local
 
 PARQUET = "application/vnd.apache.parquet"
 
 
-async def stored_file_response(request: Request, stored: StoredFiles, path: str) -> Response:
-    """``GET``/``HEAD`` of the table's data file ``path`` (the URL's signature already checked)."""
-    found = await asyncio.to_thread(stored.open, path)
+async def stored_file_response(request: Request, stored: StoredFiles | Path | None, path: str) -> Response:
+    """``GET``/``HEAD`` of the table's data file ``path`` (the URL's signature already checked),
+    from its object store, or from the local disk (``stored`` its local path, ``None``: not there)."""
+    if isinstance(stored, StoredFiles):
+        found = await asyncio.to_thread(stored.open, path)
+    else:
+        found = await asyncio.to_thread(open_local, stored)
     if found is None:
         raise NotFound(f"data file {path!r} is not in the table (compacted and vacuumed?)", code="FILE_NOT_FOUND")
     try:

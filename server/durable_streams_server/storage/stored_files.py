@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import pyarrow as pa
 from deltalake.fs import DeltaStorageHandler
@@ -74,3 +75,16 @@ class StoredFiles:
         except FileNotFoundError:
             return None
         return StoredFile(source.size(), source)
+
+
+def open_local(local: Path | None) -> StoredFile | None:
+    """A table's data file on the local disk, opened as ``StoredFiles.open`` opens one on a store:
+    ``None`` when it is gone (vacuumed since it was planned); once open, the file can be read to
+    its end even if it is deleted meanwhile."""
+    if local is None:
+        return None
+    try:
+        source = pa.OSFile(str(local), "r")
+    except FileNotFoundError:
+        return None
+    return StoredFile(source.size(), source)
