@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -97,7 +97,6 @@ class ShardServer:
     shard: int
     url: str
     proc: subprocess.Popen[bytes]
-    started_at: float = field(default_factory=time.monotonic)
     stopping_since: float | None = None
 
     @property
