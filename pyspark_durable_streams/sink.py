@@ -169,7 +169,6 @@ class _Sink:
         answer at all fails the job at once, naming the option."""
         stream = client.stream(url)
         backoff = Backoff(initial_s=0.05, max_s=2.0, deadline_s=self.options.delivery_timeout_s)
-        transient = lambda exc: isinstance(exc, (errors.ServerError, errors.RateLimited))  # noqa: E731
         try:
             if self.options.create_stream:
                 wanted = self._default_content_type(stream)
@@ -177,7 +176,7 @@ class _Sink:
                     created = retrying(
                         lambda: stream.create(wanted, ttl_seconds=self.options.ttl_seconds),
                         backoff=backoff,
-                        retry=transient,
+                        retry=lambda exc: isinstance(exc, errors.ANSWERED_LATER),
                     )
                 except errors.Conflict as exc:
                     raise SinkError(
@@ -188,7 +187,7 @@ class _Sink:
                 content_type, closed = created.content_type or wanted, created.closed
             else:
                 try:
-                    meta = retrying(stream.metadata, backoff=backoff, retry=transient)
+                    meta = stream.metadata()  # retries answers saying later itself
                 except errors.NotFound as exc:
                     raise SinkError(
                         f"the target stream {url} does not exist: create it first, or set option createStream=true"

@@ -83,13 +83,17 @@ def start_node(factory: Callable[..., ServerProcess], storage: list[str], node_i
 
 
 def serving(nodes: list[Node], shards: int) -> Callable[[], bool]:
-    """Every shard is served, as each node sees it, and held by exactly one node."""
+    """The cluster's steady state: every shard is served, as each node sees it, held by exactly
+    one node, and every node holds at least its floor share (so no rebalancing move is still to
+    come: a test that starts then meets no 503 from a shard moving)."""
 
     def check() -> bool:
         held: list[int] = []
         for node in nodes:
             view = node.describe()
             if any(shard["state"] != "serving" for shard in view["shards"]):  # type: ignore[attr-defined]
+                return False
+            if len(view["held"]) < shards // len(nodes):  # type: ignore[arg-type]
                 return False
             held += view["held"]  # type: ignore[operator]
         return sorted(held) == list(range(shards))
@@ -115,12 +119,18 @@ def name_in_shard(shard: int, shards: int, prefix: str) -> str:
     raise AssertionError("no name found")
 
 
-def history(url: str) -> list[int]:
-    """Every message of the JSON stream at ``url`` (following redirects), read to its end."""
+def history(url: str, moving_s: float = 60) -> list[int]:
+    """Every message of the JSON stream at ``url`` (following redirects), read to its end. A 503
+    (the stream's shard moving between nodes, as rebalancing does after a node returns) is asked
+    again, as a client does, for up to ``moving_s`` seconds; any other refusal fails."""
     values: list[int] = []
     offset = "-1"
+    deadline = time.monotonic() + moving_s
     while True:
         answer = requests.get(url, params={"offset": offset}, timeout=30)
+        if answer.status_code == 503 and time.monotonic() < deadline:
+            time.sleep(0.2)
+            continue
         assert answer.status_code == 200, answer.text
         values += [item["n"] for item in answer.json()]
         offset = answer.headers["Stream-Next-Offset"]

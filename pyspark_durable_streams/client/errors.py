@@ -205,6 +205,11 @@ TRANSIENT: tuple[type[DurableStreamsError], ...] = (TransportError, ServerError,
 """Failures that say nothing about the request itself: retried (reads from where they got to,
 producer appends with the same triple) until a backoff's deadline."""
 
+ANSWERED_LATER: tuple[type[DurableStreamsError], ...] = (ServerError, RateLimited)
+"""Failures where the server answered "not now" (5xx, 429: a shard moving between cluster nodes,
+an overloaded server): lookups (HEAD) retry these until the backoff's deadline, while a server
+that does not answer at all fails a lookup at once, so a wrong URL is reported without a wait."""
+
 
 def not_processed(exc: BaseException) -> bool:
     """Whether the failure proves the server did not act on the request: no connection was made,

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 import requests
 
+from . import errors
 from ._http import HTTP, USE_DEFAULT, Backoff, Timeout, UseDefault, flag, header
 from .bootstrap import Bootstrap, follow
 from .delivery import append_retry_rule, retrying
@@ -125,8 +126,13 @@ class Stream:
     def metadata(
         self, *, headers: Mapping[str, str] | None = None, timeout: Timeout | UseDefault = USE_DEFAULT
     ) -> StreamMetadata:
-        """HEAD: tail offset, content type, TTL / expiry, closure, latest snapshot offset."""
-        response = self._send("HEAD", (200,), None, {}, headers, timeout)
+        """HEAD: tail offset, content type, TTL / expiry, closure, latest snapshot offset. Answers
+        saying "later" (``errors.ANSWERED_LATER``) are asked again until the backoff's deadline."""
+        response = retrying(
+            lambda: self._send("HEAD", (200,), None, {}, headers, timeout),
+            backoff=self._backoff,
+            retry=lambda exc: isinstance(exc, errors.ANSWERED_LATER),
+        )
         next_offset = header(response, "Stream-Next-Offset")
         if next_offset is None:
             raise ResponseError(f"HEAD {self.url} answered without Stream-Next-Offset")

@@ -16,8 +16,9 @@ import requests
 from fake_transport import FakeClock, FakeTransport, Outcome, Reply, reset, seq_of
 
 from pyspark_durable_streams._sink.sender import SinkError, TaskSender
-from pyspark_durable_streams.client import Backoff, Client, Producer, ProducerFenced, SequenceGap
+from pyspark_durable_streams.client import Backoff, Client, Producer, ProducerFenced, SequenceGap, Stream
 from pyspark_durable_streams.client._http import FOLLOWS_REDIRECTS, Request
+from pyspark_durable_streams.client.errors import ServerError, TransportError
 
 BASE = "http://fake.invalid:4437"
 URL = f"{BASE}/v1/stream/orders"
@@ -234,6 +235,43 @@ def test_sink_fenced_is_not_retried() -> None:
         sender.send(URL, JSON, b"[0]")
     assert isinstance(raised.value.__cause__, ProducerFenced)
     assert len(transport.requests) == 1
+
+
+# -- lookups (HEAD) --------------------------------------------------------------------------------
+
+
+def stream_on(transport: FakeTransport, clock: FakeClock) -> Stream:
+    backoff = Backoff(initial_s=0.1, max_s=1.0, deadline_s=30, clock=clock.clock, sleep=clock.sleep)
+    return Client(BASE, transport=transport, backoff=backoff).stream("v1/stream/orders")
+
+
+def test_a_lookup_answered_later_is_asked_again_after_retry_after() -> None:
+    """A cluster node answers 503 while the stream's shard moves: the HEAD is asked again."""
+    moving = Reply(503, {"Retry-After": "1.5"}, b'{"error": {"code": "SHARD_UNAVAILABLE", "message": "moving"}}')
+    tail = Reply(200, {"Stream-Next-Offset": "0000000000000007_0000000000000000", "Content-Type": JSON})
+    transport = FakeTransport.script(moving, Reply(429, {}), tail)
+    clock = FakeClock()
+    meta = stream_on(transport, clock).metadata()
+    assert [(r.method, r.url) for r in transport.requests] == [("HEAD", URL)] * 3
+    assert clock.sleeps[0] == 1.5 and 0.1 <= clock.sleeps[1] <= 0.2  # Retry-After, then the backoff
+    assert (meta.next_offset, meta.content_type) == ("0000000000000007_0000000000000000", JSON)
+
+
+def test_a_lookup_of_a_server_that_does_not_answer_fails_at_once() -> None:
+    """No answer at all (a wrong URL, a server down) is reported without waiting out the backoff."""
+    transport = FakeTransport.script(requests.ConnectionError(ConnectionRefusedError(111, "refused")))
+    clock = FakeClock()
+    with pytest.raises(TransportError):
+        stream_on(transport, clock).metadata()
+    assert len(transport.requests) == 1 and clock.sleeps == []
+
+
+def test_a_lookup_keeps_answering_later_until_the_deadline_then_fails() -> None:
+    transport = FakeTransport(lambda request: Reply(503, {}))
+    clock = FakeClock()
+    with pytest.raises(ServerError):
+        stream_on(transport, clock).metadata()
+    assert sum(clock.sleeps) == pytest.approx(30, abs=1.0) and len(transport.requests) > 5
 
 
 # -- the seam itself -----------------------------------------------------------------------------
