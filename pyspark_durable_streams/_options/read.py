@@ -1,0 +1,152 @@
+"""The source's options: the ``READ`` table, ``ReadOptions`` and ``parse_read_options``."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._source.offsets import EARLIEST
+from .common import (
+    BUCKET,
+    FREEZE_WORKER_GC,
+    PATH,
+    SERVER,
+    URL,
+    ConnectionOptions,
+    Offsets,
+    Option,
+    OptionError,
+    boolean,
+    fields,
+    lowered_keys,
+    offsets,
+    one_of,
+    parse_connection_options,
+    positive_int,
+    reject_unknown,
+    text,
+    verbatim,
+)
+
+VALUE_TYPES = ("binary", "string", "json")
+STARTING = Option[Offsets]("startingOffsets", offsets("earliest", "latest"), ("earliest", ()))
+ENDING = Option[Offsets]("endingOffsets", offsets("latest"), ("latest", ()))
+READ: tuple[Option[Any], ...] = (
+    PATH,
+    URL,
+    Option("urls", text, None),
+    SERVER,
+    BUCKET,
+    Option("prefix", verbatim, "", "prefix"),
+    STARTING,
+    ENDING,
+    Option("valueType", one_of(*VALUE_TYPES), None, "value_type"),
+    Option("failOnDataLoss", boolean, True, "fail_on_data_loss"),
+    Option("maxMessagesPerTrigger", positive_int, None, "max_messages_per_trigger"),
+    Option("maxBytesPerTrigger", positive_int, None, "max_bytes_per_trigger"),
+    Option("minPartitions", positive_int, None, "min_partitions"),
+    Option("messagesPerPartition", positive_int, 100_000, "messages_per_partition"),
+    Option("pollIntervalMs", positive_int, 250, "poll_interval_ms"),
+    Option("historyReads", one_of("auto", "delta", "http"), "auto", "history_reads"),
+    Option("localFiles", boolean, True, "local_files"),
+    FREEZE_WORKER_GC,
+)
+READ_OPTIONS = tuple(option.key for option in READ)
+_READ_DEFAULTS = {option.field: option.default for option in READ if option.field is not None}
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """Everything ``source.py`` needs: which streams, where to start and stop, how fast.
+
+    Streams are named by ``urls`` (options ``url``/``urls``/``path``: full stream URLs), or by a
+    bucket subscription (``server`` + ``bucket`` + ``prefix``), whose streams are keyed by their
+    bucket-local id. ``starting``/``ending`` hold ``earliest``/``latest`` or ``json``, in which
+    case ``*_json`` maps stream keys to protocol offsets (``-1`` = earliest, ``now`` = latest).
+    """
+
+    urls: tuple[str, ...] = ()
+    server: str | None = None
+    bucket: str | None = None
+    prefix: str = _READ_DEFAULTS["prefix"]
+    starting: str = STARTING.default[0]
+    starting_json: tuple[tuple[str, str], ...] = ()
+    ending: str = ENDING.default[0]
+    ending_json: tuple[tuple[str, str], ...] = ()
+    max_messages_per_trigger: int | None = _READ_DEFAULTS["max_messages_per_trigger"]
+    max_bytes_per_trigger: int | None = _READ_DEFAULTS["max_bytes_per_trigger"]
+    fail_on_data_loss: bool = _READ_DEFAULTS["fail_on_data_loss"]
+    min_partitions: int | None = _READ_DEFAULTS["min_partitions"]
+    messages_per_partition: int = _READ_DEFAULTS["messages_per_partition"]
+    value_type: str | None = _READ_DEFAULTS["value_type"]
+    poll_interval_ms: int = _READ_DEFAULTS["poll_interval_ms"]
+    history_reads: str = _READ_DEFAULTS["history_reads"]
+    """``auto``: history from the Delta files where the server plans reads (``_source.direct_plans``),
+    ``delta``: fail where it does not, ``http``: always over HTTP."""
+    local_files: bool = _READ_DEFAULTS["local_files"]
+    """Direct reads open the server's local data files where an executor sees them."""
+    freeze_worker_gc: bool = FREEZE_WORKER_GC.default
+    connection: ConnectionOptions = field(default_factory=ConnectionOptions)
+
+    @property
+    def subscription(self) -> bool:
+        return self.bucket is not None
+
+
+_BUCKET_ID = re.compile(r"[a-z0-9_-]{4,64}")
+
+
+def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
+    """Validate every read option; raise ``OptionError`` naming the first bad one."""
+    lowered = lowered_keys(options)
+    reject_unknown(lowered, READ_OPTIONS, "read")
+    connection = parse_connection_options(lowered)
+    urls = _read_urls(lowered)
+    server, bucket = SERVER.get(lowered), BUCKET.get(lowered)
+    if urls and (server or bucket):
+        raise OptionError("options 'url'/'urls' and 'server'/'bucket' are mutually exclusive: name streams one way")
+    if not urls:
+        if not server or not bucket:
+            raise OptionError("name the streams to read: option 'url', 'urls', or 'server' + 'bucket' (+ 'prefix')")
+        if "://" not in server:
+            raise OptionError(f"option 'server' must be a base URL like http://host:4437, got {server!r}")
+        if not _BUCKET_ID.fullmatch(bucket):
+            raise OptionError(f"option 'bucket' must match ^[a-z0-9_-]{{4,64}}$, got {bucket!r}")
+    elif "prefix" in lowered:
+        raise OptionError("option 'prefix' needs 'server' + 'bucket' (a bucket subscription)")
+    starting, starting_json = STARTING.get(lowered)
+    ending, ending_json = ENDING.get(lowered)
+    if ending == "json" and any(value == EARLIEST for _, value in ending_json):
+        raise OptionError("option 'endingOffsets' cannot use 'earliest' / -1")
+    for name, mapping in ((STARTING.name, starting_json), (ENDING.name, ending_json)):
+        unknown = sorted(key for key, _ in mapping if urls and key not in urls)
+        if unknown:
+            raise OptionError(f"option '{name}' names stream(s) that are not read: {', '.join(unknown)}")
+    return ReadOptions(
+        **fields(READ, lowered),
+        urls=urls,
+        server=server.rstrip("/") if server and not urls else None,
+        bucket=bucket if not urls else None,
+        starting=starting,
+        starting_json=starting_json,
+        ending=ending,
+        ending_json=ending_json,
+        connection=connection,
+    )
+
+
+def _read_urls(lowered: Mapping[str, str]) -> tuple[str, ...]:
+    given = [key for key in ("url", "urls", "path") if lowered.get(key, "").strip()]
+    if len(given) > 1:
+        raise OptionError(f"options {' and '.join(repr(k) for k in given)} are mutually exclusive")
+    if not given:
+        return ()
+    urls = tuple(url.strip().rstrip("/") for url in lowered[given[0]].split(",") if url.strip())
+    for url in urls:
+        if not url.startswith(("http://", "https://")):
+            raise OptionError(f"option '{given[0]}' must hold full http(s) stream URLs, got {url!r}")
+    if len(set(urls)) != len(urls):
+        raise OptionError(f"option '{given[0]}' names a stream twice")
+    return urls
