@@ -12,7 +12,9 @@ One thread (``Supervisor.run``) ticks every ``tick_s`` (a fifth of the lease ttl
    not renewed before its validity ends, has its shard server killed at once (a watchdog
    thread checks validity every 0.1 s).
 3. **Look**: read every shard's lease, and publish the routing table (``Route`` per shard)
-   that the router reads without locks (one attribute, replaced whole).
+   that the router reads without locks (one attribute, replaced whole). A lease that cannot be
+   read (not a lease record) is never taken: its holder is unknown, so the shard stays
+   unavailable, logged as an error, until an operator removes the object.
 4. **Serve**: a shard whose server is ready is published ``serving`` at the server's URL; a
    server that exited by itself is started again (the same node takes its location back,
    replaying its WAL); one stopped for a drain has its lease released once it exited.
@@ -37,7 +39,7 @@ from typing import Literal
 
 import httpx
 
-from .leases import Held, LeaseRecord, Observed, may_take, target_count
+from .leases import Held, LeaseFormatError, LeaseRecord, Observed, may_take, target_count
 from .objects import ConditionalObjects, ObjectStoreError
 from .shards import Layout, lease_key, node_key
 from .workers import ShardServer, ShardServerSpec
@@ -85,6 +87,7 @@ class Supervisor:
         self.routes: tuple[Route, ...] = tuple(Route("unavailable") for _ in range(layout.shards))
         self.live_nodes: tuple[str, ...] = (settings.node_id,)
         self._seen: dict[int, Observed] = {}
+        self._unreadable: dict[int, str] = {}  # shard -> the etag of a lease object that is not a lease
         self._nodes_seen: dict[str, Observed] = {}
         self._held: dict[int, Held] = {}
         self._servers: dict[int, ShardServer] = {}
@@ -150,6 +153,8 @@ class Supervisor:
                 step()
             except ObjectStoreError as exc:
                 log.warning("cluster step failed", extra={"step": step.__name__.lstrip("_"), "error": str(exc)})
+            except Exception:  # a bug in one step must not end the loop that serves every shard
+                log.exception("cluster step failed unexpectedly", extra={"step": step.__name__.lstrip("_")})
 
     def _fence_expired(self) -> None:
         with self._lease_lock:
@@ -222,8 +227,20 @@ class Supervisor:
             found = self.objects.get(lease_key(shard))
             if found is None:
                 self._seen.pop(shard, None)
+                self._unreadable.pop(shard, None)
                 continue
-            record = LeaseRecord.from_bytes(found.body)
+            try:
+                record = LeaseRecord.from_bytes(found.body)
+            except LeaseFormatError as exc:
+                if self._unreadable.get(shard) != found.etag:
+                    log.error(
+                        "unreadable lease: the shard is left alone until an operator removes the object",
+                        extra={"shard": shard, "key": lease_key(shard), "error": str(exc)},
+                    )
+                self._unreadable[shard] = found.etag
+                self._seen.pop(shard, None)
+                continue
+            self._unreadable.pop(shard, None)
             seen = self._seen.get(shard)
             self._seen[shard] = (
                 Observed(record, found.etag, now) if seen is None else seen.seen_again(record, found.etag, now)
@@ -267,7 +284,7 @@ class Supervisor:
         for shard in range(shards):
             if len(self._held) >= target:
                 return
-            if shard in self._held:
+            if shard in self._held or shard in self._unreadable:
                 continue
             if now - self._released_at.get(shard, -1e9) < self.settings.lease_ttl_s:
                 continue  # (just given up for another node to take)

@@ -1,0 +1,52 @@
+"""A lease object that is not a lease: the node never takes that shard (its holder is unknown),
+keeps serving every other shard, and takes the shard once an operator removes the object."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import requests
+from cluster_support import JSON, history, name_in_shard, start_node, until
+from servers import ServerProcess
+
+from durable_streams_server.cluster.objects import open_objects
+from durable_streams_server.cluster.shards import lease_key, node_key
+
+pytestmark = pytest.mark.slow
+
+
+def test_an_unreadable_lease_is_left_alone_while_the_node_goes_on(
+    server_factory: Callable[..., ServerProcess], tmp_path: Path
+) -> None:
+    root = tmp_path / "root"
+    objects = open_objects(str(root), {})
+    garbage = objects.create(lease_key(1), b"{not a lease")
+    assert garbage is not None
+    storage = ["--storage-uri", str(root), "--shards", "2", "--lease-ttl-s", "2"]
+    node = start_node(server_factory, storage, "n0", tmp_path)
+
+    def beat() -> int:
+        found = objects.get(node_key("n0"))
+        return int(json.loads(found.body)["beat"]) if found is not None else -1
+
+    until(lambda: node.describe()["shards"][0]["state"] == "serving", timeout_s=120)  # type: ignore[index]
+    ticks_then = beat()
+    until(lambda: beat() >= ticks_then + 5, timeout_s=60)  # five more ticks: the loop goes on
+    view = node.describe()
+    assert view["held"] == [0]
+    assert view["shards"][1]["state"] == "unavailable"  # type: ignore[index]
+    found = objects.get(lease_key(1))
+    assert found is not None and (found.etag, found.body) == (garbage, b"{not a lease")  # untouched
+    refused = requests.get(f"{node.url}/v1/stream/{name_in_shard(1, 2, 'bad')}", timeout=30)
+    assert refused.status_code == 503 and refused.json()["error"]["code"] == "SHARD_UNAVAILABLE"
+
+    (root / lease_key(1)).unlink()  # the operator removes it
+    until(lambda: node.describe()["held"] == [0, 1], timeout_s=120)
+    url = f"{node.url}/v1/stream/{name_in_shard(1, 2, 'good')}"
+    until(lambda: requests.put(url, headers=JSON, timeout=30).status_code == 201, timeout_s=60)
+    assert requests.post(url, data=b'{"n": 0}', headers=JSON, timeout=30).status_code in (200, 204)
+    assert history(url) == [0]
+    objects.close()
