@@ -46,6 +46,7 @@ from .reading import StreamReader
 from .snapshots import Snapshots
 from .stream import Stream, encode_json_batch
 from .subscriptions import PullWakeWorker, Subscriptions, Wake, verify_webhook_signature
+from .time_lookup import TimeLookup, TimeLookupUnavailable
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -92,6 +93,8 @@ __all__ = [
     "StreamMetadata",
     "StreamReader",
     "Subscriptions",
+    "TimeLookup",
+    "TimeLookupUnavailable",
     "Timeout",
     "TimeoutError",
     "TransportError",

@@ -24,11 +24,10 @@ from typing import Any
 from urllib.parse import urljoin
 
 from . import errors
-from ._http import HTTP, USE_DEFAULT, Timeout, UseDefault, guard
-from .models import media_type
+from ._http import HTTP, USE_DEFAULT, Timeout, UseDefault
+from .extension_get import get_extension_json
 
 READ_PLAN = "application/vnd.durable-streams.read-plan+json"
-_NO_PLANS = (400, 405, 406, 501)
 
 
 class PlansUnavailable(errors.DurableStreamsError):
@@ -97,25 +96,7 @@ def fetch_plan(
 ) -> ReadPlan:
     """The plan of ``[start, end)`` of the stream at ``url`` (``end`` None: up to the tail)."""
     params = {"offset": start} if end is None else {"offset": start, "end": end}
-    try:
-        response = http.request(
-            "GET",
-            url,
-            ok=(200,),
-            params=params,
-            headers={**(headers or {}), "Accept": READ_PLAN},
-            timeout=timeout,
-            stream=True,
-        )
-    except errors.HTTPStatusError as exc:
-        if exc.status in _NO_PLANS:
-            raise PlansUnavailable(f"{url}: no read plan ({exc})") from exc
-        raise
-    with response:  # streamed: a server without the extension answers the messages, left unread
-        if media_type(response.headers.get("Content-Type")) != READ_PLAN:
-            raise PlansUnavailable(f"{url}: the server does not offer read plans")
-        with guard("GET", url):
-            body = response.json()
+    body = get_extension_json(http, url, params, READ_PLAN, PlansUnavailable, headers=headers, timeout=timeout)
     try:
         return parse_plan(url, body)
     except (KeyError, TypeError, ValueError) as exc:

@@ -26,6 +26,7 @@ from .read_framing import ReadFraming, probe_framing
 from .read_plans import ReadPlan, fetch_plan
 from .reading import BEGINNING, LiveMode, StreamReader
 from .snapshots import Snapshots
+from .time_lookup import TimeLookup, lookup_time
 
 if TYPE_CHECKING:
     from typing import Unpack
@@ -328,6 +329,17 @@ class Stream:
         """Where ``[offset, end)`` is stored: Delta files and row groups, and where HTTP takes over
         (our server's extension; ``PlansUnavailable`` elsewhere, see ``read_plans``)."""
         return fetch_plan(self.transport, self.url, offset, end, headers=headers, timeout=timeout)
+
+    def offset_at(
+        self,
+        timestamp_ms: int,
+        *,
+        headers: Mapping[str, str] | None = None,
+        timeout: Timeout | UseDefault = USE_DEFAULT,
+    ) -> TimeLookup:
+        """The first offset appended at or after ``timestamp_ms`` (our server's extension;
+        ``TimeLookupUnavailable`` elsewhere, see ``time_lookup``)."""
+        return lookup_time(self.transport, self.url, timestamp_ms, headers=headers, timeout=timeout)
 
     def read_framing(
         self, offset: str, *, headers: Mapping[str, str] | None = None, timeout: Timeout | UseDefault = USE_DEFAULT

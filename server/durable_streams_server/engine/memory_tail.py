@@ -48,6 +48,10 @@ class _Lists:
     def run(self, start: int, stop: int) -> Run:
         return MemoryRun(self.first + start, self.data[start:stop], self.stamps[start:stop])
 
+    def first_stamped(self, at_ms: int, start: int, stop: int) -> int | None:
+        late = np.flatnonzero(np.asarray(self.stamps[start:stop], dtype=np.int64) >= at_ms)
+        return start + int(late[0]) if len(late) else None
+
     def drop(self, count: int) -> None:
         del self.data[:count]
         del self.stamps[:count]
@@ -80,6 +84,9 @@ class _Arrow:
 
     def run(self, start: int, stop: int) -> Run:
         return ArrowRun(self.first + start, self.data.slice(start, stop - start), self.ts_ms)
+
+    def first_stamped(self, at_ms: int, start: int, stop: int) -> int | None:
+        return start if start < stop and self.ts_ms >= at_ms else None
 
     def drop(self, count: int) -> None:
         self.data = self.data.slice(count)
@@ -161,6 +168,19 @@ class MemoryTail:
                 break  # the budget is spent
             index += 1
         return runs
+
+    def first_stamped(self, at_ms: int, start: int, stop: int) -> int | None:
+        """The first of messages ``start <= seq < stop`` (all in memory) appended at or after
+        ``at_ms`` (``engine.time_lookup``), ``None`` if none was."""
+        index = max(0, self._locate(start))
+        while start < stop and index < len(self._chunks):
+            chunk = self._chunks[index]
+            end = min(stop, chunk.first + len(chunk))
+            found = chunk.first_stamped(at_ms, start - chunk.first, end - chunk.first)
+            if found is not None:
+                return chunk.first + found
+            start, index = end, index + 1
+        return None
 
     def drop(self, count: int) -> None:
         """Forget the oldest ``count`` messages."""

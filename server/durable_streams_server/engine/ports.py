@@ -63,6 +63,11 @@ class StoragePort(Protocol):
         of each segment's uid (``storage.read_plans``)."""
         ...
 
+    async def first_at(self, segments: list[tuple[int, int, int]], at_us: int) -> int | None:
+        """The smallest ``seq`` of the segments ``(uid, first, end)``, taken in order, whose
+        stored message was appended at or after ``at_us`` (``storage.time_index``)."""
+        ...
+
     async def read_snapshot(self, uid: int, seq: int) -> tuple[str, bytes] | None:
         """Content type and blob of the newest snapshot stored for offset ``seq``."""
         ...

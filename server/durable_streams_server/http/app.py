@@ -48,6 +48,7 @@ from .shard_guard import ShardGuard
 from .streams import StreamHandlers
 from .subscriptions import SubscriptionHandlers
 from .targets import base_target
+from .time_lookup import TimeLookupHandlers, wants_time_lookup
 
 log = logging.getLogger("durable_streams_server.http")
 
@@ -97,6 +98,7 @@ class DurableStreamsApp:
         self.extensions: ExtensionHandlers | None = None
         self.subscriptions: SubscriptionHandlers | None = None
         self.read_plans: ReadPlanHandlers | None = None
+        self.time_lookups: TimeLookupHandlers | None = None
         self._start_lock = asyncio.Lock()
         self._stream_names: dict[tuple[bytes, str, str], str | None] = {}
         """``stream_target``'s answers by raw path, decoded path and root path."""
@@ -167,6 +169,7 @@ class DurableStreamsApp:
         self.extensions = ExtensionHandlers(handlers)
         assert self.storage is not None
         self.read_plans = ReadPlanHandlers(engine, self.storage.plans.access, self.storage.config.read_plan_ttl_s)
+        self.time_lookups = TimeLookupHandlers(engine)
         subscriptions.start()
         self.subscriptions = SubscriptionHandlers(subscriptions)
 
@@ -364,6 +367,9 @@ class DurableStreamsApp:
         if method == "GET" and wants_plan(request.headers.get("accept")):
             assert self.read_plans is not None
             return await self.read_plans.plan(request, name)
+        if method == "GET" and wants_time_lookup(request.headers.get("accept")):
+            assert self.time_lookups is not None
+            return await self.time_lookups.lookup(request, name)
         if method == "GET":
             return await handlers.read(request, name)
         if method == "HEAD":

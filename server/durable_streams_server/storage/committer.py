@@ -261,6 +261,10 @@ class Storage:
         """The data files holding each segment's messages ``(uid, first, end)`` (``read_plans``)."""
         return await asyncio.to_thread(self.plans.plan, segments)
 
+    async def first_at(self, segments: list[tuple[int, int, int]], at_us: int) -> int | None:
+        """The first stored message of the segments appended at or after ``at_us`` (``time_index``)."""
+        return await asyncio.to_thread(self.plans.first_at, segments, at_us)
+
     @property
     def history_read_bytes(self) -> int:
         """Bytes read from Delta data files by history reads since the start."""

@@ -127,17 +127,22 @@ class RowGroupStats:
     seq_max: np.ndarray
     rows: np.ndarray
     data_bytes: np.ndarray
+    ts_min: np.ndarray
+    """``ts`` minimum in microseconds since the epoch (``-(1 << 62)`` where unknown); ``ts_max``
+    ``1 << 62`` where unknown (``time_index`` finds a timestamp's first offset with them)."""
+    ts_max: np.ndarray
 
     @classmethod
     def of(cls, metadata: pq.FileMetaData) -> RowGroupStats:
         names = metadata.schema.names
         uid_column, seq_column, kind_column = names.index("stream_uid"), names.index("seq"), names.index("kind")
-        data_column = names.index("data")
-        columns: list[list[int]] = [[] for _ in range(8)]
+        data_column, ts_column = names.index("data"), names.index("ts")
+        columns: list[list[int]] = [[] for _ in range(10)]
         for index in range(metadata.num_row_groups):
             group = metadata.row_group(index)
             uids, seqs = group.column(uid_column).statistics, group.column(seq_column).statistics
-            kinds = group.column(kind_column).statistics
+            kinds, stamps = group.column(kind_column).statistics, group.column(ts_column).statistics
+            known_stamps = stamps is not None and stamps.has_min_max
             known_uids = uids is not None and uids.has_min_max
             known_seqs = seqs is not None and seqs.has_min_max
             messages = not (kinds is not None and kinds.has_min_max) or (
@@ -152,6 +157,8 @@ class RowGroupStats:
                 int(seqs.max) if known_seqs else _UNKNOWN_SEQ,
                 group.num_rows,
                 group.column(data_column).total_uncompressed_size,
+                int(stamps.min_raw) if known_stamps else -_UNKNOWN_SEQ,
+                int(stamps.max_raw) if known_stamps else _UNKNOWN_SEQ,
             )
             for column, value in zip(columns, row, strict=True):
                 column.append(int(value))

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.fs import DeltaStorageHandler
 
@@ -40,6 +41,7 @@ from .data_files import local_root
 from .footers import FooterCache, message_files, message_row_groups
 from .presign import S3Presigner
 from .stored_files import StoredFiles, is_data_file_path
+from .time_index import GROUP_COLUMNS, first_at
 
 _COLUMNS = ["path", "size_bytes", "min.stream_uid", "max.stream_uid", "min.seq", "max.seq", "min.kind", "max.kind"]
 
@@ -105,6 +107,7 @@ class ReadPlanner:
         self._lock = threading.Lock()
         self._table: DeltaTable | None = None
         handler = DeltaStorageHandler(uri, self.storage_options)
+        self._open = handler.open_input_file
         self._footers = FooterCache(handler.open_input_file)
 
     def plan(self, segments: Sequence[tuple[int, int, int]]) -> TablePlan:
@@ -112,13 +115,31 @@ class ReadPlanner:
         of each segment's uid, ordered by their first sequence number. Blocks."""
         with self._lock:
             self.plans += 1
-            if self._table is None:
-                self._table = DeltaTable(self.uri, storage_options=self.storage_options)
-            else:
-                self._table.update_incremental()
-            version = self._table.version()
-            files = pa.table(self._table.get_add_actions(flatten=True)).select(_COLUMNS)
+            version, files = self._files()
         return TablePlan(version, [self._segment(files, uid, first, end) for uid, first, end in segments])
+
+    def first_at(self, segments: Sequence[tuple[int, int, int]], at_us: int) -> int | None:
+        """The first ``seq`` of the segments (in order) whose message was appended at or after
+        ``at_us`` (``time_index``), ``None`` if no stored one was. Blocks."""
+        with self._lock:
+            _, files = self._files()
+        for segment in segments:
+            found = first_at(files, self._footers.row_groups, self._read_group, segment, at_us)
+            if found is not None:
+                return found
+        return None
+
+    def _files(self) -> tuple[int, pa.Table]:
+        """(Under the lock.) The newest table version and its add actions' statistics."""
+        if self._table is None:
+            self._table = DeltaTable(self.uri, storage_options=self.storage_options)
+        else:
+            self._table.update_incremental()
+        actions = pa.table(self._table.get_add_actions(flatten=True))
+        return self._table.version(), actions.select([c for c in [*_COLUMNS, "max.ts"] if c in actions.column_names])
+
+    def _read_group(self, path: str, index: int) -> pa.Table:
+        return pq.ParquetFile(self._open(path)).read_row_group(index, columns=GROUP_COLUMNS)
 
     def _segment(self, files: pa.Table, uid: int, first: int, end: int) -> list[PlannedFile]:
         if end <= first or files.num_rows == 0:

@@ -40,6 +40,7 @@ from ..read_plans import wants_plan
 from ..request_policy import RequestPolicy
 from ..responses import error_response
 from ..streams import StreamHandlers, append_flags
+from ..time_lookup import wants_time_lookup
 from .forwarded import FORWARDING, Forwarded
 
 _WRITES = frozenset({"POST", "PUT"})
@@ -187,7 +188,7 @@ def _read_headers(scope: Scope) -> bool | None:
     for name, value in scope["headers"]:
         if name in _NOT_FAST or (name == b"content-length" and value != b"0"):
             return None
-        if name == b"accept" and wants_plan(value.decode("latin-1")):
+        if name == b"accept" and (wants_plan(value.decode("latin-1")) or wants_time_lookup(value.decode("latin-1"))):
             return None
         if name in FORWARDING:
             proxied = True
