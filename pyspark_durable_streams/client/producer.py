@@ -200,9 +200,12 @@ class Producer:
         ``data`` as the final message if given, and close the producer.
 
         The close is one more request of the producer (the next seq), retried like any batch:
-        a retried close the server already applied is answered as a duplicate. Closing a stream
-        that is closed already succeeds without ``data`` (close is idempotent) and raises
-        ``StreamClosed`` with it (the final message cannot be appended). ``duplicate`` is set
+        a retried close the server already applied is answered as a duplicate, and closing
+        again through this producer returns the first answer. A stream closed already by
+        someone else (another producer, a plain close) raises ``StreamClosed`` (409
+        ``STREAM_CLOSED``), with or without ``data``: this producer's close did not happen, and
+        its caller must not take another writer's end of the stream for its own (the
+        protocol's client suite, ``idempotent-producer-close-conflict``). ``duplicate`` is set
         only for a final message that an earlier attempt stored.
         """
         if self._close_result is not None and data is None:
@@ -224,19 +227,14 @@ class Producer:
         if body and self._json:
             body = b"[" + body + b"]"  # one message, as a batch of one
         request = ProducerRequest(self.stream.url, self._content_type, self.producer_id, self.epoch, seq, body)
-        try:
-            response = deliver(
-                self.stream.transport,
-                request,
-                backoff=self._backoff,
-                headers={**self._headers, "Stream-Closed": "true"},
-                timeout=self._timeout,
-                on_retry=self._count_retry,
-            )
-        except errors.StreamClosed as exc:
-            if body:
-                raise
-            return AppendResult(next_offset=exc.final_offset, closed=True)
+        response = deliver(
+            self.stream.transport,
+            request,
+            backoff=self._backoff,
+            headers={**self._headers, "Stream-Closed": "true"},
+            timeout=self._timeout,
+            on_retry=self._count_retry,
+        )
         result = append_result(response, producer=bool(body))  # a close-only answer is 204 either way
         with self._lock:
             self._last_offset = result.next_offset or self._last_offset

@@ -65,17 +65,37 @@ def test_producer_closes_the_stream_with_a_final_message(our_client: Client) -> 
         stream.append(b"late")
 
 
-def test_producer_close_without_a_message_is_idempotent_and_a_final_message_conflicts(our_client: Client) -> None:
+def test_another_producer_closing_a_closed_stream_gets_stream_closed(our_client: Client) -> None:
+    """The client suite's ``idempotent-producer-close-conflict``: the first producer's close stands,
+    a second producer's close (with or without a final message) is a 409 STREAM_CLOSED."""
     stream = _text_stream(our_client)
     first = Producer(stream, "first")
     first.send(b"x").result(10)
     closed = first.close_stream()
     assert closed.closed and not closed.duplicate
-    again = Producer(stream, "second").close_stream()  # already closed: a close-only request succeeds
-    assert again.closed and again.next_offset == closed.next_offset
+    assert first.close_stream() == closed  # the same producer again: its own answer
+    with pytest.raises(StreamClosed) as caught:
+        Producer(stream, "second").close_stream()
+    assert caught.value.status == 409 and caught.value.code == "STREAM_CLOSED"
+    assert caught.value.final_offset == closed.next_offset
     with pytest.raises(StreamClosed):
         Producer(stream, "third").close_stream(b"too late")
+    assert stream.metadata().closed
     assert _contents(stream) == b"x"
+
+
+def test_a_retried_close_only_request_is_deduplicated(faulty: Client, proxy: FaultProxy) -> None:
+    """A close without a final message whose answer was lost: the retry is the same producer's
+    request, a duplicate, never mistaken for another writer's close."""
+    stream = _text_stream(faulty)
+    producer = Producer(stream, "retried-close-only")
+    producer.send(b"a").result(10)
+    proxy.inject("POST", DROP_ANSWER)
+    result = producer.close_stream()
+    assert proxy.faults_seen() == ["drop-answer"]
+    assert result.closed and producer.stats().retries == 1
+    assert stream.metadata().closed
+    assert _contents(stream) == b"a"
 
 
 def test_a_retried_producer_close_is_deduplicated(faulty: Client, proxy: FaultProxy) -> None:
