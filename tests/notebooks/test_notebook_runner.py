@@ -26,6 +26,7 @@ EXPECTED_NOTEBOOKS = [
     "02_streaming_etl.py",
     "03_snapshots_bootstrap.py",
     "04_python_client_and_cli.py",
+    "05_fork_backfill.py",
 ]
 
 
