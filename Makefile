@@ -33,7 +33,10 @@ $(VENV)/.test-installed: $(BIN)/python setup.py tests/conformance/package-lock.j
 
 install: $(VENV)/.server-installed
 
+# Debian's headless Chromium for the status page's browser tests (tests/ui_browser.py), where missing.
 install-test: $(VENV)/.test-installed
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
 
 serve: install
 	$(BIN)/durable-streams-server --host $(HOST) --port $(PORT) --data-dir $(DATA)

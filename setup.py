@@ -14,7 +14,10 @@ setup(
     packages=find_packages(include=["pyspark_durable_streams", "pyspark_durable_streams.*"])
     + find_packages("server", include=["durable_streams_server", "durable_streams_server.*"]),
     package_dir={"durable_streams_server": "server/durable_streams_server"},
-    package_data={"durable_streams_server": ["py.typed"], "pyspark_durable_streams": ["py.typed"]},
+    package_data={
+        "durable_streams_server": ["py.typed", "http/ui/static/*", "http/ui/grafana/*.json"],
+        "pyspark_durable_streams": ["py.typed"],
+    },
     install_requires=[
         "requests>=2.31",
         "sseclient-py>=1.8",
@@ -61,6 +64,7 @@ setup(
             "uvloop>=0.19",
             "ruff>=0.6",
             "mypy>=1.10",
+            "websockets>=13",  # the status page's browser tests drive Chromium over the DevTools Protocol
             "pyspark>=4.0",
             "pandas>=2,<3",
         ],

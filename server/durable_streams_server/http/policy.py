@@ -14,6 +14,8 @@ surface (a sub-resource such as ``.../x/snapshot/5`` belongs to stream ``.../x``
 - The reserved ``__ds`` namespace of a root (subscriptions, ``control``): see
   ``_control_needs``.
 - ``/v1/files/...`` (a read plan's signed file URLs) needs no token: the signature is the grant.
+- ``/ui`` (the status page's static files) needs none; ``/v1/status/...`` needs a valid token, and
+  each answer there is cut to what that token may read (``ui.status``).
 - Paths no route serves need just a valid token, and get their 404 from the router.
 
 A grant covers a stream if the key starts with one of its ``prefixes`` or lies in one of
@@ -74,6 +76,10 @@ def request_needs(method: str, path: str, fork_from: str | None) -> tuple[Need, 
         return (Need("admin", "server"),) if route == "metrics" else ()
     if route == "files":
         return ()  # the URL's signature is the grant (``read_plans``)
+    if route == "ui":
+        return ()  # the page's own files hold no data; the page asks for a token itself
+    if route == "status":
+        return (Need("read", "any"),)  # any valid token; its answers hold only what the token may read
     if route == "control":
         bucket_id = params.get("bucket_id")
         root = (

@@ -202,6 +202,13 @@ class Storage:
         return self._flusher.unflushed_bytes
 
     @property
+    def stored_bytes(self) -> int:
+        """Message bytes (snapshots included) of the records stored since start, replayed ones
+        included: committed plus not yet committed. It only grows; its rate is the write
+        throughput in bytes."""
+        return self._flusher.flushed_bytes + self._flusher.unflushed_bytes
+
+    @property
     def flush_lag_s(self) -> float:
         """Age of the oldest record not yet committed to Delta (0.0 when there is none)."""
         return self._flusher.flush_lag_s

@@ -71,6 +71,9 @@ class DeltaFlusher:
         self.on_fenced: Callable[[OwnershipError], None] = admission.fence
         """Called when a commit is refused because a newer owner claimed the table."""
         self.flushed_lsn = 0
+        self.flushed_bytes = 0
+        """Message bytes of the records committed since start: counted once per commit (never per
+        record), so that with ``unflushed_bytes`` it gives the bytes stored since start."""
         self._unflushed: list[Record[Header]] = []
         self._unflushed_bytes = 0
         self._unflushed_since: float | None = None
@@ -168,6 +171,7 @@ class DeltaFlusher:
             extra={"lsn": cut, "records": len(records), "ms": round((time.perf_counter() - started) * 1000, 1)},
         )
         self.flushed_lsn = cut
+        self.flushed_bytes += self._inflight_bytes
         self._inflight_bytes, self._inflight_since = 0, None
         if self._wal_writer is None:
             self._acks.mark_durable(cut)
