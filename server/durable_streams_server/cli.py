@@ -207,6 +207,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_config(
         parser,
+        "--tombstone-retention-s",
+        "a deleted stream's final offset and incarnation are kept this long, for readers that find it gone",
+    )
+    _add_config(
+        parser,
         "--rate-limit-rps",
         "requests/s per token (per client address without auth); more get 429 + Retry-After; 0: off",
     )

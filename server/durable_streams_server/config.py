@@ -64,6 +64,7 @@ _NON_NEGATIVE = (
     "max_live_readers",
     "max_streams_per_bucket",
     "idle_stream_s",
+    "tombstone_retention_s",
     "rate_limit_rps",
     "rate_limit_burst",
     "tail_cache_bytes",
@@ -98,6 +99,9 @@ class ServerConfig:
     idle_stream_s: int = 300
     """A stream unused this long, all in Delta and waited on by nobody, goes back to sleep:
     its state kept as bytes until it is used again (``engine.idle``). 0: never."""
+    tombstone_retention_s: int = 7 * 24 * 3600
+    """A deleted stream's final offset and incarnation are kept this long (at most 100,000 of
+    them: ``engine.tombstones``), so a reader finding it gone can tell whether it missed any."""
     rate_limit_rps: float = 0.0
     """Requests per second per token (or client address without auth); more get 429. 0: off."""
     rate_limit_burst: int = 0

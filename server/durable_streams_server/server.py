@@ -76,6 +76,7 @@ def open_storage(config: ServerConfig, observer: StorageObserver) -> tuple[Stora
         rss_budget_bytes=config.memory_budget if config.memory_guard == "on" else 0,
         max_streams_per_bucket=config.max_streams_per_bucket,
         idle_stream_ms=config.idle_stream_s * 1000,
+        tombstone_retention_ms=config.tombstone_retention_s * 1000,
     )
     engine = Engine(storage, engine_config)
     engine.load(storage.recover())

@@ -51,12 +51,15 @@ from ..storage.records import (
 from ..storage.view import Recovery, StreamState
 from . import forks
 from .buckets import Bucket, Buckets, bucket_of
+from .consumers import Consumers
 from .history import HistoryCache
 from .idle import IDLE_MS, IdleStreams
 from .memory import MemoryBudget
 from .memory_guard import MemoryGuard
 from .ports import StoragePort
+from .reserved_records import ReservedRecords
 from .stream import Stream
+from .tombstones import DEFAULT_MAX_COUNT, DEFAULT_RETENTION_MS, Tombstones
 from .transitions import LiveState
 from .types import AppendOutcome, AppendRequest, AppendResult, CreateOutcome, CreateRequest
 
@@ -78,6 +81,9 @@ class EngineConfig:
     """0: no limit."""
     idle_stream_ms: int = IDLE_MS
     """A stream unused this long may go back to sleep (``idle``); 0: never."""
+    tombstone_retention_ms: int = DEFAULT_RETENTION_MS
+    """A deleted stream's final offset and incarnation are kept this long (``tombstones``)."""
+    max_tombstones: int = DEFAULT_MAX_COUNT
 
 
 def _now_ms() -> int:
@@ -97,6 +103,11 @@ class Engine:
         self.history = HistoryCache(self.config.history_cache_bytes, self.memory)
         self.guard = MemoryGuard(self.memory, self.config.rss_budget_bytes)
         self.idle = IdleStreams(self.live.index, self.memory, clock, self.config.idle_stream_ms)
+        self.reserved = ReservedRecords(storage, self.live.apply, clock)
+        self.tombstones = Tombstones(
+            self.reserved, clock, self.config.tombstone_retention_ms, self.config.max_tombstones
+        )
+        self.consumers = Consumers(self)
         storage.attach(self)
 
     @property
@@ -121,6 +132,8 @@ class Engine:
 
     def load(self, recovery: Recovery) -> None:
         self.live.load(recovery)
+        self.tombstones.load(self.live.subscriptions.reserved)
+        self.consumers.load(self.live.subscriptions.reserved)
 
     # -- StateView (called by storage) ------------------------------------------------
 
@@ -355,7 +368,7 @@ class Engine:
         self.storage.check_writable()
         stream = self.get_live(name)
         self._submit_delete(stream)
-        await self.storage.wait_durable(stream.last_lsn)
+        await self.storage.wait_durable(max(stream.last_lsn, self.tombstones.last_lsn))
 
     def _submit_delete(self, stream: Stream) -> None:
         record = self.storage.submit(stream.uid, DeleteHeader(ts=self.clock()))
@@ -366,6 +379,7 @@ class Engine:
         for each in ancestry:
             if each.uid not in self.by_uid:
                 self.memory.drop(("tail", each.uid))
+                self.tombstones.record(each, record.header.ts)
 
     # -- buckets ----------------------------------------------------------------------
 

@@ -46,6 +46,9 @@ class Stream:
     soft_deleted: bool = False
     last_access_ms: int = 0
     last_write_ms: int = 0
+    bytes_total: int = 0
+    """Bytes of every message appended (since this count was kept: older state has 0), for
+    consumers' lag in bytes (``consumers``): one addition per append."""
     snapshot_seq: int | None = None
     snapshot_content_type: str | None = None
     snapshot_lsn: int = 0
@@ -109,7 +112,9 @@ class Stream:
             self.mem_base = first_seq
         if len(messages) > 1 and type(messages) is not MessageBatch:  # (a bulk append's are one each)
             self.batches[first_seq] = len(messages)
-        self.mem_bytes += self.mem.add(first_seq, messages, ts_ms)
+        added = self.mem.add(first_seq, messages, ts_ms)
+        self.mem_bytes += added
+        self.bytes_total += added
 
     def mark_flushed(self, tail: int) -> None:
         """Messages below ``tail`` are in Delta now."""
@@ -175,6 +180,7 @@ class Stream:
             "soft_deleted": self.soft_deleted,
             "last_access_ms": self.last_access_ms,
             "last_write_ms": self.last_write_ms,
+            "bytes_total": self.bytes_total,
             "snapshot_seq": self.snapshot_seq,
             "snapshot_content_type": self.snapshot_content_type,
             "snapshot_lsn": self.snapshot_lsn,
@@ -205,6 +211,7 @@ class Stream:
             soft_deleted=state.get("soft_deleted", False),
             last_access_ms=state.get("last_access_ms", 0),
             last_write_ms=state.get("last_write_ms", 0),
+            bytes_total=state.get("bytes_total", 0),
             snapshot_seq=state.get("snapshot_seq"),
             snapshot_content_type=state.get("snapshot_content_type"),
             snapshot_lsn=state.get("snapshot_lsn", 0),

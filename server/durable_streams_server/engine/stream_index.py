@@ -38,7 +38,9 @@ _K = TypeVar("_K", str, int)
 _UNREFERENCED = 4
 """``sys.getrefcount`` of a built stream in ``sleep`` that nothing else refers to: the two
 maps, ``sleep``'s own variable, and ``getrefcount``'s argument."""
-_ZERO_BY_DEFAULT = frozenset(("fork_seq", "fork_sub_offset", "last_access_ms", "last_write_ms", "snapshot_lsn"))
+_ZERO_BY_DEFAULT = frozenset(
+    ("fork_seq", "fork_sub_offset", "last_access_ms", "last_write_ms", "bytes_total", "snapshot_lsn")
+)
 """The counters ``Stream.from_state`` takes as 0 when absent: a sleeping stream's state leaves
 them out when 0, as it leaves out every ``None``, ``False`` and empty map (its defaults too)."""
 

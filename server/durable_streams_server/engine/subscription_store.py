@@ -20,6 +20,10 @@ after them are replayed into it, and the manager builds its live subscriptions f
 A deletion leaves a tombstone state (``type: subscription``, ``deleted``) for the next
 flush, so compaction purges the deleted subscription's rows like a removed stream's.
 
+The same records also carry the other state of the reserved namespace, told apart by a
+``reserved`` key in their state (``reserved_records``: consumers' progress, deleted
+streams' tombstones); ``SubscriptionLog.reserved`` keeps those by uid, for their owners.
+
 A subscription's uid is the LSN of its first record (a re-created id gets a new one).
 Cost: each record carries one subscription's whole state, so a subscription linked to
 very many streams writes that many links per change (per wake: a few records).
@@ -54,7 +58,12 @@ class SubscriptionLog:
 
     def __init__(self) -> None:
         self.states: dict[int, Mapping[str, Any]] = {}
+        self.reserved: dict[int, Mapping[str, Any]] = {}
+        """The other reserved-namespace states by uid (``reserved_records``)."""
         self.keys: Mapping[str, Any] | None = None
+
+    def _keep(self, uid: int, state: Mapping[str, Any]) -> None:
+        (self.reserved if "reserved" in state else self.states)[uid] = state
 
     def load(self, rows: Mapping[int, Mapping[str, Any] | None]) -> None:
         """The Delta rows (newest per uid), before the WAL records after them."""
@@ -62,7 +71,7 @@ class SubscriptionLog:
             if uid == SIGNING_KEYS_UID:
                 self.keys = state
             elif state is not None and not state.get("deleted"):
-                self.states[uid] = state
+                self._keep(uid, state)
 
     def apply(self, record: Record[Header]) -> StreamState | None:
         """The transition of both record kinds; a tombstone for the next flush on deletion."""
@@ -72,9 +81,10 @@ class SubscriptionLog:
         assert is_kind(record, SubscriptionHeader)
         header = record.header
         if header.state is not None:
-            self.states[record.uid] = header.state
+            self._keep(record.uid, header.state)
             return None
         self.states.pop(record.uid, None)
+        self.reserved.pop(record.uid, None)
         return {"type": "subscription", "name": header.name, "tail": 0, "written_ms": header.ts, "deleted": True}
 
 

@@ -49,7 +49,6 @@ from .streams import StreamHandlers
 from .subscriptions import SubscriptionHandlers
 from .targets import base_target
 from .time_lookup import TimeLookupHandlers, wants_time_lookup
-from .ui.status import StatusPage
 
 log = logging.getLogger("durable_streams_server.http")
 
@@ -105,8 +104,6 @@ class DurableStreamsApp:
         """``stream_target``'s answers by raw path, decoded path and root path."""
         self.live_readers = LiveReaders(limits.max_live_readers)
         self.metrics = ServerMetrics(self)
-        self.status_page = StatusPage(self, auth, self._guarded)
-        """``/ui`` and ``/v1/status/...``: the status page (``ui/``)."""
         self.router = Starlette(
             routes=starlette_routes(
                 {
@@ -114,8 +111,7 @@ class DurableStreamsApp:
                     "readyz": self._readyz,
                     "metrics": self._metrics,
                     "files": self._files_endpoint,
-                    "ui": self.status_page.page,
-                    "status": self.status_page.status,
+                    "consumers": self._consumers_endpoint,
                     "control": self._control_endpoint,
                     "base": self._base_endpoint,
                     "bucket": self._bucket_endpoint,
@@ -243,6 +239,15 @@ class DurableStreamsApp:
         async def route() -> Response:
             assert self.read_plans is not None
             return await self.read_plans.file(request, request.path_params["path"])
+
+        return await self._guarded(request, route)
+
+    async def _consumers_endpoint(self, request: Request) -> Response:
+        request.scope[ROUTE_KEY] = "consumers"
+
+        async def route() -> Response:
+            assert self.subscriptions is not None
+            return self.subscriptions.consumers.listing(request, self.policy.auth)
 
         return await self._guarded(request, route)
 

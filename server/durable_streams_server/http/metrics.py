@@ -24,6 +24,7 @@ from prometheus_client.exposition import generate_latest
 from starlette.responses import Response
 from starlette.types import Scope
 
+from .consumers import consumer_lag_metrics
 from .limits import LIVE_MODE_KEY, LiveReaders
 
 if TYPE_CHECKING:
@@ -171,6 +172,8 @@ class _StateCollector:
             yield CounterMetricFamily(
                 "durable_streams_memory_evictions", "Entries the memory budget let go", value=memory.evictions
             )
+            yield _gauge("durable_streams_tombstones", "Deleted streams' ends kept", len(engine.tombstones))
+            yield from consumer_lag_metrics(engine.consumers)
         yield _gauge(
             "durable_streams_arrow_allocated_bytes",
             "Bytes allocated from Arrow's memory pool (message buffers, decoded Parquet, Delta writes)",
@@ -202,11 +205,6 @@ class _StateCollector:
                 "durable_streams_last_lsn",
                 "Sequence number of the newest stored change (every create, append, delete ... is one)",
                 storage.next_lsn - 1,
-            )
-            yield CounterMetricFamily(
-                "durable_streams_stored_bytes",
-                "Message bytes stored since start (appends, creates' bodies, snapshots); its rate: bytes written",
-                value=storage.stored_bytes,
             )
             yield CounterMetricFamily(
                 "durable_streams_history_read_bytes",

@@ -14,8 +14,7 @@ surface (a sub-resource such as ``.../x/snapshot/5`` belongs to stream ``.../x``
 - The reserved ``__ds`` namespace of a root (subscriptions, ``control``): see
   ``_control_needs``.
 - ``/v1/files/...`` (a read plan's signed file URLs) needs no token: the signature is the grant.
-- ``/ui`` (the status page's static files) needs none; ``/v1/status/...`` needs a valid token, and
-  each answer there is cut to what that token may read (``ui.status``).
+- ``/v1/consumers`` needs a valid token; its answer is cut to the streams the token may read.
 - Paths no route serves need just a valid token, and get their 404 from the router.
 
 A grant covers a stream if the key starts with one of its ``prefixes`` or lies in one of
@@ -76,10 +75,8 @@ def request_needs(method: str, path: str, fork_from: str | None) -> tuple[Need, 
         return (Need("admin", "server"),) if route == "metrics" else ()
     if route == "files":
         return ()  # the URL's signature is the grant (``read_plans``)
-    if route == "ui":
-        return ()  # the page's own files hold no data; the page asks for a token itself
-    if route == "status":
-        return (Need("read", "any"),)  # any valid token; its answers hold only what the token may read
+    if route == "consumers":
+        return (Need("read", "any"),)  # any valid token; the answer holds only what it may read
     if route == "control":
         bucket_id = params.get("bucket_id")
         root = (
@@ -103,6 +100,8 @@ def _control_needs(method: str, rest: list[str], root: Need) -> tuple[Need, ...]
     and callback/ack/release carry their own wake token instead of a service token."""
     if rest == ["jwks.json"] or (len(rest) == 3 and rest[0] == "subscriptions" and rest[2] in WAKE_TOKEN_ACTIONS):
         return ()
+    if rest[0] == "consumers":
+        return (root,)  # recording one's own read progress is part of reading (``consumers``)
     if method in ("GET", "HEAD"):
         return (root,)
     return (Need("write", root.kind, root.target),)

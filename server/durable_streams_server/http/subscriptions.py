@@ -12,6 +12,7 @@ deletes a stream; unknown control paths answer 404, known ones with another meth
     DELETE __ds/subscriptions/{id}                     delete (204)
     POST   __ds/subscriptions/{id}/streams             add explicit links (204)
     DELETE __ds/subscriptions/{id}/streams/{path}      remove an explicit link (204)
+    ...    __ds/consumers/..., __ds/tombstones/...      named consumers, tombstones (``consumers``)
     POST   __ds/subscriptions/{id}/callback            webhook callback (callback token)
     POST   __ds/subscriptions/{id}/claim               pull-wake claim (200, or 204: nothing pending)
     POST   __ds/subscriptions/{id}/ack                 pull-wake ack / heartbeat (claim token)
@@ -43,6 +44,7 @@ from ..protocol.subscriptions import (
     validate_subscription_id,
 )
 from ..protocol.wake_tokens import bearer
+from .consumers import RESOURCES, ConsumerHandlers
 
 MAX_CONTROL_BODY_BYTES = 1024 * 1024
 WORKER_ACTIONS = ("callback", "claim", "ack", "release")
@@ -58,6 +60,8 @@ def control_path(root_relative: str) -> list[str] | None:
 class SubscriptionHandlers:
     def __init__(self, manager: SubscriptionManager) -> None:
         self.manager = manager
+        self.consumers = ConsumerHandlers(manager.engine)
+        """Named consumers and tombstones, the namespace's other residents (``consumers``)."""
 
     async def handle(self, request: Request, root: str, rest: list[str], bucketed: bool) -> Response:
         method = "GET" if request.method == "HEAD" else request.method
@@ -68,6 +72,8 @@ class SubscriptionHandlers:
             return JSONResponse(body, status_code=claimed.status, headers=NO_STORE)
 
     async def _route(self, request: Request, method: str, root: str, rest: list[str], bucketed: bool) -> Response:
+        if rest and rest[0] in RESOURCES:
+            return await self.consumers.handle(request, method, root, rest, bucketed, _json_body)
         if rest == ["jwks.json"]:
             _allow(method, "GET")
             await self.manager.store.keys_durable()  # (generated at the first start)
