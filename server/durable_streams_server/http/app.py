@@ -49,6 +49,7 @@ from .streams import StreamHandlers
 from .subscriptions import SubscriptionHandlers
 from .targets import base_target
 from .time_lookup import TimeLookupHandlers, wants_time_lookup
+from .ui.status import StatusPage
 
 log = logging.getLogger("durable_streams_server.http")
 
@@ -104,6 +105,8 @@ class DurableStreamsApp:
         """``stream_target``'s answers by raw path, decoded path and root path."""
         self.live_readers = LiveReaders(limits.max_live_readers)
         self.metrics = ServerMetrics(self)
+        self.status_page = StatusPage(self, auth, self._guarded)
+        """``/ui`` and ``/v1/status/...``: the status page (``ui/``)."""
         self.router = Starlette(
             routes=starlette_routes(
                 {
@@ -112,6 +115,8 @@ class DurableStreamsApp:
                     "metrics": self._metrics,
                     "files": self._files_endpoint,
                     "consumers": self._consumers_endpoint,
+                    "ui": self.status_page.page,
+                    "status": self.status_page.status,
                     "control": self._control_endpoint,
                     "base": self._base_endpoint,
                     "bucket": self._bucket_endpoint,

@@ -207,6 +207,11 @@ class _StateCollector:
                 storage.next_lsn - 1,
             )
             yield CounterMetricFamily(
+                "durable_streams_stored_bytes",
+                "Message bytes stored since start (appends, creates' bodies, snapshots); its rate: bytes written",
+                value=storage.stored_bytes,
+            )
+            yield CounterMetricFamily(
                 "durable_streams_history_read_bytes",
                 "Bytes read from Delta data files by history reads (footers included)",
                 value=storage.history_read_bytes,

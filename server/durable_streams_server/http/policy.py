@@ -15,6 +15,8 @@ surface (a sub-resource such as ``.../x/snapshot/5`` belongs to stream ``.../x``
   ``_control_needs``.
 - ``/v1/files/...`` (a read plan's signed file URLs) needs no token: the signature is the grant.
 - ``/v1/consumers`` needs a valid token; its answer is cut to the streams the token may read.
+- ``/ui`` (the status page's static files) needs none; ``/v1/status/...`` needs a valid token, and
+  each answer there is cut to what that token may read (``ui.status``).
 - Paths no route serves need just a valid token, and get their 404 from the router.
 
 A grant covers a stream if the key starts with one of its ``prefixes`` or lies in one of
@@ -77,6 +79,10 @@ def request_needs(method: str, path: str, fork_from: str | None) -> tuple[Need, 
         return ()  # the URL's signature is the grant (``read_plans``)
     if route == "consumers":
         return (Need("read", "any"),)  # any valid token; the answer holds only what it may read
+    if route == "ui":
+        return ()  # the page's own files hold no data; the page asks for a token itself
+    if route == "status":
+        return (Need("read", "any"),)  # any valid token; its answers hold only what the token may read
     if route == "control":
         bucket_id = params.get("bucket_id")
         root = (

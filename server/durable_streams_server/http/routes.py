@@ -24,7 +24,18 @@ from ..protocol.ids import BASE_SURFACE_PREFIX
 from ..protocol.subscriptions import RESERVED_SEGMENT
 
 RouteName = Literal[
-    "healthz", "readyz", "metrics", "files", "consumers", "control", "base", "bucket", "listing", "bucketed"
+    "healthz",
+    "readyz",
+    "metrics",
+    "files",
+    "consumers",
+    "ui",
+    "status",
+    "control",
+    "base",
+    "bucket",
+    "listing",
+    "bucketed",
 ]
 Endpoint = Callable[[Request], Awaitable[Response]]
 
@@ -40,6 +51,11 @@ ROUTES: tuple[tuple[RouteName, str], ...] = (
     ("files", "/v1/files/{path:path}"),
     # Every named consumer's lag (``consumers``).
     ("consumers", "/v1/consumers"),
+    # The status page and its JSON (``ui``): ``ui`` is too short for a bucket id, so neither
+    # shadows a bucket, and both lie outside the base surface ``/v1/stream/``.
+    ("ui", "/ui"),
+    ("ui", "/ui/{asset:path}"),
+    ("status", "/v1/status/{view:path}"),
     # The reserved ``__ds`` namespace of each surface (subscriptions), before any stream route.
     ("control", f"/{BASE_SURFACE_PREFIX}{RESERVED_SEGMENT}"),
     ("control", f"/{BASE_SURFACE_PREFIX}{RESERVED_SEGMENT}/{{rest:path}}"),
