@@ -14,6 +14,7 @@ from ._client import Client
 from ._http import DEFAULT_TIMEOUT, Backoff, Timeout
 from .bootstrap import Bootstrap
 from .buckets import Bucket, BucketInfo, StreamInfo
+from .consumers import ConsumerLag, Consumers, Tombstone
 from .delivery import ProducerRequest
 from .errors import (
     BadRequest,
@@ -60,6 +61,8 @@ __all__ = [
     "Client",
     "Conflict",
     "ConnectError",
+    "ConsumerLag",
+    "Consumers",
     "CreateResult",
     "DurableStreamsError",
     "Forbidden",
@@ -97,6 +100,7 @@ __all__ = [
     "TimeLookupUnavailable",
     "Timeout",
     "TimeoutError",
+    "Tombstone",
     "TransportError",
     "Unauthorized",
     "Wake",

@@ -10,6 +10,7 @@ import requests
 from . import errors
 from ._http import DEFAULT_TIMEOUT, HTTP, Auth, Backoff, RequestsTransport, Timeout, Transport, Verify
 from .buckets import Bucket
+from .consumers import ConsumerLag, Consumers, consumer_lag
 from .delivery import ProducerRequest, deliver
 from .files import RemoteFile
 from .models import AppendResult
@@ -69,6 +70,14 @@ class Client:
     def subscriptions(self, bucket_id: str | None = None) -> Subscriptions:
         """The subscriptions of the base surface (``v1/stream/``) or of a bucket."""
         return Subscriptions(self.transport, f"{bucket_id}/" if bucket_id else "v1/stream/", backoff=self.backoff)
+
+    def consumers(self, bucket_id: str | None = None) -> Consumers:
+        """The named consumers and tombstones of the base surface or of a bucket (``consumers``)."""
+        return Consumers(self.transport, self.transport.url(f"{bucket_id}/" if bucket_id else "v1/stream/"))
+
+    def consumer_lag(self) -> list[ConsumerLag]:
+        """Every named consumer's lag per stream that this client's token may read."""
+        return consumer_lag(self.transport)
 
     def open_file(self, url: str, size: int) -> RemoteFile:
         """A read plan's file (``PlannedFile.url`` and ``.size``) as a seekable binary file read

@@ -9,6 +9,7 @@ streams print their bytes unchanged; summaries and offsets go to stderr so stdou
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -122,6 +123,10 @@ def build_parser() -> argparse.ArgumentParser:
     snapshot.add_argument("--offset", help="publish: required (a Stream-Next-Offset); get: default latest")
     snapshot.add_argument("--file", help="publish: read from (default stdin); get: write to (default stdout)")
     snapshot.add_argument("--content-type", default="application/octet-stream", help="publish: the blob's type")
+
+    lag = command("lag", _lag, "Show how far each named consumer is behind, per stream (our server: /v1/consumers).")
+    lag.add_argument("--consumer", help="only this consumer")
+    lag.add_argument("--json", action="store_true", help="print one JSON object per line")
 
     bootstrap = command("bootstrap", _bootstrap, "Fetch snapshot + retained messages (/bootstrap).")
     bootstrap.add_argument("stream")
@@ -274,6 +279,21 @@ def _ls(client: Client, args: argparse.Namespace) -> int:
             print(f"{info.stream_id}\t{info.status}\t{info.content_type}\t{offset}")
         else:
             print(info.stream_id)
+    return 0
+
+
+def _lag(client: Client, args: argparse.Namespace) -> int:
+    """One line per consumer and stream: consumer, stream, offset, lag in messages, bytes and
+    seconds (``-`` when unknown), tab-separated under a header; ``--json``: the server's rows."""
+    rows = [row for row in client.consumer_lag() if args.consumer in (None, row.consumer)]
+    if args.json:
+        for row in rows:
+            print(json.dumps(dataclasses.asdict(row)))
+        return 0
+    print("consumer\tstream\toffset\tlag_messages\tlag_bytes\tlag_seconds")
+    for row in rows:
+        seconds = "-" if row.lag_seconds is None else f"{row.lag_seconds:.3f}"
+        print(f"{row.consumer}\t{row.stream}\t{row.offset}\t{row.lag_messages}\t{row.lag_bytes}\t{seconds}")
     return 0
 
 

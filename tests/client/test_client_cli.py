@@ -19,7 +19,7 @@ from servers import ServerProcess
 from pyspark_durable_streams.client import Client
 from pyspark_durable_streams.client.cli import build_parser
 
-SUBCOMMANDS = ["create", "append", "cat", "tail", "head", "rm", "ls", "snapshot", "bootstrap"]
+SUBCOMMANDS = ["create", "append", "cat", "tail", "head", "rm", "ls", "snapshot", "lag", "bootstrap"]
 
 
 def test_every_subcommand_is_covered_here() -> None:
@@ -197,3 +197,24 @@ def test_cat_shows_progress_on_a_terminal_only(ours: ServerProcess) -> None:
     assert b"250/250" in progress and b"msg" in progress, progress
     piped = cli("cat", path, url=ours.url)
     assert piped.returncode == 0 and piped.stderr == b""
+
+
+def test_lag_shows_each_named_consumer_per_stream(ours: ServerProcess) -> None:
+    path = f"v1/stream/{unique('cli-lag')}"
+    consumer = unique("cli-consumer")
+    with Client(ours.url) as client:
+        stream = client.stream(path)
+        stream.create("text/plain")
+        for message in (b"a", b"bb", b"ccc"):
+            stream.append(message)
+        client.consumers().record(consumer, {path.removeprefix("v1/stream/"): f"{1:016d}_{0:016d}"})
+    table = cli("lag", "--consumer", consumer, url=ours.url)
+    assert table.returncode == 0, table.stderr
+    header, row = table.stdout.decode().splitlines()
+    assert header.split("\t") == ["consumer", "stream", "offset", "lag_messages", "lag_bytes", "lag_seconds"]
+    fields = row.split("\t")
+    assert fields[:5] == [consumer, path, f"{1:016d}_{0:016d}", "2", "5"] and float(fields[5]) >= 0
+    as_json = cli("lag", "--consumer", consumer, "--json", url=ours.url)
+    (line,) = as_json.stdout.decode().splitlines()
+    assert json.loads(line)["lag_bytes"] == 5 and json.loads(line)["consumer"] == consumer
+    assert cli("lag", "--consumer", "nobody-at-all", url=ours.url).stdout.decode().splitlines()[1:] == []
