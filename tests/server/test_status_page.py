@@ -92,6 +92,7 @@ def test_status_views_answer_streams_messages_and_subscriptions(
         "open",
     )
     assert orders["url"] == "/v1/stream/orders/eu" and orders["bucket"] is None and orders["last_append_at_ms"] > 0
+    assert orders["bytes"] == len('{"n":1}{"n":2}') and rows["v1/stream/raw"]["bytes"] == 5
     assert rows["shop/events"]["bucket"] == "shop" and rows["shop/events"]["url"] == "/shop/events"
     assert (rows["v1/stream/ttl"]["status"], rows["v1/stream/ttl"]["ttl_s"]) == ("closed", 3600)
     assert 3590 <= rows["v1/stream/ttl"]["ttl_remaining_s"] <= 3600

@@ -4,7 +4,8 @@
 What it shows: the page loads with no console error or exception; it lists the streams a
 test created with their message counts; a new append shows up without a reload within 2 s
 (the issue's stated requirement: a functional bound, waited for as a condition), in the
-table and on the stream's page (its own SSE); with tokens on it asks for one, keeps it in
+table and on the stream's page (its own SSE); a named consumer's recorded progress shows as
+its lag; with tokens on it asks for one, keeps it in
 session storage (never in a URL) and shows only what it may read; every request the page
 makes goes to the server's own origin. Screenshots are written to ``tests/artifacts/``
 (ignored by git); ``DS_STATUS_SCREENSHOT=<path>`` also writes the streams view there (how
@@ -85,8 +86,8 @@ def test_page_lists_streams_with_counts_and_shows_new_appends_live(
     browser.evaluate("location.hash = '#/streams'")
     browser.wait_for("document.querySelectorAll('#streams-table tbody tr').length === 2", LOAD_S)
     order_row = row_cells(browser, "v1/stream/shop-a/orders").split("\t")
-    assert order_row[1:3] == ["0000000000000003_0000000000000000", "3"], order_row
-    assert row_cells(browser, "fleet/positions").split("\t")[2] == "1"
+    assert order_row[1:4] == ["0000000000000003_0000000000000000", "3", "51 B"], order_row
+    assert row_cells(browser, "fleet/positions").split("\t")[2:4] == ["1", "11 B"]
 
     assert http.post(orders, data=b'{"id":4,"item":"scones"}', headers=JSON).status_code == 204
     browser.wait_for(f"{_row_count_js('v1/stream/shop-a/orders')} === '4'", LIVE_BOUND_S)
@@ -107,10 +108,18 @@ def test_page_lists_streams_with_counts_and_shows_new_appends_live(
     assert browser.errors == []
     own_origin_only(browser, server)
 
-    # the optional views on a standalone server (their endpoints answer 4xx here: the
-    # browser logs those as failed loads, but the page shows what they mean and throws nothing)
     browser.evaluate("location.hash = '#/consumers'")
     browser.wait_for("document.getElementById('consumers-note').innerText.startsWith('No consumer')", LOAD_S)
+    progress = {"offsets": {"shop-a/orders": "0000000000000001_0000000000000000"}}
+    assert http.put(server.stream_url("__ds/consumers/etl"), json=progress).status_code == 200
+    browser.wait_for("document.querySelectorAll('#consumers-table tbody tr').length === 1", LOAD_S)
+    consumer = browser.text("#consumers-table tbody tr").split("\t")
+    assert consumer[:4] == ["etl", "v1/stream/shop-a/orders", "0000000000000001_0000000000000000", "4"], consumer
+    shot(browser, "consumers")
+    assert browser.errors == []
+
+    # the cluster view on a standalone server: /v1/cluster answers 4xx here (the browser logs
+    # it as a failed load), and the page says what that means, throwing nothing
     browser.evaluate("location.hash = '#/cluster'")
     browser.wait_for("document.getElementById('cluster-note').innerText.startsWith('Not a cluster')", LOAD_S)
     browser.evaluate("location.hash = '#/subscriptions'")

@@ -8,8 +8,10 @@ one process. Not every client can follow one, so the router redirects only where
 * every request of a client that says it follows redirects itself, with its credentials
   and body (``FOLLOWS_HEADER: follow``; this project's Python client sends it).
 
-Everything else is relayed: the same method, headers (the client's ``Host`` included) and
-body, streamed both ways (long-polls and SSE too), without a read timeout of its own.
+A client that must stay on the node it asked says ``FOLLOWS_HEADER: relay`` (the status page:
+a page's requests all go to its own origin). Everything else is relayed too: the same method,
+headers (the client's ``Host`` included) and body, streamed both ways (long-polls and SSE
+too), without a read timeout of its own.
 Measured reasons: ``fetch`` (the official clients, browsers) drops ``Authorization`` on a
 redirect to another origin (the shard's server then answers 401), and Node 20's fetch fails
 to repeat a typed-array body after a 307 (``Cannot perform ArrayBuffer.prototype.slice on a
@@ -42,7 +44,10 @@ def must_relay(scope: Scope, reserved: bool) -> bool:
     if reserved:
         return True
     headers = scope["headers"]
-    if any(name == _FOLLOWS and value.strip().lower() == b"follow" for name, value in headers):
+    asked = next((value.strip().lower() for name, value in headers if name == _FOLLOWS), None)
+    if asked == b"relay":
+        return True
+    if asked == b"follow":
         return False
     return scope["method"] not in _BODYLESS or any(name == b"authorization" for name, _ in headers)
 

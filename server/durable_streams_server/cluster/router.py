@@ -17,6 +17,10 @@ and ``Retry-After: 1``. What cannot be right across shards is refused, never hal
 
 ``GET /healthz`` is the node's liveness; ``GET /v1/cluster`` describes the cluster as this
 node sees it (its live nodes, and every shard's state, server and holder).
+
+The status page (``/ui``) is served by the router itself, so it works at any node; its JSON
+(``/v1/status/<view>``) is one shard server's, chosen by the ``shard`` query parameter (0 if
+none), and always relayed, so the page's requests all stay on the node the browser asked.
 """
 
 from __future__ import annotations
@@ -24,12 +28,15 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
+from urllib.parse import parse_qs
 
 from starlette.types import Receive, Scope, Send
 
 from ..http.request_policy import decorate
 from ..http.routes import match_route, route_path
 from ..http.shard_guard import shard_key, shard_of_path
+from ..http.ui import page
+from ..protocol.errors import NotFound
 from ..protocol.shard_keys import shard_of_key
 from .node import Supervisor
 from .proxy import Relay, must_relay
@@ -49,6 +56,9 @@ class ClusterRouter:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
+        elif scope["type"] == "http" and _route(scope) == "ui":
+            await _drain(receive)
+            await _page(scope, send)
         elif scope["type"] == "http":
             status, headers, body = self.answer(scope)
             location = headers.get("Location") if status == 307 else None
@@ -82,6 +92,8 @@ class ClusterRouter:
         if path == CLUSTER_PATH:
             return 200, {}, self.describe()
         shards = self.supervisor.layout.shards
+        if _route(scope) == "status":
+            return self._status_server(scope, shards)
         key = shard_key(path)
         if key is None:
             return _error(
@@ -113,6 +125,19 @@ class ClusterRouter:
         location = route.url + raw.decode("latin-1") + ("?" + query.decode("latin-1") if query else "")
         return 307, {"Location": location}, {"error": {"code": "MOVED", "message": f"served at {location}"}}
 
+    def _status_server(self, scope: Scope, shards: int) -> tuple[int, dict[str, str], object]:
+        """Where ``/v1/status/...?shard=k`` is answered: shard ``k``'s server (relayed)."""
+        chosen = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("shard", ["0"])[-1]
+        if not chosen.isascii() or not chosen.isdigit() or int(chosen) >= shards:
+            return _error(400, "INVALID_SHARD", f"shard must be an integer from 0 to {shards - 1}")
+        route = self.supervisor.routes[int(chosen)]
+        if route.state != "serving" or route.url is None:
+            return _unavailable(f"shard {chosen} is moving or starting")
+        raw: bytes = scope.get("raw_path") or route_path(scope).encode()
+        query: bytes = scope.get("query_string", b"")
+        location = route.url + raw.decode("latin-1") + ("?" + query.decode("latin-1") if query else "")
+        return 307, {"Location": location}, {"error": {"code": "MOVED", "message": f"served at {location}"}}
+
     def describe(self) -> dict[str, object]:
         supervisor = self.supervisor
         return {
@@ -137,9 +162,33 @@ def _unavailable(why: str) -> tuple[int, dict[str, str], object]:
     return 503, {"Retry-After": "1"}, {"error": {"code": "SHARD_UNAVAILABLE", "message": why}}
 
 
-def _reserved(scope: Scope) -> bool:
+def _route(scope: Scope) -> str | None:
     found = match_route(route_path(scope))
-    return found is not None and found[0] == "control"
+    return found[0] if found is not None else None
+
+
+def _reserved(scope: Scope) -> bool:
+    """Always relayed: the ``__ds`` namespace (``proxy``) and the status page's JSON."""
+    return _route(scope) in ("control", "status")
+
+
+async def _page(scope: Scope, send: Send) -> None:
+    """The status page's files (``http.ui.page``), as the server itself answers them."""
+    if scope["method"] not in ("GET", "HEAD"):
+        status, headers, body = _error(405, "METHOD_NOT_ALLOWED", f"{route_path(scope)} is read-only: GET and HEAD")
+        await _respond(send, status, headers, body)
+        return
+    path = route_path(scope)
+    if path == "/ui":
+        await _respond(send, 308, {"Location": "ui/"}, {})
+        return
+    try:
+        response = page.asset(path[len("/ui/") :])
+    except NotFound as error:
+        await _respond(send, 404, {}, {"error": {"code": error.code, "message": error.message}})
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": decorate(response.raw_headers)})
+    await send({"type": "http.response.body", "body": response.body if scope["method"] == "GET" else b""})
 
 
 async def _drain(receive: Receive) -> None:

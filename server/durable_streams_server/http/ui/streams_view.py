@@ -5,9 +5,9 @@ keeps those the token may read and the filters match (a bucket; text contained i
 and builds only the page of rows it answers (at most ``MAX_ROWS``), as any request for
 those streams would. Per stream it shows what the engine keeps anyway: the visible tail,
 messages still readable (tail minus the earliest readable offset), last write, closure,
-TTL/expiry and the readers waiting at its tail (long-poll and SSE waiters). Per-stream byte
-totals are not kept by the server (counting them would cost every append), so the listing
-has none; the overview has the server's stored bytes.
+TTL/expiry, the bytes appended to it (``Stream.bytes_total``, kept for consumers' lag: 0 for
+what was appended before the server counted them) and the readers waiting at its tail
+(long-poll and SSE waiters).
 
 A stream's recent messages are read like any read (``engine.reads.read``, whole messages),
 at most ``RECENT_MESSAGES`` of them and ``RECENT_BYTES`` in all; text and JSON as text,
@@ -82,6 +82,7 @@ def _row(engine: Engine, stream: Stream, now_ms: int) -> dict[str, Any]:
         "status": status,
         "tail_offset": encode_seq(stream.visible_tail),
         "messages": stream.visible_tail - min(engine.earliest_readable(stream), stream.visible_tail),
+        "bytes": stream.bytes_total,
         "created_at_ms": stream.created_ms,
         "last_append_at_ms": stream.last_write_ms or None,
         "ttl_s": stream.ttl_s,

@@ -4,6 +4,8 @@
 "use strict";
 
 const TOKEN_KEY = "durable-streams-token";
+const SHARD_KEY = "durable-streams-shard"; // a cluster node: whose shard server's status to show
+const RELAY = { "Durable-Streams-Redirects": "relay" }; // a cluster node relays, never redirects
 const POLL_MS = 1000;
 const BASE = new URL("..", document.baseURI); // the server's root, as this page was reached
 const $ = (id) => document.getElementById(id);
@@ -14,8 +16,15 @@ class NeedsToken extends Error {}
 
 function token() { return sessionStorage.getItem(TOKEN_KEY); }
 
+function status(view, params = {}) {
+  const shard = sessionStorage.getItem(SHARD_KEY);
+  const query = new URLSearchParams(params);
+  if (shard !== null) query.set("shard", shard);
+  return "v1/status/" + view + (query.toString() ? "?" + query : "");
+}
+
 async function call(path, accept = "application/json") {
-  const headers = { Accept: accept };
+  const headers = { Accept: accept, ...RELAY };
   if (token()) headers.Authorization = "Bearer " + token();
   const response = await fetch(new URL(path, BASE), { headers, cache: "no-store" });
   if (response.status === 401) throw new NeedsToken((await response.json()).error.message);
@@ -96,7 +105,7 @@ function chart(canvas, points, key, format) {
 // -- views ---------------------------------------------------------------------------------
 
 async function overview() {
-  const o = await getJson("v1/status/overview");
+  const o = await getJson(status("overview"));
   $("who").textContent = token() ? "token: " + o.token : "";
   const cards = [card("streams", o.streams), card("buckets", o.buckets.length)];
   if (o.whole_server) {
@@ -131,13 +140,13 @@ function streamLink(name) {
 }
 
 async function streams() {
-  const query = new URLSearchParams({ q: $("filter-q").value, bucket: $("filter-bucket").value });
-  const body = await getJson("v1/status/streams?" + query);
+  const body = await getJson(status("streams", { q: $("filter-q").value, bucket: $("filter-bucket").value }));
   $("streams-note").textContent = `${body.matched} stream(s)` + (body.truncated ? `, the first ${body.streams.length} shown` : "");
   fill("streams-table", body.streams, (tr, s) => {
     cell(tr, streamLink(s.name));
     cell(tr, s.tail_offset);
     cell(tr, s.messages, true);
+    cell(tr, bytes(s.bytes), true);
     cell(tr, ago(s.last_append_at_ms));
     cell(tr, s.status);
     cell(tr, s.ttl_s !== null ? `TTL ${s.ttl_s} s (${s.ttl_remaining_s} s left)` : s.expires_at || "–");
@@ -160,7 +169,7 @@ function pretty(text, json) {
 }
 
 async function streamPage(name) {
-  const body = await getJson("v1/status/stream?" + new URLSearchParams({ name }));
+  const body = await getJson(status("stream", { name }));
   const s = body.stream, json = s.content_type.toLowerCase().startsWith("application/json");
   $("stream-name").textContent = s.name;
   $("stream-facts").textContent = `${s.content_type} · ${s.messages} message(s) · tail ${s.tail_offset} · ${s.status}`;
@@ -174,7 +183,7 @@ async function follow(s, offset, json) {
   live = controller;
   const binary = !(json || s.content_type.toLowerCase().startsWith("text/"));
   const url = new URL(s.url.slice(1).split("/").map(encodeURIComponent).join("/") + "?" + new URLSearchParams({ offset, live: "sse" }), BASE);
-  const headers = token() ? { Authorization: "Bearer " + token() } : {};
+  const headers = token() ? { Authorization: "Bearer " + token(), ...RELAY } : { ...RELAY };
   $("stream-live").textContent = "following live";
   try {
     while (!controller.signal.aborted) {
@@ -226,7 +235,7 @@ async function consumers() {
 }
 
 async function subscriptions() {
-  const body = await getJson("v1/status/subscriptions");
+  const body = await getJson(status("subscriptions"));
   const c = body.counters;
   $("subscriptions-note").textContent = `${body.subscriptions.length} subscription(s)` +
     (c ? ` · deliveries ${c.deliveries || 0}, failed attempts ${c.delivery_failures || 0}, retries ${c.retries || 0}, expired leases ${c.lease_expiries || 0}` : "");
@@ -243,13 +252,21 @@ async function subscriptions() {
 async function cluster() {
   const response = await call("v1/cluster");
   if (!response.ok) {
+    sessionStorage.removeItem(SHARD_KEY);
     $("cluster-note").textContent = "Not a cluster: this is a standalone server (it does not answer /v1/cluster).";
     fill("cluster-table", [], () => {});
     return;
   }
   const c = await response.json();
-  $("cluster-note").textContent = `node ${c.node_id} · live nodes: ${c.live_nodes.join(", ")} · holds shards ${c.held.join(", ") || "none"} · lease TTL ${c.lease_ttl_s} s`;
-  fill("cluster-table", c.shards, (tr, s) => { cell(tr, s.shard, true); cell(tr, s.state); cell(tr, s.holder); cell(tr, s.url); });
+  const shown = sessionStorage.getItem(SHARD_KEY) || "0";
+  $("cluster-note").textContent = `node ${c.node_id} · live nodes: ${c.live_nodes.join(", ")} · holds shards ${c.held.join(", ") || "none"} · lease TTL ${c.lease_ttl_s} s · the other views show shard ${shown}`;
+  fill("cluster-table", c.shards, (tr, s) => {
+    const pick = document.createElement("button");
+    pick.type = "button";
+    pick.textContent = String(s.shard) === shown ? `shard ${s.shard} (shown)` : `show shard ${s.shard}`;
+    pick.addEventListener("click", () => { sessionStorage.setItem(SHARD_KEY, String(s.shard)); cluster(); });
+    cell(tr, pick); cell(tr, s.state); cell(tr, s.holder); cell(tr, s.url);
+  });
 }
 
 // -- routing -------------------------------------------------------------------------------
