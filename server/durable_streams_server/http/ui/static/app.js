@@ -88,8 +88,8 @@ function chart(canvas, points, key, format) {
   const top = Math.max(1, ...values);
   ctx.fillStyle = "#5d6b7e";
   ctx.font = "11px system-ui, sans-serif";
-  ctx.fillText("max " + format(top) + (values.length ? ", now " + format(values[values.length - 1]) : ""), 4, 12);
   if (values.length < 2) { ctx.fillText("collecting: one point per second while this page is open", 4, height / 2); return; }
+  ctx.fillText("max " + format(top) + ", now " + format(values[values.length - 1]), 4, 12);
   const first = points[0].at_ms, span = Math.max(1, points[points.length - 1].at_ms - first);
   ctx.strokeStyle = "#1f6feb";
   ctx.lineWidth = 1.5;
