@@ -51,15 +51,16 @@ ROUTES: tuple[tuple[RouteName, str], ...] = (
     ("files", "/v1/files/{path:path}"),
     # Every named consumer's lag (``consumers``).
     ("consumers", "/v1/consumers"),
-    # The status page and its JSON (``ui``): ``ui`` is too short for a bucket id, so neither
-    # shadows a bucket, and both lie outside the base surface ``/v1/stream/``.
-    ("ui", "/ui"),
-    ("ui", "/ui/{asset:path}"),
-    ("status", "/v1/status/{view:path}"),
     # The reserved ``__ds`` namespace of each surface (subscriptions), before any stream route.
     ("control", f"/{BASE_SURFACE_PREFIX}{RESERVED_SEGMENT}"),
     ("control", f"/{BASE_SURFACE_PREFIX}{RESERVED_SEGMENT}/{{rest:path}}"),
     ("base", f"/{BASE_SURFACE_PREFIX}{{path:path}}"),
+    # The status page and its JSON (``ui``): ``ui`` is too short for a bucket id, so neither
+    # shadows a bucket, and both lie outside the base surface ``/v1/stream/`` (after its route,
+    # so its requests are not tried against them).
+    ("ui", "/ui"),
+    ("ui", "/ui/{asset:path}"),
+    ("status", "/v1/status/{view:path}"),
     ("bucket", "/{bucket_id}"),
     ("control", f"/{{bucket_id}}/{RESERVED_SEGMENT}"),
     ("control", f"/{{bucket_id}}/{RESERVED_SEGMENT}/{{rest:path}}"),
