@@ -58,11 +58,12 @@ from ._source.offsets import (
     seq_offset,
     starts_inside,
 )
+from ._source.pacing import Pacing
 from ._source.task_reader import DataLossError, StreamRange, read_range
 from ._worker_gc import freeze_worker_imports
 from .client import TransportError
 from .client.models import is_json, media_type
-from .options import LATEST, ReadOptions
+from .options import OptionError, ReadOptions
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
@@ -160,11 +161,7 @@ class DurableStreamsReader(_Reader, DataSourceReader):
         streams = self.streams
         tails = streams.require()
         start = streams.starting_offsets(tails)
-        end = dict(tails)
-        if self._options.ending == "json":
-            for key, offset in self._options.ending_json:
-                if key in end:
-                    end[key] = tails[key] if offset == LATEST else offset
+        end = streams.ending_offsets(tails)
         planned = streams.plan(start, end)
         return planned or [StreamRange("", "", EARLIEST, EARLIEST, "plain")]
 
@@ -173,7 +170,11 @@ class DurableStreamsStreamReader(_Reader, DataSourceStreamReader, SupportsTrigge
     """``spark.readStream``: micro-batches with admission control and ``Trigger.AvailableNow``."""
 
     def __init__(self, options: ReadOptions, schema: StructType) -> None:
+        if options.ending_timestamp is not None:
+            raise OptionError("option 'endingTimestamp' applies to batch reads (spark.read) only")
         super().__init__(options, schema)
+        minimum = options.min_messages_per_trigger
+        self._pacing = Pacing(minimum, options.max_trigger_delay_s) if minimum is not None else None
         self._target: dict[str, str] | None = None
         self._last: SparkOffset | None = None
         self._deleted_logged: set[str] = set()
@@ -188,12 +189,14 @@ class DurableStreamsStreamReader(_Reader, DataSourceStreamReader, SupportsTrigge
         self._target = self.streams.tails()
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows, ReadMinRows
 
         if self._options.max_messages_per_trigger is not None:
             return ReadMaxRows(self._options.max_messages_per_trigger)
         if self._options.max_bytes_per_trigger is not None:
             return ReadMaxBytes(self._options.max_bytes_per_trigger)
+        if self._options.min_messages_per_trigger is not None:  # (with a maximum: applied from the options)
+            return ReadMinRows(self._options.min_messages_per_trigger)
         return ReadAllAvailable()
 
     def reportLatestOffset(self) -> SparkOffset | None:
@@ -234,7 +237,10 @@ class DurableStreamsStreamReader(_Reader, DataSourceStreamReader, SupportsTrigge
                 cause = str(streams.missing.get(key) or "it is no longer in the bucket's listing")
                 self._data_loss(deleted_message(key, offsets[key], known.get(key), cause), once=key)
         begin = {key: range_start(key, (offsets, known), (end, incarnations)) for key in end}
-        end = self._admit(begin, end, limit)
+        if incarnations == known and self._held(begin, end, limit):
+            end = dict(offsets)  # fewer than minMessagesPerTrigger, within maxTriggerDelay
+        else:
+            end = self._admit(begin, end, limit)
         self._idle = end == offsets and incarnations == known
         self._last = encode(end, incarnations)
         return self._last
@@ -247,6 +253,23 @@ class DurableStreamsStreamReader(_Reader, DataSourceStreamReader, SupportsTrigge
             log.warning("durable_streams: %s (failOnDataLoss=false: continuing)", message)
         if once is not None:
             self._deleted_logged.add(once)
+
+    def _held(self, start: Mapping[str, str], end: Mapping[str, str], limit: ReadLimit | None) -> bool:
+        """``minMessagesPerTrigger``: hold the batch back (``_source.pacing``); never under
+        ``Trigger.AvailableNow`` or when Spark asks for everything available."""
+        pacing = self._pacing
+        if pacing is None or self._target is not None or type(limit).__name__ == "ReadAllAvailable":
+            return False
+        streams, pending = self.streams, 0
+        for key in sorted(end):
+            first = start.get(key, EARLIEST)
+            if end[key] <= first or pending >= pacing.min_messages:
+                continue
+            if streams.boundaries(key) and is_seq_offset(first) and SEQ_OFFSET.match(end[key]):
+                pending += pending_messages(first, end[key])
+            else:
+                pending += streams.read_forward(key, first, end[key], pacing.min_messages - pending, None)[1]
+        return pacing.hold(pending)
 
     def _admit(self, start: Mapping[str, str], end: dict[str, str], limit: ReadLimit | None) -> dict[str, str]:
         max_rows, max_bytes = _limits(limit, self._options)

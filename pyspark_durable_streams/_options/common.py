@@ -78,6 +78,48 @@ def epoch(raw: str, name: str) -> int:
     return int(raw.strip())
 
 
+MAX_MILLIS = 2**53 - 1
+
+
+def millis(raw: str, name: str) -> int:
+    """A time as milliseconds since the epoch (Kafka's ``startingTimestamp`` form)."""
+    if not raw.strip().isdigit() or int(raw.strip()) > MAX_MILLIS:
+        raise OptionError(f"option '{name}' must be milliseconds since the epoch (0 to 2^53-1), got {raw!r}")
+    return int(raw.strip())
+
+
+_DURATION = re.compile(r"(\d+)\s*(ms|s|sec|m|min|h|d)?")
+_UNIT_S = {None: 0.001, "ms": 0.001, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def duration_s(raw: str, name: str) -> float:
+    """A duration as Spark writes them (``500ms``, ``30s``, ``15m``, ``1h``; a bare number is
+    milliseconds), in seconds."""
+    match = _DURATION.fullmatch(raw.strip().lower())
+    if match is None:
+        raise OptionError(f"option '{name}' must be a duration like 500ms, 30s, 15m or 1h, got {raw!r}")
+    return int(match.group(1)) * _UNIT_S[match.group(2)]
+
+
+def timestamps(raw: str, name: str) -> tuple[tuple[str, int], ...]:
+    """A JSON object of stream -> milliseconds since the epoch."""
+    try:
+        parsed = json.loads(raw)
+    except ValueError as exc:
+        raise OptionError(f"option '{name}' must be a JSON object of stream -> timestamp (ms), got {raw!r}") from exc
+    if not isinstance(parsed, dict) or not parsed:
+        raise OptionError(f"option '{name}' must be a non-empty JSON object of stream -> timestamp (ms), got {raw!r}")
+    pairs = []
+    for stream, value in parsed.items():
+        text = str(value) if isinstance(value, int | str) and not isinstance(value, bool) else ""
+        if not text.isdigit() or int(text) > MAX_MILLIS:
+            raise OptionError(
+                f"option '{name}': the timestamp of {stream!r} must be milliseconds since the epoch, got {value!r}"
+            )
+        pairs.append((str(stream).rstrip("/"), int(text)))
+    return tuple(sorted(pairs))
+
+
 def boolean(raw: str, name: str) -> bool:
     value = raw.strip().lower()
     if value not in ("true", "false"):

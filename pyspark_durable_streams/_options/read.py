@@ -19,20 +19,30 @@ from .common import (
     Option,
     OptionError,
     boolean,
+    duration_s,
     fields,
     lowered_keys,
+    millis,
     offsets,
     one_of,
     parse_connection_options,
     positive_int,
     reject_unknown,
     text,
+    timestamps,
     verbatim,
 )
 
 VALUE_TYPES = ("binary", "string", "json")
 STARTING = Option[Offsets]("startingOffsets", offsets("earliest", "latest"), ("earliest", ()))
 ENDING = Option[Offsets]("endingOffsets", offsets("latest"), ("latest", ()))
+STARTING_TIMESTAMP = Option[int | None]("startingTimestamp", millis, None, "starting_timestamp")
+ENDING_TIMESTAMP = Option[int | None]("endingTimestamp", millis, None, "ending_timestamp")
+BY_TIMESTAMP = Option[tuple[tuple[str, int], ...]](
+    "startingOffsetsByTimestamp", timestamps, (), "starting_by_timestamp"
+)
+MIN_MESSAGES = Option[int | None]("minMessagesPerTrigger", positive_int, None, "min_messages_per_trigger")
+MAX_DELAY = Option("maxTriggerDelay", duration_s, 15 * 60.0, "max_trigger_delay_s")
 READ: tuple[Option[Any], ...] = (
     PATH,
     URL,
@@ -42,6 +52,12 @@ READ: tuple[Option[Any], ...] = (
     Option("prefix", verbatim, "", "prefix"),
     STARTING,
     ENDING,
+    STARTING_TIMESTAMP,
+    ENDING_TIMESTAMP,
+    BY_TIMESTAMP,
+    Option("startingOffsetsByTimestampStrategy", one_of("error", "latest"), "error", "timestamp_strategy"),
+    MIN_MESSAGES,
+    MAX_DELAY,
     Option("valueType", one_of(*VALUE_TYPES), None, "value_type"),
     Option("failOnDataLoss", boolean, True, "fail_on_data_loss"),
     Option("maxMessagesPerTrigger", positive_int, None, "max_messages_per_trigger"),
@@ -78,6 +94,17 @@ class ReadOptions:
     max_messages_per_trigger: int | None = _READ_DEFAULTS["max_messages_per_trigger"]
     max_bytes_per_trigger: int | None = _READ_DEFAULTS["max_bytes_per_trigger"]
     fail_on_data_loss: bool = _READ_DEFAULTS["fail_on_data_loss"]
+    starting_timestamp: int | None = _READ_DEFAULTS["starting_timestamp"]
+    """Start each stream at its first message appended at or after this time (ms since the epoch)."""
+    starting_by_timestamp: tuple[tuple[str, int], ...] = ()
+    """The same per stream (streams not named start at the beginning)."""
+    timestamp_strategy: str = _READ_DEFAULTS["timestamp_strategy"]
+    """``error``: a starting time after every message of a stream fails; ``latest``: start at its tail."""
+    ending_timestamp: int | None = _READ_DEFAULTS["ending_timestamp"]
+    """Batch reads stop before each stream's first message appended at or after this time."""
+    min_messages_per_trigger: int | None = _READ_DEFAULTS["min_messages_per_trigger"]
+    max_trigger_delay_s: float = _READ_DEFAULTS["max_trigger_delay_s"]
+    """With ``min_messages_per_trigger``: a batch waits for that many messages at most this long."""
     min_partitions: int | None = _READ_DEFAULTS["min_partitions"]
     messages_per_partition: int = _READ_DEFAULTS["messages_per_partition"]
     value_type: str | None = _READ_DEFAULTS["value_type"]
@@ -120,7 +147,10 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
     ending, ending_json = ENDING.get(lowered)
     if ending == "json" and any(value == EARLIEST for _, value in ending_json):
         raise OptionError("option 'endingOffsets' cannot use 'earliest' / -1")
-    for name, mapping in ((STARTING.name, starting_json), (ENDING.name, ending_json)):
+    _check_times(lowered)
+    by_timestamp = tuple((key, str(ms)) for key, ms in BY_TIMESTAMP.get(lowered))
+    named = ((STARTING.name, starting_json), (ENDING.name, ending_json), (BY_TIMESTAMP.name, by_timestamp))
+    for name, mapping in named:
         unknown = sorted(key for key, _ in mapping if urls and key not in urls)
         if unknown:
             raise OptionError(f"option '{name}' names stream(s) that are not read: {', '.join(unknown)}")
@@ -135,6 +165,27 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
         ending_json=ending_json,
         connection=connection,
     )
+
+
+def _check_times(lowered: Mapping[str, str]) -> None:
+    """Where to start is said one way; the trigger shaping options make sense together."""
+    starts = [option.name for option in (STARTING, STARTING_TIMESTAMP, BY_TIMESTAMP) if option.key in lowered]
+    if len(starts) > 1:
+        raise OptionError(f"options {' and '.join(repr(name) for name in starts)} are mutually exclusive")
+    if ENDING.key in lowered and ENDING_TIMESTAMP.key in lowered:
+        raise OptionError("options 'endingOffsets' and 'endingTimestamp' are mutually exclusive")
+    by_time = {STARTING_TIMESTAMP.key, BY_TIMESTAMP.key} & set(lowered)
+    if "startingoffsetsbytimestampstrategy" in lowered and not by_time:
+        raise OptionError(
+            "option 'startingOffsetsByTimestampStrategy' needs 'startingTimestamp' or 'startingOffsetsByTimestamp'"
+        )
+    if MAX_DELAY.key in lowered and MIN_MESSAGES.key not in lowered:
+        raise OptionError("option 'maxTriggerDelay' needs option 'minMessagesPerTrigger' (it bounds that wait)")
+    minimum, maximum = MIN_MESSAGES.get(lowered), lowered.get("maxmessagespertrigger")
+    if minimum is not None and maximum is not None and maximum.strip().isdigit() and minimum > int(maximum):
+        raise OptionError(
+            f"option 'minMessagesPerTrigger' ({minimum}) must not exceed 'maxMessagesPerTrigger' ({maximum.strip()})"
+        )
 
 
 def _read_urls(lowered: Mapping[str, str]) -> tuple[str, ...]:

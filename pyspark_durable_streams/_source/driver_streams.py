@@ -15,6 +15,7 @@ from ..options import LATEST, ReadOptions
 from .direct_plans import DirectRange, PlansUnavailable, plan_stream
 from .offsets import EARLIEST, SEQ_OFFSET, is_seq_offset, pending_messages, sorted_offsets, split_range
 from .task_reader import StreamRange
+from .time_offsets import offset_at, starting_time
 
 log = logging.getLogger("pyspark_durable_streams.source")
 
@@ -100,14 +101,31 @@ class DriverStreams:
         return self.framing(key) != "plain"
 
     def starting_offsets(self, tails: Mapping[str, str]) -> dict[str, str]:
+        """Where a new query starts: ``startingOffsets``, or the offsets of a starting time."""
         options = self.options
         chosen = dict(options.starting_json)
         start = {}
         for key, tail in tails.items():
             word = options.starting if options.starting != "json" else chosen.get(key, EARLIEST)
             offset = {"earliest": EARLIEST, "latest": tail, LATEST: tail}.get(word, word)
+            timed = starting_time(options, key)
+            if timed is not None:
+                offset = offset_at(self.stream(key), key, *timed, strategy=options.timestamp_strategy)
             start[key] = offset
         return sorted_offsets(start)
+
+    def ending_offsets(self, tails: Mapping[str, str]) -> dict[str, str]:
+        """Where a batch read ends: ``endingOffsets`` or ``endingTimestamp`` (default: the tails)."""
+        end = dict(tails)
+        if self.options.ending == "json":
+            for key, offset in self.options.ending_json:
+                if key in end:
+                    end[key] = tails[key] if offset == LATEST else offset
+        at = self.options.ending_timestamp
+        if at is not None:
+            for key in end:
+                end[key] = offset_at(self.stream(key), key, "endingTimestamp", at, strategy="latest")
+        return end
 
     def plan(self, start: Mapping[str, str], end: Mapping[str, str]) -> list[StreamRange | DirectRange]:
         """Partitions of ``[start, end)``: history from the Delta files where the server plans

@@ -41,6 +41,12 @@ def test_the_names_each_direction_accepts() -> None:
         "historyreads",
         "localfiles",
         "freezeworkergc",
+        "startingtimestamp",
+        "endingtimestamp",
+        "startingoffsetsbytimestamp",
+        "startingoffsetsbytimestampstrategy",
+        "minmessagespertrigger",
+        "maxtriggerdelay",
     }
     assert set(WRITE_OPTIONS) == {
         "url",
@@ -97,6 +103,29 @@ def test_read_defaults_and_values() -> None:
         poll_interval_ms=100,
         connection=ConnectionOptions((("Authorization", "Bearer t0k"),), 1.5, "/ca.pem"),
     )
+    timed = parse_read_options(
+        {
+            "url": URL,
+            "startingOffsetsByTimestamp": '{"' + URL + '/": "1700000000000"}',
+            "startingOffsetsByTimestampStrategy": "LATEST",
+            "endingTimestamp": "1700000005000",
+            "minMessagesPerTrigger": "20",
+            "maxTriggerDelay": "1500ms",
+        }
+    )
+    assert timed == ReadOptions(
+        urls=(URL,),
+        starting_by_timestamp=((URL, 1_700_000_000_000),),
+        timestamp_strategy="latest",
+        ending_timestamp=1_700_000_005_000,
+        min_messages_per_trigger=20,
+        max_trigger_delay_s=1.5,
+    )
+    assert parse_read_options({"url": URL}).max_trigger_delay_s == 15 * 60  # Kafka's default
+    for text, seconds in (("250", 0.25), ("30s", 30), ("2 min", 120), ("1h", 3600)):
+        options = {"url": URL, "minMessagesPerTrigger": "1", "maxTriggerDelay": text}
+        assert parse_read_options(options).max_trigger_delay_s == seconds
+    assert parse_read_options({"url": URL, "startingTimestamp": "0"}).starting_timestamp == 0
     subscription = parse_read_options({"server": "http://h:1/", "bucket": "orders", "prefix": "eu/"})
     assert (subscription.server, subscription.bucket, subscription.prefix, subscription.subscription) == (
         "http://h:1",
@@ -135,6 +164,45 @@ def test_read_defaults_and_values() -> None:
         ({"url": URL, "authHeader": "novalue"}, "option 'authHeader' must look like 'Name: value'"),
         ({"url": URL, "requestTimeoutMs": "1.5"}, "option 'requestTimeoutMs' must be a positive integer, got '1.5'"),
         ({"url": URL, "caCertFile": ""}, "option 'caCertFile' must not be empty"),
+        ({"url": URL, "startingTimestamp": "yesterday"}, "option 'startingTimestamp' must be milliseconds since"),
+        ({"url": URL, "startingTimestamp": "-1"}, "option 'startingTimestamp' must be milliseconds since"),
+        ({"url": URL, "endingTimestamp": str(2**53)}, "option 'endingTimestamp' must be milliseconds since"),
+        ({"url": URL, "startingOffsetsByTimestamp": "{x"}, "option 'startingOffsetsByTimestamp' must be a JSON"),
+        ({"url": URL, "startingOffsetsByTimestamp": "{}"}, "option 'startingOffsetsByTimestamp' must be a non-empty"),
+        (
+            {"url": URL, "startingOffsetsByTimestamp": '{"' + URL + '": "noon"}'},
+            "option 'startingOffsetsByTimestamp': the timestamp of",
+        ),
+        (
+            {"url": URL, "startingOffsetsByTimestamp": '{"http://o": 5}'},
+            "option 'startingOffsetsByTimestamp' names stream(s) that are not read",
+        ),
+        (
+            {"url": URL, "startingTimestamp": "5", "startingOffsets": "latest"},
+            "options 'startingOffsets' and 'startingTimestamp' are mutually exclusive",
+        ),
+        (
+            {"url": URL, "endingTimestamp": "5", "endingOffsets": "latest"},
+            "options 'endingOffsets' and 'endingTimestamp' are mutually exclusive",
+        ),
+        (
+            {"url": URL, "startingTimestamp": "5", "startingOffsetsByTimestampStrategy": "earliest"},
+            "option 'startingOffsetsByTimestampStrategy' must be one of error, latest",
+        ),
+        (
+            {"url": URL, "startingOffsetsByTimestampStrategy": "latest"},
+            "option 'startingOffsetsByTimestampStrategy' needs 'startingTimestamp'",
+        ),
+        ({"url": URL, "minMessagesPerTrigger": "0"}, "option 'minMessagesPerTrigger' must be a positive integer"),
+        ({"url": URL, "maxTriggerDelay": "5s"}, "option 'maxTriggerDelay' needs option 'minMessagesPerTrigger'"),
+        (
+            {"url": URL, "minMessagesPerTrigger": "5", "maxTriggerDelay": "soon"},
+            "option 'maxTriggerDelay' must be a duration like 500ms",
+        ),
+        (
+            {"url": URL, "minMessagesPerTrigger": "50", "maxMessagesPerTrigger": "10"},
+            "option 'minMessagesPerTrigger' (50) must not exceed 'maxMessagesPerTrigger' (10)",
+        ),
     ],
 )
 def test_read_errors_name_the_option(options: dict[str, str], message: str) -> None:

@@ -307,6 +307,12 @@ def test_reference_server_batch_and_streaming(spark: SparkSession, tmp_path: Pat
         ({"maxMessagesPerTrigger": "-5"}, "maxMessagesPerTrigger"),
         ({"failOnDataLoss": "maybe"}, "failOnDataLoss"),
         ({"valueType": "xml"}, "valueType"),
+        ({"startingTimestamp": "yesterday"}, "startingTimestamp"),
+        ({"endingTimestamp": "-1"}, "endingTimestamp"),
+        ({"startingOffsetsByTimestamp": "{not json"}, "startingOffsetsByTimestamp"),
+        ({"startingTimestamp": "0", "startingOffsetsByTimestampStrategy": "1st"}, "startingOffsetsByTimestampStrategy"),
+        ({"minMessagesPerTrigger": "none"}, "minMessagesPerTrigger"),
+        ({"minMessagesPerTrigger": "5", "maxTriggerDelay": "soon"}, "maxTriggerDelay"),
     ],
 )
 def test_bad_options_fail_at_load(
