@@ -2,8 +2,8 @@
 processes on loopback, and Debian's headless Chromium (``ui_browser``).
 
 The node's router serves the page itself and relays ``/v1/status/...`` to the server of the
-shard the ``shard`` parameter names; the page's cluster view lists the shards and picks the
-one the other views show, and a stream's page follows it live through the node (relayed,
+shard the ``shard`` parameter names (and ``/v1/consumers`` too); the page's cluster view lists
+the shards and picks the one the other views show, and a stream's page follows it live through the node (relayed,
 never redirected): every request the browser makes goes to the node it asked.
 """
 
@@ -17,6 +17,8 @@ import requests
 from cluster_support import JSON, name_in_shard, serving, start_node, until
 from servers import ServerProcess, session
 from ui_browser import Browser
+
+from durable_streams_server.http.shard_guard import shard_of_path
 
 LIVE_BOUND_S = 2.0
 LOAD_S = 30.0
@@ -49,6 +51,18 @@ def test_the_page_works_through_a_cluster_node(
         assert [row["name"] for row in listed.json()["streams"]] == [f"v1/stream/{name}"]
     refused = http.get(f"{node.url}/v1/status/streams", params={"shard": "2"})
     assert refused.status_code == 400 and refused.json()["error"]["code"] == "INVALID_SHARD"
+    # a named consumer in a bucket (base-surface __ds spans shards: refused at a cluster)
+    bucket = next(f"shelf{index}" for index in range(100) if shard_of_path(f"/shelf{index}", 2) == 1)
+    assert http.put(f"{node.url}/{bucket}").status_code == 201
+    assert http.put(f"{node.url}/{bucket}/items", data=b"[1,2,3]", headers=JSON).status_code == 201
+    progress = {"offsets": {"items": "0000000000000001_0000000000000000"}}
+    assert http.put(f"{node.url}/{bucket}/__ds/consumers/etl", json=progress).status_code == 200
+    lags = http.get(f"{node.url}/v1/consumers", params={"shard": "1"}, allow_redirects=False)
+    assert lags.status_code == 200, lags.text
+    assert [(c["consumer"], c["stream"], c["lag_messages"]) for c in lags.json()["consumers"]] == [
+        ("etl", f"{bucket}/items", 2)
+    ]
+    assert http.get(f"{node.url}/v1/consumers", params={"shard": "0"}).json() == {"consumers": []}
 
     with Browser(tmp_path / "chromium") as browser:
         browser.navigate(f"{node.url}/ui/#/cluster")
@@ -57,8 +71,11 @@ def test_the_page_works_through_a_cluster_node(
         browser.evaluate("document.querySelectorAll('#cluster-table tbody button')[1].click()")
         browser.wait_for("document.getElementById('cluster-note').innerText.endsWith('shard 1')", LOAD_S)
         browser.evaluate("location.hash = '#/streams'")
-        browser.wait_for("document.querySelectorAll('#streams-table tbody tr').length === 1", LOAD_S)
-        assert browser.text("#streams-table tbody").startswith(f"v1/stream/{names[1]}")
+        browser.wait_for("document.querySelectorAll('#streams-table tbody tr').length === 2", LOAD_S)
+        assert browser.text("#streams-table tbody").splitlines()[1].startswith(f"v1/stream/{names[1]}")
+        browser.evaluate("location.hash = '#/consumers'")
+        browser.wait_for("document.querySelectorAll('#consumers-table tbody tr').length === 1", LOAD_S)
+        assert browser.text("#consumers-table tbody tr").split("\t")[:2] == ["etl", f"{bucket}/items"]
 
         browser.evaluate(f"location.hash = '#/stream/' + encodeURIComponent('v1/stream/{names[1]}')")
         browser.wait_for("document.getElementById('stream-live').innerText === 'following live'", LOAD_S)

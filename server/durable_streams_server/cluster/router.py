@@ -19,8 +19,9 @@ and ``Retry-After: 1``. What cannot be right across shards is refused, never hal
 node sees it (its live nodes, and every shard's state, server and holder).
 
 The status page (``/ui``) is served by the router itself, so it works at any node; its JSON
-(``/v1/status/<view>``) is one shard server's, chosen by the ``shard`` query parameter (0 if
-none), and always relayed, so the page's requests all stay on the node the browser asked.
+(``/v1/status/<view>``) and the consumers' listing (``/v1/consumers``) are one shard server's,
+chosen by the ``shard`` query parameter (0 if none), and always relayed, so the page's
+requests all stay on the node the browser asked.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ from .node import Supervisor
 from .proxy import Relay, must_relay
 
 CLUSTER_PATH = "/v1/cluster"
+_PER_SHARD = ("status", "consumers")
+"""Routes a shard's server answers for its own shard only: the router relays them to one."""
 _FORKED_FROM = b"stream-forked-from"
 
 
@@ -92,7 +95,7 @@ class ClusterRouter:
         if path == CLUSTER_PATH:
             return 200, {}, self.describe()
         shards = self.supervisor.layout.shards
-        if _route(scope) == "status":
+        if _route(scope) in _PER_SHARD:
             return self._status_server(scope, shards)
         key = shard_key(path)
         if key is None:
@@ -126,7 +129,8 @@ class ClusterRouter:
         return 307, {"Location": location}, {"error": {"code": "MOVED", "message": f"served at {location}"}}
 
     def _status_server(self, scope: Scope, shards: int) -> tuple[int, dict[str, str], object]:
-        """Where ``/v1/status/...?shard=k`` is answered: shard ``k``'s server (relayed)."""
+        """Where ``/v1/status/...?shard=k`` (or ``/v1/consumers``) is answered: shard ``k``'s
+        server (relayed)."""
         chosen = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("shard", ["0"])[-1]
         if not chosen.isascii() or not chosen.isdigit() or int(chosen) >= shards:
             return _error(400, "INVALID_SHARD", f"shard must be an integer from 0 to {shards - 1}")
@@ -168,8 +172,8 @@ def _route(scope: Scope) -> str | None:
 
 
 def _reserved(scope: Scope) -> bool:
-    """Always relayed: the ``__ds`` namespace (``proxy``) and the status page's JSON."""
-    return _route(scope) in ("control", "status")
+    """Always relayed: the ``__ds`` namespace (``proxy``) and the per-shard answers."""
+    return _route(scope) in ("control", *_PER_SHARD)
 
 
 async def _page(scope: Scope, send: Send) -> None:

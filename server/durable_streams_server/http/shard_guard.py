@@ -3,8 +3,8 @@
 A stream's **shard key** is the first segment of its path on the base surface
 (``/v1/stream/<key>/...``) or its bucket on the bucketed surface (``/<bucket>/...``), so a
 bucket's listing, and forks and subscriptions among streams of one key, stay within one
-shard. Probes, signed file URLs and the status page have no key: the server they reach
-answers them.
+shard. Probes, signed file URLs, the consumers' listing and the status page have no key: the
+server they reach answers them.
 
 A shard server (``--cluster-shard k/N``) serves only its own shard's paths: a request for
 another shard's path (a client that kept a shard server's URL after a move) is sent back
@@ -30,7 +30,7 @@ def shard_key(path: str) -> str | None:
     if found is None:
         return None
     route, params = found
-    if route in ("healthz", "readyz", "metrics", "files", "ui", "status"):
+    if route in ("healthz", "readyz", "metrics", "files", "consumers", "ui", "status"):
         return None
     if route == "base" or (route == "control" and "bucket_id" not in params):
         rest = path.lstrip("/")[len(BASE_SURFACE_PREFIX) :]

@@ -222,7 +222,8 @@ function shown(data, offset, json, binary) {
 }
 
 async function consumers() {
-  const response = await call("v1/consumers");
+  const shard = sessionStorage.getItem(SHARD_KEY);
+  const response = await call("v1/consumers" + (shard !== null ? "?shard=" + shard : ""));
   const body = response.ok ? await response.json() : null;
   const rows = body && Array.isArray(body.consumers) ? body.consumers : [];
   $("consumers-note").textContent = rows.length ? `${rows.length} consumer position(s)` :
