@@ -15,8 +15,10 @@ import requests
 from security_support import bearer, new_token, write_tokens
 from servers import ServerProcess, session, wait_for
 
+from durable_streams_server.http.ui.streams_view import may_read, readable
 from durable_streams_server.protocol.errors import BadRequest
 from durable_streams_server.protocol.ids import validate_bucket_id
+from durable_streams_server.protocol.tokens import TokenGrant
 
 JSON = {"Content-Type": "application/json"}
 TEXT = {"Content-Type": "text/plain"}
@@ -189,3 +191,21 @@ def test_status_needs_a_token_and_shows_only_what_it_may_read(
     hidden = http.get(f"{server.url}/v1/status/stream", params={"name": "v1/stream/team-b/y"}, headers=bearer(team))
     assert hidden.status_code == 404  # as if it did not exist
     assert http.get(f"{server.url}/v1/status/subscriptions", headers=bearer(team)).json() == {"subscriptions": []}
+
+
+def test_the_listing_s_check_of_many_names_is_the_policy_s_rule() -> None:
+    """``readable`` (the listing's walk, one cheap test per name) equals ``may_read`` (the
+    permission policy's ``Need.covered_by``) for every kind of grant."""
+    names = [f"v1/stream/team-{t}/s{i}" for t in "ab" for i in range(3)]
+    names += [f"shop{b}/s{i}" for b in "xy" for i in range(3)] + ["v1/stream/shopx/s0", "v1/stream/team-a"]
+    grants = [
+        TokenGrant("all", "read"),
+        TokenGrant("prefix", "read", prefixes=("v1/stream/team-a/",)),
+        TokenGrant("bucket", "read", buckets=frozenset({"shopx"})),
+        TokenGrant("both", "write", prefixes=("v1/stream/team-b",), buckets=frozenset({"shopy"})),
+        TokenGrant("bucket-prefix", "read", prefixes=("shopx/s1",)),
+    ]
+    for grant in grants:
+        check = readable(grant)
+        assert [name for name in names if check(name)] == [name for name in names if may_read(grant, name)]
+        assert any(check(name) for name in names) and (grant.unlimited or not all(check(name) for name in names))

@@ -93,9 +93,9 @@ class StatusPage:
             params = dict(request.query_params)
             body: dict[str, Any]
             if view == "overview":
-                body = self.overview(grant)
+                body = await self.overview(grant)
             elif view == "streams":
-                body = streams_view.list_streams(engine, grant, params)
+                body = await streams_view.list_streams(engine, grant, params)
             elif view == "stream":
                 body = await streams_view.recent_messages(engine, grant, params.get("name", ""))
             elif view == "subscriptions":
@@ -113,13 +113,13 @@ class StatusPage:
 
     # -- overview ---------------------------------------------------------------------------
 
-    def overview(self, grant: TokenGrant) -> dict[str, Any]:
+    async def overview(self, grant: TokenGrant) -> dict[str, Any]:
         source = self.source
         engine, storage = source.engine, source.storage
         assert engine is not None and storage is not None
-        names = [name for name in engine.stream_names() if streams_view.may_read(grant, name)]
+        streams = await streams_view.count_readable(engine, grant)
         buckets = [bucket for bucket in engine.buckets.by_id if Need("read", "bucket", bucket).covered_by(grant)]
-        body: dict[str, Any] = {"token": grant.name, "whole_server": grant.unlimited, "streams": len(names)}
+        body: dict[str, Any] = {"token": grant.name, "whole_server": grant.unlimited, "streams": streams}
         body["buckets"] = sorted(buckets)
         if not grant.unlimited:
             return body  # the server's own figures are for a token that covers all of it
