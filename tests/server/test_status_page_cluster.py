@@ -20,6 +20,8 @@ from ui_browser import Browser
 
 from durable_streams_server.http.shard_guard import shard_of_path
 
+pytestmark = pytest.mark.slow  # (as the other cluster tests: node, shard servers and a browser)
+
 LIVE_BOUND_S = 2.0
 LOAD_S = 30.0
 
