@@ -36,6 +36,8 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Inp
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType, TimestampType
 
 from ._connect import connect
+from ._source.consumer_progress import record_progress
+from ._source.deletions import judge
 from ._source.direct_plans import DirectRange
 from ._source.direct_reads import read_direct
 from ._source.driver_streams import DriverStreams
@@ -178,6 +180,8 @@ class DurableStreamsStreamReader(_Reader, DataSourceStreamReader, SupportsTrigge
         self._target: dict[str, str] | None = None
         self._last: SparkOffset | None = None
         self._deleted_logged: set[str] = set()
+        self._recorded: SparkOffset | None = None
+        """The last end recorded as option ``consumer``'s position."""
         self._turn = 0
         self._idle = False
 
@@ -209,8 +213,12 @@ class DurableStreamsStreamReader(_Reader, DataSourceStreamReader, SupportsTrigge
         ``pollIntervalMs``, since Spark asks every few milliseconds then.
 
         A stream deleted, or deleted and created again, since ``start`` is data loss (see
-        ``_source.incarnations``): with ``failOnDataLoss=false`` a deleted stream keeps its offset (it
-        yields nothing) and a new incarnation is read from its beginning."""
+        ``_source.incarnations``) unless the server's tombstone shows the query had read all of it
+        (``_source.deletions``: a deleted stream then leaves the query, a new incarnation is read
+        from its beginning, both logged): with ``failOnDataLoss=false`` a deleted stream keeps its
+        offset (it yields nothing) and a new incarnation is read from its beginning."""
+        if start is not None:
+            self._record(start)  # the batch ending at ``start`` is committed (``_source.consumer_progress``)
         if start is None:  # pyspark < 4.2 calls latestOffset() without arguments
             start = self._last if self._last is not None else self.initialOffset()
         offsets, known = decode(start)
@@ -226,15 +234,26 @@ class DurableStreamsStreamReader(_Reader, DataSourceStreamReader, SupportsTrigge
             current = streams.incarnations.get(key)
             reason = new_incarnation(first, known.get(key), tail, current) if key in offsets else None
             if reason is not None:
-                self._data_loss(recreated_message(key, first, known.get(key), current, reason))
+                verdict = judge(streams, key, first, known.get(key))
+                if verdict.read_all:
+                    log.info("durable_streams: stream %s was created again after this query read all of it", key)
+                else:
+                    reason = f"{reason}; {verdict.cause}" if verdict.cause else reason
+                    self._data_loss(recreated_message(key, first, known.get(key), current, reason))
             end[key] = tail if reason is not None else max(first, tail)
             self._deleted_logged.discard(key)
             incarnations.pop(key, None)
             if current is not None:
                 incarnations[key] = current
         for key in sorted(set(offsets) - set(tails)):
-            if key in streams.missing or streams.bucket is not None:
-                cause = str(streams.missing.get(key) or "it is no longer in the bucket's listing")
+            if (key in streams.missing or streams.bucket is not None) and key not in self._deleted_logged:
+                verdict = judge(streams, key, offsets[key], known.get(key))
+                if verdict.read_all:  # a routine deletion: the stream leaves the query
+                    log.info("durable_streams: stream %s was deleted after this query read all of it", key)
+                    del end[key]
+                    incarnations.pop(key, None)
+                    continue
+                cause = verdict.cause or str(streams.missing.get(key) or "it is no longer in the bucket's listing")
                 self._data_loss(deleted_message(key, offsets[key], known.get(key), cause), once=key)
         begin = {key: range_start(key, (offsets, known), (end, incarnations)) for key in end}
         if incarnations == known and self._held(begin, end, limit):
@@ -306,7 +325,15 @@ class DurableStreamsStreamReader(_Reader, DataSourceStreamReader, SupportsTrigge
         return self.streams.plan({key: range_start(key, first, last) for key in last[0]}, last[0])
 
     def commit(self, end: SparkOffset) -> None:
-        """Nothing to do: the server keeps no consumer state (and AvailableNow skips the last commit)."""
+        """Spark calls this once the batch ending at ``end`` is committed (never for a failed batch;
+        AvailableNow skips the last one): with option ``consumer`` the server records it as that
+        consumer's position (``_source.consumer_progress``); else there is nothing to do."""
+        self._record(end)
+
+    def _record(self, end: SparkOffset) -> None:
+        if self._options.consumer is not None and end != self._recorded:
+            record_progress(self.streams, self._options.consumer, end)
+            self._recorded = end
 
     def stop(self) -> None:
         if self._driver is not None:

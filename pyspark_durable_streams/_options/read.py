@@ -33,6 +33,19 @@ from .common import (
     verbatim,
 )
 
+_CONSUMER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._~:@-]{0,199}")
+
+
+def consumer_name(raw: str, name: str) -> str:
+    """A named consumer, as the server accepts it (``protocol/consumers.py``)."""
+    if not _CONSUMER.fullmatch(raw):
+        raise OptionError(
+            f"option '{name}' must be 1 to 200 characters of A-Z a-z 0-9 . _ ~ : @ -, starting with a letter "
+            f"or digit, got {raw!r}"
+        )
+    return raw
+
+
 VALUE_TYPES = ("binary", "string", "json")
 STARTING = Option[Offsets]("startingOffsets", offsets("earliest", "latest"), ("earliest", ()))
 ENDING = Option[Offsets]("endingOffsets", offsets("latest"), ("latest", ()))
@@ -65,6 +78,7 @@ READ: tuple[Option[Any], ...] = (
     Option("minPartitions", positive_int, None, "min_partitions"),
     Option("messagesPerPartition", positive_int, 100_000, "messages_per_partition"),
     Option("pollIntervalMs", positive_int, 250, "poll_interval_ms"),
+    Option("consumer", consumer_name, None, "consumer"),
     Option("historyReads", one_of("auto", "delta", "http"), "auto", "history_reads"),
     Option("localFiles", boolean, True, "local_files"),
     FREEZE_WORKER_GC,
@@ -114,6 +128,8 @@ class ReadOptions:
     ``delta``: fail where it does not, ``http``: always over HTTP."""
     local_files: bool = _READ_DEFAULTS["local_files"]
     """Direct reads open the server's local data files where an executor sees them."""
+    consumer: str | None = None
+    """Record each committed batch's end on the server as this named consumer (``_source.consumer_progress``)."""
     freeze_worker_gc: bool = FREEZE_WORKER_GC.default
     connection: ConnectionOptions = field(default_factory=ConnectionOptions)
 

@@ -1,0 +1,54 @@
+"""Was anything lost when a stream the query reads was deleted (or deleted and created again)?
+
+A routine deletion of a stream the query had read to its end loses nothing: in a bucket of
+short-lived streams (one per session, deleted when done) it happens all the time, and failing
+the query for it would push users to ``failOnDataLoss=false``, which also hides real loss.
+The server keeps a deleted stream's end (its tombstone: incarnation and final offset,
+``Consumers.tombstone``) for a retention period, so the source asks: the tombstone of the
+incarnation the query was reading, with a final offset at or before the offset read, means
+nothing was missed. Anything else is data loss as before, with the count of messages missed
+where the tombstone tells it. Without a tombstone (another server, past the retention, a
+path whose incarnation was never known to differ) the deletion is loss: the safe side.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..client import Consumers, DurableStreamsError
+from .consumer_progress import locate
+from .driver_streams import DriverStreams
+from .offsets import SEQ_OFFSET, is_seq_offset, pending_messages
+
+
+@dataclass(frozen=True)
+class Verdict:
+    read_all: bool
+    """The deleted incarnation ended at or before the offset read: nothing was missed."""
+    cause: str | None = None
+    """What was missed, where the tombstone tells (for the data-loss message)."""
+
+
+def judge(streams: DriverStreams, key: str, offset: str, known: str | None) -> Verdict:
+    """What the server's tombstone of ``key`` says of a query that read it up to ``offset``
+    (of incarnation ``known``, if known)."""
+    located = locate(streams, key)
+    if located is None or not is_seq_offset(offset):
+        return Verdict(False)
+    root, path = located
+    try:
+        tombstone = Consumers(streams.client.transport, root).tombstone(path)
+    except DurableStreamsError:
+        return Verdict(False)  # cannot tell: loss, as without tombstones
+    if tombstone is None or SEQ_OFFSET.match(tombstone.final_offset) is None:
+        return Verdict(False)
+    if known is not None and tombstone.incarnation != known:
+        return Verdict(False, f"the server's record of its end is of another incarnation ({tombstone.incarnation})")
+    missed = pending_messages(offset, tombstone.final_offset)
+    if missed <= 0:
+        return Verdict(True)
+    return Verdict(
+        False,
+        f"it was deleted with {missed} message(s) this query had not read (offsets {offset} to "
+        f"{tombstone.final_offset}, incarnation {tombstone.incarnation})",
+    )
