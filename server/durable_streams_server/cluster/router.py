@@ -120,10 +120,14 @@ class ClusterRouter:
                     f"the fork's source lives in shard {source_shard}, the fork would live in shard {shard}: "
                     "a fork must share its source's shard key (first path segment, or bucket)",
                 )
+        return self._to_shard(scope, shard)
+
+    def _to_shard(self, scope: Scope, shard: int) -> tuple[int, dict[str, str], object]:
+        """The 307 to the same URL at ``shard``'s server, or 503 while it has none."""
         route = self.supervisor.routes[shard]
         if route.state != "serving" or route.url is None:
             return _unavailable(f"shard {shard} is moving or starting")
-        raw: bytes = scope.get("raw_path") or path.encode()
+        raw: bytes = scope.get("raw_path") or route_path(scope).encode()
         query: bytes = scope.get("query_string", b"")
         location = route.url + raw.decode("latin-1") + ("?" + query.decode("latin-1") if query else "")
         return 307, {"Location": location}, {"error": {"code": "MOVED", "message": f"served at {location}"}}
@@ -134,13 +138,7 @@ class ClusterRouter:
         chosen = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("shard", ["0"])[-1]
         if not chosen.isascii() or not chosen.isdigit() or int(chosen) >= shards:
             return _error(400, "INVALID_SHARD", f"shard must be an integer from 0 to {shards - 1}")
-        route = self.supervisor.routes[int(chosen)]
-        if route.state != "serving" or route.url is None:
-            return _unavailable(f"shard {chosen} is moving or starting")
-        raw: bytes = scope.get("raw_path") or route_path(scope).encode()
-        query: bytes = scope.get("query_string", b"")
-        location = route.url + raw.decode("latin-1") + ("?" + query.decode("latin-1") if query else "")
-        return 307, {"Location": location}, {"error": {"code": "MOVED", "message": f"served at {location}"}}
+        return self._to_shard(scope, int(chosen))
 
     def describe(self) -> dict[str, object]:
         supervisor = self.supervisor
