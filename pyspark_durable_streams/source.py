@@ -61,6 +61,7 @@ from ._source.offsets import (
     starts_inside,
 )
 from ._source.pacing import Pacing
+from ._source.schema_record import SCHEMA_KEY, check_schema, schema_record
 from ._source.task_reader import DataLossError, StreamRange, read_range
 from ._worker_gc import freeze_worker_imports
 from .client import TransportError
@@ -178,6 +179,7 @@ class DurableStreamsStreamReader(_Reader, DataSourceStreamReader, SupportsTrigge
         minimum = options.min_messages_per_trigger
         self._pacing = Pacing(minimum, options.max_trigger_delay_s) if minimum is not None else None
         self._target: dict[str, str] | None = None
+        self._schema_checked = False
         self._last: SparkOffset | None = None
         self._deleted_logged: set[str] = set()
         self._recorded: SparkOffset | None = None
@@ -187,7 +189,17 @@ class DurableStreamsStreamReader(_Reader, DataSourceStreamReader, SupportsTrigge
 
     def initialOffset(self) -> SparkOffset:
         tails = self.streams.require()
-        return encode(self.streams.starting_offsets(tails), self.streams.incarnations)
+        return self._encode(self.streams.starting_offsets(tails), self.streams.incarnations)
+
+    def _encode(self, offsets: Mapping[str, str], incarnations: Mapping[str, str]) -> SparkOffset:
+        """``encode`` with the query's schema recorded (``_source.schema_record``)."""
+        return {SCHEMA_KEY: schema_record(self._schema), **encode(offsets, incarnations)}
+
+    def _check_schema(self, offset: SparkOffset) -> None:
+        """A restart with a schema the checkpoint's batches cannot continue fails here, once."""
+        if not self._schema_checked:
+            check_schema(offset.get(SCHEMA_KEY), self._schema)
+            self._schema_checked = True
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self.streams.tails()
@@ -205,7 +217,7 @@ class DurableStreamsStreamReader(_Reader, DataSourceStreamReader, SupportsTrigge
 
     def reportLatestOffset(self) -> SparkOffset | None:
         tails = self.streams.cached_tails()
-        return encode(tails, self.streams.incarnations) if tails else None
+        return self._encode(tails, self.streams.incarnations) if tails else None
 
     def latestOffset(self, start: SparkOffset | None = None, limit: ReadLimit | None = None) -> SparkOffset:
         """The end of the next batch. After a batch with data the tails are looked up afresh (the
@@ -221,6 +233,7 @@ class DurableStreamsStreamReader(_Reader, DataSourceStreamReader, SupportsTrigge
             self._record(start)  # the batch ending at ``start`` is committed (``_source.consumer_progress``)
         if start is None:  # pyspark < 4.2 calls latestOffset() without arguments
             start = self._last if self._last is not None else self.initialOffset()
+        self._check_schema(start)
         offsets, known = decode(start)
         streams = self.streams
         tails = streams.tails(self._options.poll_interval_ms / 1000 if self._idle else 0.0)
@@ -261,7 +274,7 @@ class DurableStreamsStreamReader(_Reader, DataSourceStreamReader, SupportsTrigge
         else:
             end = self._admit(begin, end, limit)
         self._idle = end == offsets and incarnations == known
-        self._last = encode(end, incarnations)
+        self._last = self._encode(end, incarnations)
         return self._last
 
     def _data_loss(self, message: str, once: str | None = None) -> None:
@@ -321,6 +334,7 @@ class DurableStreamsStreamReader(_Reader, DataSourceStreamReader, SupportsTrigge
         return end
 
     def partitions(self, start: SparkOffset, end: SparkOffset) -> Sequence[InputPartition]:
+        self._check_schema(start)  # (a restart may replay its last batch without asking for offsets)
         first, last = decode(start), decode(end)
         return self.streams.plan({key: range_start(key, first, last) for key in last[0]}, last[0])
 

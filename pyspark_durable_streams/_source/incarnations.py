@@ -23,16 +23,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from .offsets import EARLIEST
+from .schema_record import SCHEMA_KEY
 
 SparkOffset = dict[str, Any]
 """A Spark offset of the source as JSON: stream key → offset string or ``{"offset", "incarnation"}``."""
 
 
 def decode(spark: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
-    """(protocol offsets, known incarnations) of a Spark offset, in either per-stream form."""
+    """(protocol offsets, known incarnations) of a Spark offset, in either per-stream form (the
+    schema record, ``schema_record``, is not a stream's)."""
     offsets: dict[str, str] = {}
     incarnations: dict[str, str] = {}
     for key, value in spark.items():
+        if key == SCHEMA_KEY:
+            continue
         if isinstance(value, str):
             offsets[key] = value
         elif isinstance(value, Mapping) and isinstance(value.get("offset"), str):
