@@ -2,13 +2,14 @@
 
 How the outage is made: the server talks to moto's S3 server through a loopback TCP relay
 (``S3Endpoint``), and the outage closes the relay's listening socket (new connections are
-refused) and resets every open connection, for several seconds, then listens again on
-the same port. That is exactly what an S3 endpoint that is down looks like from the
-server. Killing the moto process itself would not be an outage but data loss: moto's
-server mode keeps buckets and objects in memory, so a restarted moto would come back
-without the objects it had acknowledged, which no real S3 does. The relay can also stop
-forwarding without closing anything (``freeze``): an endpoint that accepts connections
-and requests but does not answer, the other way an object store goes away.
+refused) and resets every open connection, until the server has reported the outage and
+refused writers meanwhile, then listens again on the same port. That is exactly what an S3
+endpoint that is down looks like from the server. Killing the moto process itself would
+not be an outage but data loss: moto's server mode keeps buckets and objects in memory, so
+a restarted moto would come back without the objects it had acknowledged, which no real S3
+does. The relay can also stop forwarding without closing anything (``freeze``): an
+endpoint that accepts connections and requests but does not answer, the other way an
+object store goes away.
 
 Both durability modes run the same scenario and must end with every acknowledged append
 in the Delta table (read with ``deltalake`` directly), exactly once and in order, without
@@ -40,7 +41,6 @@ from deltalake import DeltaTable
 from outage_relay import S3Endpoint
 from servers import MotoServer, ServerProcess, session, wait_for
 
-OUTAGE_S = 5.0
 MAX_WAL_BYTES = 256 * 1024
 MESSAGE_BYTES = 2048
 
@@ -182,6 +182,17 @@ def _wal_bytes(server: ServerProcess) -> int:
     return sum(path.stat().st_size for path in (server.data_dir / "wal").glob("*.wal"))
 
 
+def _degraded(server: ServerProcess) -> bool:
+    """Whether the server reports its storage unable to make progress (a commit failed)."""
+    metrics = session().get(f"{server.url}/metrics", timeout=30).text
+    return "durable_streams_storage_degraded 1.0" in metrics
+
+
+def _answered_again(writers: list[Writer], since: list[int], times: int) -> bool:
+    """Whether every writer got ``times`` more answers since it had ``since``."""
+    return all(len(w.answers) >= start + times for w, start in zip(writers, since, strict=True))
+
+
 def _create(server: ServerProcess, name: str) -> str:
     url = server.stream_url(name)
     assert session().put(url, headers={"Content-Type": "text/plain"}, timeout=30).status_code == 201
@@ -206,7 +217,10 @@ def test_wal_mode_keeps_acknowledging_until_the_cap_and_flushes_after_the_outage
         s3.down()
         wait_for(lambda: writer.refused("WAL_FULL"), timeout_s=60)
         wal_at_refusal.append(_wal_bytes(server))
-        time.sleep(OUTAGE_S)
+        # The outage lasts until the server has reported it and refused the writer again:
+        # the acknowledged records wait in the WAL while Delta cannot be written.
+        refusals = len(writer.refused("WAL_FULL"))
+        wait_for(lambda: _degraded(server) and len(writer.refused("WAL_FULL")) >= refusals + 3, timeout_s=120)
         during = _read_stream(url)
         outage.phase = "after"
         s3.up()
@@ -276,7 +290,10 @@ def test_delta_mode_answers_503_during_the_outage_and_producers_get_exactly_once
         # in-doubt records that are applied in memory but not in Delta.
         visible = {url: _read_stream(url) for url in (produced_url, plain_url)}
         acknowledged_during = {w.producer: w.acknowledged() for w in writers}
-        time.sleep(OUTAGE_S)
+        # The outage lasts until the server reports it and every writer has asked five more
+        # times: none of those requests is acknowledged while nothing can commit.
+        since = [len(w.answers) for w in writers]
+        wait_for(lambda: _degraded(server) and _answered_again(writers, since, 5), timeout_s=120)
         assert {w.producer: w.acknowledged() for w in writers} == acknowledged_during
         outage.phase = "after"
         come_back()
