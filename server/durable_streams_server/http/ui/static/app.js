@@ -1,5 +1,5 @@
-// The status page: polls the server's /v1/status/... JSON (paths relative to this page, so a
-// server mounted under a prefix works) and follows a stream live through its own SSE URL.
+// The status page: polls the server's /v1/status/... JSON (at paths relative to this page, the
+// server's root being "..") and follows a stream live through its own SSE URL.
 // Data is only ever put in the page as text (textContent), never as markup.
 "use strict";
 
