@@ -76,12 +76,18 @@ def test_the_consumers_lag_is_what_the_query_has_not_read(
     checkpoint, sink = tmp_path / "cp", tmp_path / "sink"
     sink.mkdir()
     options = {"url": url, "consumer": CONSUMER, "maxMessagesPerTrigger": "4", "pollIntervalMs": "100"}
-    query = _start(read_stream(spark, **options), checkpoint, sink)
-    try:
-        query.processAllAvailable()
-        wait_for(lambda: _lag(http, server, "v1/stream/lagged") == (_offset(10), 0, 0), timeout_s=60)
-    finally:
-        query.stop()
+
+    def caught_up(tail: int) -> None:
+        """A run of the query to the stream's end: then the consumer's lag is 0."""
+        query = _start(read_stream(spark, **options), checkpoint, sink)
+        try:
+            query.processAllAvailable()
+            wait_for(lambda: _lag(http, server, "v1/stream/lagged") == (_offset(tail), 0, 0), timeout_s=60)
+        finally:
+            query.stop()
+        assert query.exception() is None
+
+    caught_up(10)
 
     # The query is down: 5 more messages are what it has not read.
     _append(stream, 10, 5)
@@ -94,13 +100,7 @@ def test_the_consumers_lag_is_what_the_query_has_not_read(
     assert _lag(http, server, "v1/stream/lagged") == (_offset(10), 5, 20)
 
     # Running again, it catches up: 0.
-    query = _start(read_stream(spark, **options), checkpoint, sink)
-    try:
-        query.processAllAvailable()
-        wait_for(lambda: _lag(http, server, "v1/stream/lagged") == (_offset(15), 0, 0), timeout_s=60)
-    finally:
-        query.stop()
-    assert query.exception() is None
+    caught_up(15)
 
 
 def test_a_bad_consumer_name_fails_at_load(spark: SparkSession, server: ServerProcess) -> None:

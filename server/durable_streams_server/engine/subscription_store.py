@@ -44,6 +44,7 @@ from ..storage.records import (
 )
 from ..storage.view import StreamState
 from .ports import StoragePort
+from .reserved_records import ReservedRecords
 from .signing import KeyRing
 from .subscription_state import Subscription
 
@@ -98,6 +99,7 @@ class SubscriptionStore:
         self._apply = apply
         """The transition (``LiveState.apply``), applied to every record right after submitting it."""
         self._clock = clock
+        self._records = ReservedRecords(storage, apply, clock)
         self.keys_lsn = 0
         """The LSN of the signing keys' record (0: they were durable before this start)."""
 
@@ -107,10 +109,7 @@ class SubscriptionStore:
 
     def submit(self, sub: Subscription) -> int:
         """Queue ``sub``'s current state (or its deletion) as a record; its LSN."""
-        state = None if sub.deleted else sub.to_json()
-        header = SubscriptionHeader(name=reserved_name(sub), state=state, ts=self._clock())
-        record = self.storage.submit(sub.uid or self.storage.next_lsn, header)
-        self._apply(record)
+        record = self._records.submit(sub.uid or None, reserved_name(sub), None if sub.deleted else sub.to_json())
         sub.uid, sub.last_lsn = record.uid, record.lsn
         return record.lsn
 

@@ -8,24 +8,15 @@ the engine (``engine/consumers.py``) checks offsets against the streams.
 
 from __future__ import annotations
 
-import re
-
 from .errors import BadRequest
 from .offsets import Offset, parse_offset
-from .subscriptions import validate_path
+from .subscriptions import validate_control_name, validate_path
 
-_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._~:@-]{0,199}")
 MAX_STREAMS_PER_REQUEST = 10_000
 
 
 def validate_consumer_name(name: str) -> str:
-    if not _NAME_RE.fullmatch(name):
-        raise BadRequest(
-            f"invalid consumer name {name!r}: 1 to 200 characters of A-Z a-z 0-9 . _ ~ : @ -, "
-            "starting with a letter or digit",
-            code="INVALID_CONSUMER",
-        )
-    return name
+    return validate_control_name(name, "consumer name", "INVALID_CONSUMER")
 
 
 def parse_progress(body: object, bucketed: bool) -> dict[str, Offset]:

@@ -54,13 +54,17 @@ def is_reserved(root_relative: str) -> bool:
 
 
 def validate_subscription_id(subscription_id: str) -> str:
-    if not _ID_RE.fullmatch(subscription_id):
+    return validate_control_name(subscription_id, "subscription id", "INVALID_SUBSCRIPTION_ID")
+
+
+def validate_control_name(name: str, what: str, code: str) -> str:
+    """A client-chosen name in the ``__ds`` namespace (a subscription id, a consumer's name)."""
+    if not _ID_RE.fullmatch(name):
         raise BadRequest(
-            f"invalid subscription id {subscription_id!r}: 1 to 200 characters of A-Z a-z 0-9 . _ ~ : @ -, "
-            "starting with a letter or digit",
-            code="INVALID_SUBSCRIPTION_ID",
+            f"invalid {what} {name!r}: 1 to 200 characters of A-Z a-z 0-9 . _ ~ : @ -, starting with a letter or digit",
+            code=code,
         )
-    return subscription_id
+    return name
 
 
 def validate_path(path: object, bucketed: bool, field: str = "streams") -> str:
