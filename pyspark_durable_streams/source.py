@@ -62,6 +62,7 @@ from ._source.offsets import (
 )
 from ._source.pacing import Pacing
 from ._source.schema_record import SCHEMA_KEY, check_schema, schema_record
+from ._source.snapshot_start import SnapshotRow, marked, read_snapshot, snapshot_rows
 from ._source.task_reader import DataLossError, StreamRange, read_range
 from ._worker_gc import freeze_worker_imports
 from .client import TransportError
@@ -153,6 +154,8 @@ class _Reader:
             freeze_worker_imports()
         if isinstance(partition, DirectRange):
             return read_direct(self._options, self._schema, partition)
+        if isinstance(partition, SnapshotRow):
+            return read_snapshot(self._options, self._schema, partition)
         assert isinstance(partition, StreamRange)
         return read_range(self._options, self._schema, partition)
 
@@ -165,7 +168,8 @@ class DurableStreamsReader(_Reader, DataSourceReader):
         tails = streams.require()
         start = streams.starting_offsets(tails)
         end = streams.ending_offsets(tails)
-        planned = streams.plan(start, end)
+        snapshots = snapshot_rows(marked(start, start, streams.snapshots), streams.url)
+        planned = [*snapshots, *streams.plan(start, end)]
         return planned or [StreamRange("", "", EARLIEST, EARLIEST, "plain")]
 
 
@@ -189,7 +193,8 @@ class DurableStreamsStreamReader(_Reader, DataSourceStreamReader, SupportsTrigge
 
     def initialOffset(self) -> SparkOffset:
         tails = self.streams.require()
-        return self._encode(self.streams.starting_offsets(tails), self.streams.incarnations)
+        start = self.streams.starting_offsets(tails)
+        return marked(self._encode(start, self.streams.incarnations), start, self.streams.snapshots)
 
     def _encode(self, offsets: Mapping[str, str], incarnations: Mapping[str, str]) -> SparkOffset:
         """``encode`` with the query's schema recorded (``_source.schema_record``)."""
@@ -336,7 +341,8 @@ class DurableStreamsStreamReader(_Reader, DataSourceStreamReader, SupportsTrigge
     def partitions(self, start: SparkOffset, end: SparkOffset) -> Sequence[InputPartition]:
         self._check_schema(start)  # (a restart may replay its last batch without asking for offsets)
         first, last = decode(start), decode(end)
-        return self.streams.plan({key: range_start(key, first, last) for key in last[0]}, last[0])
+        planned = self.streams.plan({key: range_start(key, first, last) for key in last[0]}, last[0])
+        return [*snapshot_rows(start, self.streams.url), *planned]
 
     def commit(self, end: SparkOffset) -> None:
         """Spark calls this once the batch ending at ``end`` is committed (never for a failed batch;

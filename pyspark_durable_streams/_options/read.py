@@ -47,7 +47,7 @@ def consumer_name(raw: str, name: str) -> str:
 
 
 VALUE_TYPES = ("binary", "string", "json")
-STARTING = Option[Offsets]("startingOffsets", offsets("earliest", "latest"), ("earliest", ()))
+STARTING = Option[Offsets]("startingOffsets", offsets("earliest", "latest", "snapshot"), ("earliest", ()))
 ENDING = Option[Offsets]("endingOffsets", offsets("latest"), ("latest", ()))
 STARTING_TIMESTAMP = Option[int | None]("startingTimestamp", millis, None, "starting_timestamp")
 ENDING_TIMESTAMP = Option[int | None]("endingTimestamp", millis, None, "ending_timestamp")

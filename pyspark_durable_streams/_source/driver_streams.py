@@ -14,6 +14,7 @@ from ..client import Bucket, Client, Gone, NotFound, ReadFraming, Stream, Transp
 from ..options import LATEST, ReadOptions
 from .direct_plans import DirectRange, PlansUnavailable, plan_stream
 from .offsets import EARLIEST, SEQ_OFFSET, is_seq_offset, pending_messages, sorted_offsets, split_range
+from .snapshot_start import snapshot_start
 from .task_reader import StreamRange
 from .time_offsets import offset_at, starting_time
 
@@ -34,6 +35,8 @@ class DriverStreams:
         self.incarnations: dict[str, str] = {}
         self.missing: dict[str, NotFound] = {}
         self._framings: dict[str, ReadFraming] = {}
+        self.snapshots: dict[str, str] = {}
+        """``startingOffsets=snapshot``: the streams that start at a snapshot, and its offset."""
 
     def url(self, key: str) -> str:
         return self.bucket.stream(key).url if self.bucket is not None else key
@@ -108,6 +111,11 @@ class DriverStreams:
         for key, tail in tails.items():
             word = options.starting if options.starting != "json" else chosen.get(key, EARLIEST)
             offset = {"earliest": EARLIEST, "latest": tail, LATEST: tail}.get(word, word)
+            if word == "snapshot":
+                found = snapshot_start(self.stream(key))
+                offset = found if found is not None else EARLIEST
+                if found is not None:
+                    self.snapshots[key] = found
             timed = starting_time(options, key)
             if timed is not None:
                 offset = offset_at(self.stream(key), key, *timed, strategy=options.timestamp_strategy)

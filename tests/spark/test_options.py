@@ -47,6 +47,7 @@ def test_the_names_each_direction_accepts() -> None:
         "startingoffsetsbytimestampstrategy",
         "minmessagespertrigger",
         "maxtriggerdelay",
+        "consumer",
     }
     assert set(WRITE_OPTIONS) == {
         "url",
@@ -147,7 +148,7 @@ def test_read_defaults_and_values() -> None:
         ({"server": "h", "bucket": "orders"}, "option 'server' must be a base URL like http://host:4437, got 'h'"),
         ({"server": "http://h", "bucket": "A!"}, "option 'bucket' must match ^[a-z0-9_-]{4,64}$, got 'A!'"),
         ({"url": URL, "prefix": "p"}, "option 'prefix' needs 'server' + 'bucket'"),
-        ({"url": URL, "startingOffsets": "soon"}, "option 'startingOffsets' must be earliest or latest or a JSON"),
+        ({"url": URL, "startingOffsets": "soon"}, "option 'startingOffsets' must be earliest or latest or snapshot or"),
         ({"url": URL, "startingOffsets": "[]"}, "option 'startingOffsets' must be a non-empty JSON object"),
         ({"url": URL, "endingOffsets": "earliest"}, "option 'endingOffsets' must be latest or a JSON object"),
         ({"url": URL, "endingOffsets": '{"' + URL + '": -1}'}, "option 'endingOffsets' cannot use 'earliest' / -1"),
