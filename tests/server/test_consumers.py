@@ -4,13 +4,21 @@ to what a token may read."""
 
 from __future__ import annotations
 
+import asyncio
 import re
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import requests
+from local_engine import open_local
 from security_support import bearer, new_token, write_tokens
 from servers import ServerProcess
+
+from durable_streams_server.engine.engine import EngineConfig
+from durable_streams_server.engine.types import AppendRequest, CreateRequest
+from durable_streams_server.http.consumers import consumer_lag_metrics
+from durable_streams_server.protocol.offsets import Offset
 
 TEXT = {"Content-Type": "text/plain"}
 
@@ -139,3 +147,32 @@ def test_consumer_lag_is_cut_to_what_the_token_may_read(
     assert set(_lags(http, server, headers=bearer(tokens["bucket_reader"]))) == {("reader", "lag-a/s")}
     assert set(_lags(http, server, headers=bearer(tokens["other_reader"]))) == {("reader", "lag-b/s")}
     assert set(_lags(http, server, headers=admin)) == {("reader", "lag-a/s"), ("reader", "lag-b/s")}
+
+
+def test_lag_of_a_position_the_memory_tail_no_longer_holds(tmp_path: Path) -> None:
+    """Recorded where the stream's messages after it are only in Delta, a position's byte count
+    and read time are unknown: the lag in bytes is the lag in messages times the mean message
+    size, the lag in seconds unknown (``None``; no gauge)."""
+
+    async def scenario() -> None:
+        storage, engine = await open_local(tmp_path, engine_config=EngineConfig(tail_cache_bytes=0))
+        try:
+            name = "v1/stream/evicted"
+            await engine.create(CreateRequest(name, "text/plain", None, None, None, False, b""))
+            for size in (10, 20, 30, 40):
+                await engine.append(name, AppendRequest(b"x" * size, None, None, None, False))
+            stream = engine.streams[name]
+            deadline = time.monotonic() + 30
+            while stream.mem_base < stream.tail:  # flushed, and let go (no flushed bytes are kept)
+                assert time.monotonic() < deadline, "the memory tail kept its messages"
+                await asyncio.sleep(0.02)
+            await engine.consumers.record("v1/stream/", "cold", {"evicted": Offset(1)})
+            (lag,) = engine.consumers.lags()
+            assert (lag.messages, lag.bytes, lag.seconds) == (3, 3 * 100 // 4, None)
+            exported = {metric.name: metric.samples for metric in consumer_lag_metrics(engine.consumers)}
+            assert [sample.value for sample in exported["durable_streams_consumer_lag_messages"]] == [3]
+            assert exported["durable_streams_consumer_lag_seconds"] == []
+        finally:
+            await storage.close()
+
+    asyncio.run(scenario())

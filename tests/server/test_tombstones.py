@@ -123,3 +123,21 @@ def test_at_most_max_tombstones_are_kept_oldest_first(tmp_path: Path) -> None:
             await storage.close()
 
     asyncio.run(scenario())
+
+
+def test_expired_and_soft_deleted_streams_leave_tombstones(server: ServerProcess, http: requests.Session) -> None:
+    ttl = server.stream_url("expiring")
+    assert http.put(ttl, headers={**TEXT, "Stream-TTL": "1"}).status_code == 201
+    assert http.post(ttl, data=b"once", headers=TEXT).status_code == 204
+    wait_for(lambda: http.head(ttl).status_code == 404, timeout_s=30)  # expired (looked at on access)
+    assert _tombstone(http, server, "v1/stream/", "expiring").json()["messages"] == 1
+
+    source, fork = server.stream_url("fork-source"), server.stream_url("fork-child")
+    _stream_with(http, source, 2)
+    assert http.put(fork, headers={**TEXT, "Stream-Forked-From": "/v1/stream/fork-source"}).status_code == 201
+    assert http.post(fork, data=b"own", headers=TEXT).status_code == 204
+    assert http.delete(source).status_code in (200, 204)  # soft-deleted: its forks still read it
+    assert _tombstone(http, server, "v1/stream/", "fork-source").status_code == 404
+    assert http.delete(fork).status_code in (200, 204)  # the last fork: both go
+    assert _tombstone(http, server, "v1/stream/", "fork-child").json()["messages"] == 3
+    assert _tombstone(http, server, "v1/stream/", "fork-source").json()["messages"] == 2
