@@ -18,7 +18,7 @@ from pyspark.sql.types import StructType
 
 from .options import parse_read_options, parse_write_options
 from .sink import DurableStreamsStreamWriter, DurableStreamsWriter
-from .source import DurableStreamsReader, DurableStreamsStreamReader, infer_schema
+from .source import DurableStreamsPushdownReader, DurableStreamsReader, DurableStreamsStreamReader, infer_schema
 
 
 class DurableStreamsDataSource(DataSource):
@@ -33,7 +33,10 @@ class DurableStreamsDataSource(DataSource):
         return infer_schema(parse_read_options(self.options))
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return DurableStreamsReader(parse_read_options(self.options), schema)
+        options = parse_read_options(self.options)
+        if options.filter_pushdown:
+            return DurableStreamsPushdownReader(options, schema)
+        return DurableStreamsReader(options, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return DurableStreamsStreamReader(parse_read_options(self.options), schema)

@@ -28,7 +28,7 @@ snapshot starts at the bootstrap without counting as data loss.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -61,6 +61,7 @@ from ._source.offsets import (
     starts_inside,
 )
 from ._source.pacing import Pacing
+from ._source.pushdown import Bounds, narrowed
 from ._source.schema_record import SCHEMA_KEY, check_schema, schema_record
 from ._source.snapshot_start import SnapshotRow, marked, read_snapshot, snapshot_rows
 from ._source.task_reader import DataLossError, StreamRange, read_range
@@ -70,6 +71,7 @@ from .client.models import is_json, media_type
 from .options import OptionError, ReadOptions
 
 if TYPE_CHECKING:
+    from pyspark.sql.datasource import Filter  # (pyspark >= 4.1)
     from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 else:
     try:  # pyspark >= 4.2: admission control and Trigger.AvailableNow
@@ -81,7 +83,13 @@ else:
             pass
 
 
-__all__ = ["DataLossError", "DurableStreamsReader", "DurableStreamsStreamReader", "infer_schema"]
+__all__ = [
+    "DataLossError",
+    "DurableStreamsPushdownReader",
+    "DurableStreamsReader",
+    "DurableStreamsStreamReader",
+    "infer_schema",
+]
 
 log = logging.getLogger("pyspark_durable_streams.source")
 _EMPTY_STREAM = seq_offset(0)
@@ -137,6 +145,7 @@ class _Reader:
         self._options = options
         self._schema = schema
         self._driver: DriverStreams | None = None
+        self._bounds: Bounds | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -168,9 +177,22 @@ class DurableStreamsReader(_Reader, DataSourceReader):
         tails = streams.require()
         start = streams.starting_offsets(tails)
         end = streams.ending_offsets(tails)
+        if self._bounds is not None:  # (filterPushdown)
+            start, end = narrowed(self._bounds, start, end, streams.offset_at)
         snapshots = snapshot_rows(marked(start, start, streams.snapshots), streams.url)
         planned = [*snapshots, *streams.plan(start, end)]
         return planned or [StreamRange("", "", EARLIEST, EARLIEST, "plain")]
+
+
+class DurableStreamsPushdownReader(DurableStreamsReader):
+    """``spark.read`` with option ``filterPushdown``: filters on ``stream``, ``offset`` and
+    ``timestamp`` narrow the plan (``_source.pushdown``); all are handed back, so Spark applies
+    them to the rows and the result is exact. A reader of its own: PySpark refuses a reader
+    that implements ``pushFilters`` unless ``spark.sql.python.filterPushdown.enabled`` is set."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        self._bounds = Bounds.of(filters)
+        return filters
 
 
 class DurableStreamsStreamReader(_Reader, DataSourceStreamReader, SupportsTriggerAvailableNow):

@@ -81,6 +81,7 @@ READ: tuple[Option[Any], ...] = (
     Option("consumer", consumer_name, None, "consumer"),
     Option("historyReads", one_of("auto", "delta", "http"), "auto", "history_reads"),
     Option("localFiles", boolean, True, "local_files"),
+    Option("filterPushdown", boolean, False, "filter_pushdown"),
     FREEZE_WORKER_GC,
 )
 READ_OPTIONS = tuple(option.key for option in READ)
@@ -131,6 +132,8 @@ class ReadOptions:
     consumer: str | None = None
     """Record each committed batch's end on the server as this named consumer (``_source.consumer_progress``)."""
     freeze_worker_gc: bool = FREEZE_WORKER_GC.default
+    filter_pushdown: bool = _READ_DEFAULTS["filter_pushdown"]
+    """Batch reads narrow their plan by filters on ``stream``, ``offset``, ``timestamp`` (``_source.pushdown``)."""
     connection: ConnectionOptions = field(default_factory=ConnectionOptions)
 
     @property

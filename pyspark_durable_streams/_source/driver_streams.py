@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from .._connect import connect
 from ..client import Bucket, Client, Gone, NotFound, ReadFraming, Stream, TransportError
-from ..options import LATEST, ReadOptions
+from ..options import LATEST, OptionError, ReadOptions
 from .direct_plans import DirectRange, PlansUnavailable, plan_stream
 from .offsets import EARLIEST, SEQ_OFFSET, is_seq_offset, pending_messages, sorted_offsets, split_range
 from .snapshot_start import snapshot_start
@@ -134,6 +134,14 @@ class DriverStreams:
             for key in end:
                 end[key] = offset_at(self.stream(key), key, "endingTimestamp", at, strategy="latest")
         return end
+
+    def offset_at(self, key: str, at_ms: int) -> str | None:
+        """For filter pushdown: the first offset appended at or after ``at_ms`` (the tail if none
+        was); ``None`` where the server has no time lookups (then nothing is cut: Spark filters)."""
+        try:
+            return offset_at(self.stream(key), key, "filterPushdown", at_ms, strategy="latest")
+        except OptionError:
+            return None
 
     def plan(self, start: Mapping[str, str], end: Mapping[str, str]) -> list[StreamRange | DirectRange]:
         """Partitions of ``[start, end)``: history from the Delta files where the server plans

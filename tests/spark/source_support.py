@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,17 @@ def server_messages(stream_url: str) -> list[tuple[str, bytes]]:
     with session() as http:
         parts, _ = read_all_parts(http, stream_url, "-1")
     return [(part.header("stream-offset"), part.body) for part in parts]
+
+
+@contextmanager
+def spark_conf(spark: SparkSession, key: str, value: str) -> Iterator[None]:
+    """The session's ``key`` set to ``value`` for the block, then restored."""
+    before = spark.conf.get(key)
+    spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        spark.conf.set(key, before)
 
 
 def read_stream(spark: SparkSession, **options: str) -> DataFrame:

@@ -48,6 +48,7 @@ def test_the_names_each_direction_accepts() -> None:
         "minmessagespertrigger",
         "maxtriggerdelay",
         "consumer",
+        "filterpushdown",
     }
     assert set(WRITE_OPTIONS) == {
         "url",
@@ -195,6 +196,7 @@ def test_read_defaults_and_values() -> None:
             "option 'startingOffsetsByTimestampStrategy' needs 'startingTimestamp'",
         ),
         ({"url": URL, "minMessagesPerTrigger": "0"}, "option 'minMessagesPerTrigger' must be a positive integer"),
+        ({"url": URL, "filterPushdown": "yes"}, "option 'filterPushdown' must be true or false, got 'yes'"),
         ({"url": URL, "maxTriggerDelay": "5s"}, "option 'maxTriggerDelay' needs option 'minMessagesPerTrigger'"),
         (
             {"url": URL, "minMessagesPerTrigger": "5", "maxTriggerDelay": "soon"},

@@ -13,7 +13,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from servers import ServerProcess, wait_for
-from source_support import parquet_rows, read_stream, run_to_parquet, server_messages
+from source_support import parquet_rows, read_stream, run_to_parquet, server_messages, spark_conf
 
 from pyspark_durable_streams.client import Client, Stream
 
@@ -55,11 +55,8 @@ def test_available_now_ignores_the_minimum_and_keeps_the_maximum(
 @pytest.fixture
 def frequent_progress(spark: SparkSession) -> Iterator[None]:
     """Idle queries report progress every 100 ms (default 10 s), so a test sees each poll."""
-    key = "spark.sql.streaming.noDataProgressEventInterval"
-    before = spark.conf.get(key)
-    spark.conf.set(key, "100")
-    yield
-    spark.conf.set(key, before)
+    with spark_conf(spark, "spark.sql.streaming.noDataProgressEventInterval", "100"):
+        yield
 
 
 def _start(spark: SparkSession, stream: Stream, tmp_path: Path, **options: str) -> StreamingQuery:
