@@ -13,8 +13,9 @@ surface for stream URLs), the end offset of every stream that still exists as th
 incarnation read (``PUT {root}__ds/consumers/{name}``; README "Named consumers and
 tombstones"). Streams of other URL shapes (another server's) are left out. Recording is
 reporting, not processing: a failure is logged and the query goes on; the next record
-carries the newer position anyway. Under ``Trigger.AvailableNow`` the query ends without
-planning past its last batch, so that batch's progress shows at the query's next run.
+carries the newer position anyway. ``Trigger.AvailableNow`` skips the last ``commit``, but
+Spark asks for offsets once more after the last batch (to learn nothing is left), so that
+batch's end is recorded too.
 """
 
 from __future__ import annotations

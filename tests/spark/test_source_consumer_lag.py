@@ -14,7 +14,7 @@ import requests
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from servers import ServerProcess, wait_for
-from source_support import read_stream
+from source_support import read_stream, run_to_parquet
 
 from pyspark_durable_streams.client import Client, Stream
 
@@ -106,3 +106,17 @@ def test_the_consumers_lag_is_what_the_query_has_not_read(
 def test_a_bad_consumer_name_fails_at_load(spark: SparkSession, server: ServerProcess) -> None:
     with pytest.raises(Exception, match="option 'consumer' must be 1 to 200 characters"):
         read_stream(spark, url=server.stream_url("x"), consumer="no spaces allowed")
+
+
+def test_an_available_now_run_records_its_last_batch(
+    spark: SparkSession, server: ServerProcess, client: Client, http: requests.Session, tmp_path: Path
+) -> None:
+    """Spark asks for offsets once more after the last batch to learn that nothing is left: the
+    last batch's end is recorded then (``_source.consumer_progress``)."""
+    url = server.stream_url("available-now")
+    stream = client.stream(url)
+    stream.create("text/plain")
+    _append(stream, 0, 7)
+    options = {"url": url, "consumer": CONSUMER, "maxMessagesPerTrigger": "3"}
+    run_to_parquet(read_stream(spark, **options), tmp_path / "out", tmp_path / "cp")
+    assert _lag(http, server, "v1/stream/available-now") == (_offset(7), 0, 0)
