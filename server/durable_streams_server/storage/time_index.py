@@ -11,10 +11,12 @@ it alone:
 3. those row groups are read, in ``seq`` order, until no later file or row group can hold
    a smaller ``seq`` than the one found.
 
-Append times follow sequence order (the server stamps messages as it orders them), so the
-first file and row group the statistics leave hold the answer and the walk reads one row
-group. The answer is exact however the times are ordered (a row group that could hold an
-earlier message is read); only the cost depends on the order.
+Append times follow sequence order (the server stamps messages as it orders them), and
+flushes and compaction write each stream's rows together, ordered by ``seq``: the first file
+and row group the statistics leave then hold the answer, and the walk reads one row group.
+A row group shared by several small streams carries their times together, so it may be read
+without holding the answer. The answer is exact however the times are ordered (a row group
+that could hold an earlier message is read); only the cost depends on the order.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ def first_at(
             break  # (files come by first seq: none after this one holds an earlier message)
         stats = stats_of(path)
         for group in message_row_groups(stats, uid, first, end if best is None else best):
-            if stats.ts_max[group.index] < at_us:
+            if stats.ts_max[group.index] < at_us or (best is not None and group.first_seq >= best):
                 continue
             found = _first_in(read_group(path, group.index), uid, first, end, at_us)
             if found is not None and (best is None or found < best):
