@@ -176,3 +176,42 @@ def test_lag_of_a_position_the_memory_tail_no_longer_holds(tmp_path: Path) -> No
             await storage.close()
 
     asyncio.run(scenario())
+
+
+def test_a_scrape_leaves_sleeping_streams_asleep(tmp_path: Path) -> None:
+    """The lag of a stream that went back to sleep (``engine.idle``) is computed from its kept
+    state: the scrape builds no ``Stream``."""
+
+    class Clock:
+        ms = int(time.time() * 1000)
+
+        def __call__(self) -> int:
+            return self.ms
+
+    async def scenario() -> None:
+        clock = Clock()
+        config = EngineConfig(idle_stream_ms=60_000)
+        storage, engine = await open_local(tmp_path, engine_config=config, clock=clock)
+        try:
+            name = "v1/stream/sleepy"
+            await engine.create(CreateRequest(name, "text/plain", None, None, None, False, b""))
+            for size in (5, 6, 7):
+                await engine.append(name, AppendRequest(b"z" * size, None, None, None, False))
+            await engine.consumers.record("v1/stream/", "nightly", {"sleepy": Offset(1)})
+            stream = engine.streams[name]
+            uid = stream.uid
+            deadline = time.monotonic() + 30
+            while stream.flushed_tail < stream.tail:
+                assert time.monotonic() < deadline, "not flushed"
+                await asyncio.sleep(0.02)
+            del stream
+            engine.idle.step_s = 60.0
+            clock.ms += 60_000
+            assert engine.idle.step() == 1 and engine.live.index.built(uid) is None  # asleep
+            (lag,) = engine.consumers.lags()
+            assert (lag.stream, lag.messages, lag.bytes) == (name, 2, 13)
+            assert engine.live.index.built(uid) is None  # still asleep
+        finally:
+            await storage.close()
+
+    asyncio.run(scenario())

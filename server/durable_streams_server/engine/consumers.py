@@ -38,7 +38,8 @@ from ..protocol.errors import BadRequest, NotFound
 from ..protocol.offsets import Offset, encode_seq
 from .ports import StoragePort
 from .reserved_records import RESERVED_KEY, ReservedRecords, states_of
-from .stream import Stream
+from .stream import Stream, incarnation
+from .stream_index import StreamIndex
 
 KIND = "consumer"
 
@@ -115,8 +116,10 @@ class Lag:
 class Consumers:
     """Every named consumer by (root, name) (see the module doc)."""
 
-    def __init__(self, engine: StreamsView) -> None:
+    def __init__(self, engine: StreamsView, index: StreamIndex) -> None:
         self.engine = engine
+        self.index = index
+        """Where lags look streams up without building them (a scrape wakes no sleeping stream)."""
         self.records: ReservedRecords = engine.reserved
         self.by_key: dict[tuple[str, str], Consumer] = {}
 
@@ -175,13 +178,13 @@ class Consumers:
         return lags
 
     def _lag(self, consumer: Consumer, path: str, position: Position) -> Lag | None:
-        stream = self.engine.streams.get(consumer.root + path)
+        stream = _Tail.of(self.index.look(consumer.root + path))
         if stream is None or stream.soft_deleted or stream.incarnation != position.incarnation:
             return None
-        tail = stream.visible_tail
-        messages = max(0, tail - position.seq)
+        messages = max(0, stream.tail - position.seq)
+        name = consumer.root + path
         if messages == 0:
-            return Lag(consumer.name, stream.name, encode_seq(position.seq), 0, 0, 0.0)
+            return Lag(consumer.name, name, encode_seq(position.seq), 0, 0, 0.0)
         if position.bytes_at is not None:
             size = max(0, stream.bytes_total - position.bytes_at)
         else:
@@ -189,7 +192,35 @@ class Consumers:
         seconds = None
         if position.read_ms is not None:
             seconds = max(0.0, (stream.last_write_ms - position.read_ms) / 1000)
-        return Lag(consumer.name, stream.name, encode_seq(position.seq), messages, size, seconds)
+        return Lag(consumer.name, name, encode_seq(position.seq), messages, size, seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class _Tail:
+    """What a lag needs of a stream: from its ``Stream`` if built, else from its state."""
+
+    incarnation: str
+    tail: int
+    """Visible messages (an unbuilt stream's are all durable)."""
+    bytes_total: int
+    last_write_ms: int
+    soft_deleted: bool
+
+    @classmethod
+    def of(cls, found: Stream | Mapping[str, Any] | None) -> _Tail | None:
+        if found is None:
+            return None
+        if isinstance(found, Stream):
+            return cls(
+                found.incarnation, found.visible_tail, found.bytes_total, found.last_write_ms, found.soft_deleted
+            )
+        return cls(
+            incarnation(found["uid"], found["created_ms"]),
+            found["tail"],
+            found.get("bytes_total", 0),
+            found.get("last_write_ms", 0),
+            found.get("soft_deleted", False),
+        )
 
 
 def _order(consumer: Consumer) -> tuple[str, str]:

@@ -107,7 +107,7 @@ class Engine:
         self.tombstones = Tombstones(
             self.reserved, clock, self.config.tombstone_retention_ms, self.config.max_tombstones
         )
-        self.consumers = Consumers(self)
+        self.consumers = Consumers(self, self.live.index)
         storage.attach(self)
 
     @property

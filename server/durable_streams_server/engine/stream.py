@@ -25,6 +25,12 @@ from .memory_tail import MemoryTail
 log = logging.getLogger("durable_streams_server.engine")
 
 
+def incarnation(uid: int, created_ms: int) -> str:
+    """An incarnation of a path: the uid (the create record's log position, never reused by this
+    data directory) and the creation time (so a wiped data directory does not repeat one)."""
+    return f"{uid}-{created_ms}"
+
+
 @dataclass(slots=True)
 class Stream:
     name: str
@@ -81,9 +87,7 @@ class Stream:
 
     @property
     def incarnation(self) -> str:
-        """This incarnation of the path: the uid (the create record's log position, never reused by
-        this data directory) and the creation time (so a wiped data directory does not repeat one)."""
-        return f"{self.uid}-{self.created_ms}"
+        return incarnation(self.uid, self.created_ms)
 
     @property
     def earliest_retained(self) -> int:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator, MutableMapping
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import orjson
 
@@ -93,6 +93,20 @@ class StreamIndex:
     def built(self, uid: int) -> Stream | None:
         """The stream ``uid`` if it is built now (a dormant or sleeping one stays so)."""
         return self._by_uid.get(uid)
+
+    def look(self, name: str) -> Stream | dict[str, Any] | None:
+        """The stream at ``name`` without building it: the built ``Stream``, else the dormant or
+        sleeping one's state, parsed (for a look that must not wake it: ``consumers``' lag)."""
+        stream = self._by_name.get(name)
+        if stream is not None:
+            return stream
+        if name in self._dormant_names:
+            return self._dormant.state(self._dormant_names[name])
+        uid = self._asleep_names.get(name)
+        if uid is None:
+            return None
+        state: dict[str, Any] = orjson.loads(self._asleep[uid])
+        return state
 
     def built_uids(self) -> list[int]:
         """The uids of the streams built now (``IdleStreams`` goes through them in turns)."""
