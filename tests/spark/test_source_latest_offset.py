@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from servers import ServerProcess, session
 
+from pyspark_durable_streams._source.schema_record import SCHEMA_KEY, schema_record
 from pyspark_durable_streams.options import parse_read_options
 from pyspark_durable_streams.source import DurableStreamsStreamReader, infer_schema
 
@@ -21,16 +22,18 @@ def test_tails_are_fresh_after_data_and_cached_while_idle(server: ServerProcess)
         return str(response.headers["Stream-Next-Offset"])
 
     options = parse_read_options({"url": url, "pollIntervalMs": "600000"})
-    reader = DurableStreamsStreamReader(options, infer_schema(options))
+    schema = infer_schema(options)
+    reader = DurableStreamsStreamReader(options, schema)
+    recorded = {SCHEMA_KEY: schema_record(schema)}  # (every offset records the query's schema)
     first_tail = append()
     start = reader.initialOffset()
     first = reader.latestOffset(start, None)
     incarnation = http.head(url).headers["Stream-Incarnation"]
-    assert first == {url: {"offset": first_tail, "incarnation": incarnation}}
+    assert first == {**recorded, url: {"offset": first_tail, "incarnation": incarnation}}
 
     second_tail = append()
     second = reader.latestOffset(first, None)  # the last look found data: look again now
-    assert second == {url: {"offset": second_tail, "incarnation": incarnation}}
+    assert second == {**recorded, url: {"offset": second_tail, "incarnation": incarnation}}
 
     assert reader.latestOffset(second, None) == second  # nothing new: idle from here
     append()
