@@ -72,18 +72,18 @@ def _total(query: StreamingQuery) -> int:
 def test_a_batch_waits_for_the_minimum(
     spark: SparkSession, stream: Stream, tmp_path: Path, frequent_progress: None
 ) -> None:
-    _append(stream, 0, 100)
+    _append(stream, 0, 30)
     query = _start(spark, stream, tmp_path, minMessagesPerTrigger="50", maxTriggerDelay="1h")
     try:
-        wait_for(lambda: _total(query) == 100, timeout_s=120)  # the first batch runs at once
-        _append(stream, 100, 10)
-        seen = f"{110:016d}_"
+        wait_for(lambda: _total(query) == 30, timeout_s=120)  # the first batch runs at once, below the minimum
+        _append(stream, 30, 10)
+        seen = f"{40:016d}_"
         # The source has looked at the stream since the ten arrived (its latest offset says so) …
         wait_for(lambda: any(seen in json.dumps(p["sources"][0]["latestOffset"]) for p in query.recentProgress), 120)
-        assert _sizes(query) == [100]  # … and held them back: fewer than 50, within the hour
-        _append(stream, 110, 40)
-        wait_for(lambda: _total(query) == 150, timeout_s=120)
-        assert _sizes(query) == [100, 50]
+        assert _sizes(query) == [30]  # … and held them back: fewer than 50, within the hour
+        _append(stream, 40, 40)
+        wait_for(lambda: _total(query) == 80, timeout_s=120)
+        assert _sizes(query) == [30, 50]
     finally:
         query.stop()
     assert query.exception() is None
