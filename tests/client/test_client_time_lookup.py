@@ -95,3 +95,30 @@ def test_the_reference_server_has_no_time_lookups(reference: str) -> None:
         stream.append_many([b'{"n":1}'])
         with pytest.raises(TimeLookupUnavailable):
             stream.offset_at(0)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("--flush-interval-ms", "50", "--tail-cache-bytes", "0"), ("--flush-interval-ms", "3600000")],
+    ids=["from-delta-statistics", "from-the-memory-tail"],
+)
+def test_a_fork_answers_from_its_source_below_the_fork_point(
+    server_factory: Callable[..., ServerProcess], args: tuple[str, ...]
+) -> None:
+    server = server_factory(*args)
+    with Client(server.url) as client:
+        source = client.stream(f"v1/stream/{unique('source')}")
+        stamps = _append_groups(source, flushed=args[1] == "50")  # 15 messages, three times
+        fork = client.stream(f"v1/stream/{unique('fork')}")
+        fork.create("application/json", forked_from=source, fork_offset=offset_at(8))
+        wait_for(lambda: time.time() * 1000 > stamps[-1] + 2, timeout_s=10, interval_s=0.001)
+        fork.append_many([b'{"own":1}', b'{"own":2}'])
+        own = _stamps(fork)
+        assert len(own) == 10 and own[8] > stamps[-1]
+        assert fork.offset_at(0).offset == offset_at(0)  # the source's messages, below the fork point
+        assert fork.offset_at(stamps[PER_GROUP]).offset == offset_at(PER_GROUP)
+        # The source's messages after the fork point are not the fork's: its own come next.
+        assert fork.offset_at(stamps[2 * PER_GROUP]).offset == offset_at(8)
+        assert fork.offset_at(own[8]).offset == offset_at(8)
+        assert fork.offset_at(own[9] + 1).offset is None
+        assert fork.offset_at(own[9] + 1).next_offset == offset_at(10)
