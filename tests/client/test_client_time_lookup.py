@@ -4,11 +4,11 @@ a clear 400 for a bad timestamp; the reference server has no such extension."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import pytest
 import requests
+from append_times import after, append_times
 from client_support import unique
 from servers import ServerProcess, wait_for
 
@@ -27,20 +27,12 @@ def _append_groups(stream: Stream, flushed: bool) -> list[int]:
     stream.create("application/json")
     for group in range(GROUPS):
         if group:
-            last = _stamps(stream)[-1]
-            wait_for(lambda last=last: time.time() * 1000 > last + 2, timeout_s=10, interval_s=0.001)
+            after(append_times(stream)[-1])
         stream.append_many([f'{{"n":{group * PER_GROUP + i}}}'.encode() for i in range(PER_GROUP)])
         if flushed:  # each append lands in a data file of its own, and leaves memory
             tail = stream.metadata().next_offset
             wait_for(lambda tail=tail: stream.read_plan("-1").delta_end == tail, timeout_s=30)
-    return _stamps(stream)
-
-
-def _stamps(stream: Stream) -> list[int]:
-    stamps: list[int] = []
-    for piece in stream.read_arrow("-1"):
-        stamps += [ts // 1000 for ts in piece.table["ts"].cast("int64").to_pylist()]
-    return stamps
+    return append_times(stream)
 
 
 def _expected(stamps: list[int], at: int) -> str | None:
@@ -111,9 +103,9 @@ def test_a_fork_answers_from_its_source_below_the_fork_point(
         stamps = _append_groups(source, flushed=args[1] == "50")  # 15 messages, three times
         fork = client.stream(f"v1/stream/{unique('fork')}")
         fork.create("application/json", forked_from=source, fork_offset=offset_at(8))
-        wait_for(lambda: time.time() * 1000 > stamps[-1] + 2, timeout_s=10, interval_s=0.001)
+        after(stamps[-1])
         fork.append_many([b'{"own":1}', b'{"own":2}'])
-        own = _stamps(fork)
+        own = append_times(fork)
         assert len(own) == 10 and own[8] > stamps[-1]
         assert fork.offset_at(0).offset == offset_at(0)  # the source's messages, below the fork point
         assert fork.offset_at(stamps[PER_GROUP]).offset == offset_at(PER_GROUP)

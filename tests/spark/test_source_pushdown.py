@@ -5,17 +5,17 @@ partitions), and the rows are exactly those of the same filters without pushdown
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from append_times import after, append_times
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from servers import ServerProcess, wait_for
+from servers import ServerProcess
 from source_support import spark_conf
 
-from pyspark_durable_streams.client import Client, Stream
+from pyspark_durable_streams.client import Client
 
 PER_GROUP = 20
 
@@ -30,13 +30,6 @@ def pushdown(spark: SparkSession) -> Iterator[None]:
         yield
 
 
-def _stamps(stream: Stream) -> list[int]:
-    stamps: list[int] = []
-    for piece in stream.read_arrow("-1"):
-        stamps += [ts // 1000 for ts in piece.table["ts"].cast("int64").to_pylist()]
-    return stamps
-
-
 @pytest.fixture
 def streams(server: ServerProcess) -> tuple[str, str, list[int]]:
     """Stream b (10 messages), then stream a: three groups of 20 appended at distinct times."""
@@ -47,10 +40,9 @@ def streams(server: ServerProcess) -> tuple[str, str, list[int]]:
         stream = client.stream(a)
         stream.create("application/json")
         for group in range(3):
-            last = max(_stamps(client.stream(b)) + _stamps(stream))
-            wait_for(lambda last=last: time.time() * 1000 > last + 2, timeout_s=10, interval_s=0.001)
+            after(max(append_times(client.stream(b)) + append_times(stream)))
             stream.append_json_batch([{"n": group * PER_GROUP + i} for i in range(PER_GROUP)])
-        stamps = _stamps(stream)
+        stamps = append_times(stream)
     return a, b, stamps
 
 

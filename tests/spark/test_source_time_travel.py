@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from append_times import after, append_times
 from conformance.runner import start_reference_server
 from pyspark.sql import SparkSession
 from servers import ServerProcess, wait_for
@@ -24,19 +25,12 @@ def _append_groups(stream: Stream, first: int = 0) -> list[int]:
     """Appends of five JSON messages ``{"n": …}``, each in a later millisecond than the one
     before (waited for on the clock); the append time (ms) of every message of the stream."""
     for group in range(GROUPS):
-        stamps = _stamps(stream)
+        stamps = append_times(stream)
         if stamps:
-            wait_for(lambda last=stamps[-1]: time.time() * 1000 > last + 2, timeout_s=10, interval_s=0.001)
+            after(stamps[-1])
         base = first + group * PER_GROUP
         stream.append_json_batch([{"n": base + i} for i in range(PER_GROUP)])
-    return _stamps(stream)
-
-
-def _stamps(stream: Stream) -> list[int]:
-    stamps: list[int] = []
-    for piece in stream.read_arrow("-1"):
-        stamps += [ts // 1000 for ts in piece.table["ts"].cast("int64").to_pylist()]
-    return stamps
+    return append_times(stream)
 
 
 def _ns(spark: SparkSession, **options: str) -> list[int]:
