@@ -25,7 +25,6 @@ from .protocol.tokens import AuthConfig, AuthConfigError, parse_tokens
 from .server import build_app, http_protocol
 from .storage.committer import Durability
 from .storage.ownership import TakeOver
-from .without_pandas import settle_pyarrow_without_pandas
 
 ENV_PREFIX = "DURABLE_STREAMS_"
 TOKENS_ENV = "DURABLE_STREAMS_AUTH_TOKENS"
@@ -394,7 +393,6 @@ def _freeze_start_up() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    settle_pyarrow_without_pandas()
     args = build_parser().parse_args(argv)
     configure_logging(args.log_level, args.log_format)
     if args.cluster:

@@ -39,6 +39,7 @@ from .table_schema import KIND_MESSAGE, KIND_SNAPSHOT, KIND_STATE, KIND_SUBSCRIP
 
 KINDS = sorted([KIND_MESSAGE, KIND_SNAPSHOT, KIND_STATE, KIND_SUBSCRIPTION])
 """Every row kind, in the order their names sort: a kind's rank orders rows as its name does."""
+_KIND_VALUES = pa.array(KINDS)
 _KEY_BYTES = 48
 """Bytes per row of a run's sort keys and order (four int64 columns, the rank, the indices)."""
 
@@ -68,9 +69,7 @@ class SortMemory:
 
 def keys_of(rows: pa.Table | pa.RecordBatch) -> Keys:
     """The sort keys of ``rows`` (a row of an unknown kind is an error: it has no place)."""
-    # (the value set is built here, not at import: a conversion at import would run before
-    # start-up keeps pandas out of the server process, ``without_pandas``)
-    rank = pc.index_in(rows["kind"], value_set=pa.array(KINDS, pa.string()))
+    rank = pc.index_in(rows["kind"], value_set=_KIND_VALUES)
     if rank.null_count:
         unknown = pc.unique(pc.filter(rows["kind"], pc.is_null(rank))).to_pylist()
         raise ValueError(f"rows of unknown kind {unknown!r}; kinds are {KINDS}")
