@@ -71,7 +71,7 @@ def test_a_bad_timestamp_is_a_400_naming_it(server: ServerProcess) -> None:
     with Client(server.url) as client:
         client.stream(url).create("application/json")
     accept = {"Accept": "application/vnd.durable-streams.offset-for-time+json"}
-    for raw in ("", "soon", "-5", str(2**53)):
+    for raw in ("", "soon", "-5", str(2**53), "\u00b2", "\u0661\u0662"):  # (superscript two, Arabic-Indic digits)
         response = requests.get(url, params={"timestamp": raw}, headers=accept, timeout=10)
         assert response.status_code == 400, raw
         error = response.json()["error"]

@@ -132,8 +132,9 @@ class Engine:
 
     def load(self, recovery: Recovery) -> None:
         self.live.load(recovery)
-        self.tombstones.load(self.live.subscriptions.reserved)
-        self.consumers.load(self.live.subscriptions.reserved)
+        reserved = self.live.subscriptions.take_reserved()
+        self.tombstones.load(reserved)
+        self.consumers.load(reserved)
 
     # -- StateView (called by storage) ------------------------------------------------
 

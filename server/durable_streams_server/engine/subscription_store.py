@@ -22,7 +22,8 @@ flush, so compaction purges the deleted subscription's rows like a removed strea
 
 The same records also carry the other state of the reserved namespace, told apart by a
 ``reserved`` key in their state (``reserved_records``: consumers' progress, deleted
-streams' tombstones); ``SubscriptionLog.reserved`` keeps those by uid, for their owners.
+streams' tombstones); ``SubscriptionLog`` keeps those by uid through recovery only, and
+hands them to their owners once (``take_reserved``), who keep them from then on.
 
 A subscription's uid is the LSN of its first record (a re-created id gets a new one).
 Cost: each record carries one subscription's whole state, so a subscription linked to
@@ -59,12 +60,21 @@ class SubscriptionLog:
 
     def __init__(self) -> None:
         self.states: dict[int, Mapping[str, Any]] = {}
-        self.reserved: dict[int, Mapping[str, Any]] = {}
-        """The other reserved-namespace states by uid (``reserved_records``)."""
+        self._reserved: dict[int, Mapping[str, Any]] | None = {}
+        """The other reserved-namespace states by uid (``reserved_records``), until taken."""
         self.keys: Mapping[str, Any] | None = None
 
     def _keep(self, uid: int, state: Mapping[str, Any]) -> None:
-        (self.reserved if "reserved" in state else self.states)[uid] = state
+        if "reserved" not in state:
+            self.states[uid] = state
+        elif self._reserved is not None:
+            self._reserved[uid] = state
+
+    def take_reserved(self) -> dict[int, Mapping[str, Any]]:
+        """The recovered reserved-namespace states, handed over once: after recovery their
+        owners (consumers, tombstones) keep them, so this log stops keeping a second copy."""
+        taken, self._reserved = self._reserved or {}, None
+        return taken
 
     def load(self, rows: Mapping[int, Mapping[str, Any] | None]) -> None:
         """The Delta rows (newest per uid), before the WAL records after them."""
@@ -85,7 +95,8 @@ class SubscriptionLog:
             self._keep(record.uid, header.state)
             return None
         self.states.pop(record.uid, None)
-        self.reserved.pop(record.uid, None)
+        if self._reserved is not None:
+            self._reserved.pop(record.uid, None)
         return {"type": "subscription", "name": header.name, "tail": 0, "written_ms": header.ts, "deleted": True}
 
 

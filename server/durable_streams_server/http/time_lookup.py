@@ -37,7 +37,7 @@ class TimeLookupHandlers:
 
     async def lookup(self, request: Request, name: str) -> Response:
         raw = request.query_params.get("timestamp", "")
-        if not raw.isdigit() or int(raw) > _MAX_MS:
+        if not (raw.isascii() and raw.isdigit()) or int(raw) > _MAX_MS:
             raise BadRequest(
                 f"query parameter 'timestamp' must be milliseconds since the epoch (0 to 2^53-1), got {raw!r}",
                 code="INVALID_TIMESTAMP",

@@ -186,9 +186,18 @@ def _root_readable(grant: TokenGrant, root: str) -> bool:
     return Need("read", "bucket", root.rstrip("/")).covered_by(grant)
 
 
+def _tails(manager: SubscriptionManager, sub: Subscription) -> dict[str, int]:
+    """``SubscriptionManager.tails`` without waking a linked stream (``streams_view.peek``)."""
+    tails = {}
+    for path in sub.links:
+        stream = streams_view.peek(manager.engine, sub.root + path)
+        tails[path] = stream.visible_tail if stream is not None and not stream.soft_deleted else 0
+    return tails
+
+
 def _subscription_row(manager: SubscriptionManager, sub: Subscription) -> dict[str, Any]:
     wake = sub.wake
-    pending = sub.pending(manager.tails(sub))
+    pending = sub.pending(_tails(manager, sub))
     return {
         "root": sub.root,
         "id": sub.subscription_id,

@@ -2,9 +2,10 @@
 
 The listing walks the stream names (``Engine.stream_names``, or a bucket's own sorted list:
 no stream is built for it), keeps those the token may read and the filters match (a bucket;
-text contained in the name), and builds only the page of rows it answers (at most
-``MAX_ROWS``), as any request for those streams would. The walk runs on a worker thread over
-a copy of the names, so a server of many streams does not hold its event loop for it.
+text contained in the name), and answers only the page of rows it shows (at most ``MAX_ROWS``). The walk runs on a
+worker thread over a copy of the names, so a server of many streams does not hold its event
+loop for it. Rows never wake a stream (``peek``): a dormant or sleeping stream is shown from
+its kept state, so a page left open does not rebuild idle streams every poll.
 
 Per stream it shows what the engine keeps anyway: the visible tail, messages still readable
 (tail minus the earliest readable offset), last write, closure, TTL/expiry, the bytes
@@ -43,6 +44,13 @@ RECENT_BYTES = 256 * 1024
 HEX_BYTES = 256
 
 
+def peek(engine: Engine, name: str) -> Stream | None:
+    """The stream at ``name`` without waking it: the built ``Stream``, else a detached copy made
+    from the dormant or sleeping stream's kept state (never entered in the engine's index)."""
+    found = engine.live.index.look(name)
+    return Stream.from_state(found) if isinstance(found, dict) else found
+
+
 def may_read(grant: TokenGrant, name: str) -> bool:
     return Need("read", "stream", name).covered_by(grant)
 
@@ -68,7 +76,7 @@ async def list_streams(engine: Engine, grant: TokenGrant, params: dict[str, str]
     rows = []
     now = engine.clock()
     for name in first:
-        stream = engine.find(name)  # (expires a stream whose TTL ran out, as any request would)
+        stream = peek(engine, name)
         if stream is not None and stream.name == name:
             rows.append(_row(engine, stream, now))
     return {"matched": matched, "streams": rows, "truncated": matched > limit}
