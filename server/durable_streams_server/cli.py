@@ -208,7 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config(
         parser,
         "--tombstone-retention-s",
-        "a deleted stream's final offset and incarnation are kept this long, for readers that find it gone",
+        "a deleted stream's final offset and incarnation are kept this long, for readers that find it gone; "
+        "0: none kept (every deletion then looks like a loss to readers)",
     )
     _add_config(
         parser,
