@@ -274,9 +274,13 @@ async function cluster() {
 
 const VIEWS = { overview, streams, consumers, subscriptions, cluster };
 
+function decoded(text) {
+  try { return decodeURIComponent(text); } catch { return text; }  // a malformed link shows as it is
+}
+
 function route() {
   const [, view = "overview", arg] = location.hash.match(/^#\/([a-z]+)\/?(.*)$/) || [];
-  return { view: view in VIEWS || view === "stream" ? view : "overview", arg: decodeURIComponent(arg || "") };
+  return { view: view in VIEWS || view === "stream" ? view : "overview", arg: decoded(arg || "") };
 }
 
 async function show() {
