@@ -256,14 +256,15 @@ class DurableStreamsStreamReader(_Reader, DataSourceStreamReader, SupportsTrigge
         (``_source.deletions``: a deleted stream then leaves the query, a new incarnation is read
         from its beginning, both logged): with ``failOnDataLoss=false`` a deleted stream keeps its
         offset (it yields nothing) and a new incarnation is read from its beginning."""
-        if start is not None:
-            self._record(start)  # the batch ending at ``start`` is committed (``_source.consumer_progress``)
+        committed = start
         if start is None:  # pyspark < 4.2 calls latestOffset() without arguments
             start = self._last if self._last is not None else self.initialOffset()
         self._check_schema(start)
         offsets, known = decode(start)
         streams = self.streams
         tails = streams.tails(self._options.poll_interval_ms / 1000 if self._idle else 0.0)
+        if committed is not None:  # the batch ending there is committed (``_source.consumer_progress``)
+            self._record(committed)
         if self._target is not None:
             tails = {key: min(tail, self._target[key]) for key, tail in tails.items() if key in self._target}
         end, incarnations = dict(offsets), dict(known)
@@ -373,8 +374,8 @@ class DurableStreamsStreamReader(_Reader, DataSourceStreamReader, SupportsTrigge
         self._record(end)
 
     def _record(self, end: SparkOffset) -> None:
-        if self._options.consumer is not None and end != self._recorded:
-            record_progress(self.streams, self._options.consumer, end)
+        consumer = self._options.consumer
+        if consumer is not None and end != self._recorded and record_progress(self.streams, consumer, end):
             self._recorded = end
 
     def stop(self) -> None:

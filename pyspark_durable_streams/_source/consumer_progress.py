@@ -12,10 +12,12 @@ changed. Each record sends, per stream root (a bucket, or a server's base
 surface for stream URLs), the end offset of every stream that still exists as the
 incarnation read (``PUT {root}__ds/consumers/{name}``; README "Named consumers and
 tombstones"). Streams of other URL shapes (another server's) are left out. Recording is
-reporting, not processing: a failure is logged and the query goes on; the next record
-carries the newer position anyway. ``Trigger.AvailableNow`` skips the last ``commit``, but
-Spark asks for offsets once more after the last batch (to learn nothing is left), so that
-batch's end is recorded too.
+reporting, not processing: a failure is logged and the query goes on. ``record_progress``
+says whether the position reached the server (the tails were looked up, so every stream
+could be placed, and every PUT was answered): only then does the source count it as
+recorded, so a position that was not sent is sent again at the next trigger.
+``Trigger.AvailableNow`` skips the last ``commit``, but Spark asks for offsets once more
+after the last batch (to learn nothing is left), so that batch's end is recorded too.
 """
 
 from __future__ import annotations
@@ -41,10 +43,14 @@ def locate(streams: DriverStreams, key: str) -> tuple[str, str] | None:
     return stream_root(key)
 
 
-def record_progress(streams: DriverStreams, consumer: str, end: Mapping[str, Any]) -> None:
-    """Record ``end`` (a committed Spark offset) as ``consumer``'s position (see the module doc)."""
+def record_progress(streams: DriverStreams, consumer: str, end: Mapping[str, Any]) -> bool:
+    """Record ``end`` (a committed Spark offset) as ``consumer``'s position (see the module doc);
+    whether it was recorded: ``False`` before the tails were looked up (nothing is sent) or
+    when a PUT failed (logged)."""
     offsets, incarnations = decode(end)
-    tails = streams.cached_tails() or {}
+    tails = streams.cached_tails()
+    if tails is None:
+        return not offsets
     by_root: dict[str, dict[str, str]] = {}
     for key, offset in offsets.items():
         if key not in tails or not is_seq_offset(offset):
@@ -56,8 +62,11 @@ def record_progress(streams: DriverStreams, consumer: str, end: Mapping[str, Any
         if located is not None:
             root, path = located
             by_root.setdefault(root, {})[path] = seq_offset(0) if offset == EARLIEST else offset
+    recorded = True
     for root, positions in by_root.items():
         try:
             Consumers(streams.client.transport, root).record(consumer, positions)
         except DurableStreamsError as exc:
             log.warning("durable_streams: could not record consumer %r's progress at %s: %s", consumer, root, exc)
+            recorded = False
+    return recorded
