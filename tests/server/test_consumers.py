@@ -215,3 +215,31 @@ def test_a_scrape_leaves_sleeping_streams_asleep(tmp_path: Path) -> None:
             await storage.close()
 
     asyncio.run(scenario())
+
+
+def test_a_record_keeps_only_positions_of_streams_that_still_exist(tmp_path: Path) -> None:
+    """A consumer of short-lived streams does not grow with every stream it ever read: each
+    record drops the positions of streams deleted (or re-created) since."""
+
+    async def scenario() -> None:
+        storage, engine = await open_local(tmp_path)
+        try:
+            names = [f"v1/stream/session-{n}" for n in range(3)]
+            for name in names:
+                await engine.create(CreateRequest(name, "text/plain", None, None, None, False, b"x"))
+            paths = {name.removeprefix("v1/stream/"): Offset(1) for name in names}
+            await engine.consumers.record("v1/stream/", "sessions", paths)
+            await engine.delete(names[0])
+            await engine.delete(names[1])
+            await engine.create(CreateRequest(names[1], "text/plain", None, None, None, False, b"y"))  # again
+            consumer = await engine.consumers.record("v1/stream/", "sessions", {"session-2": Offset(1)})
+            assert sorted(consumer.positions) == ["session-2"]
+        finally:
+            await storage.close()
+        storage, engine = await open_local(tmp_path)  # as recorded
+        try:
+            assert sorted(engine.consumers.get("v1/stream/", "sessions").positions) == ["session-2"]
+        finally:
+            await storage.close()
+
+    asyncio.run(scenario())

@@ -16,8 +16,10 @@ the recorded offset is where the next read starts (a Spark end offset).
 State: per (root, name) one record carrying every stream position of the consumer (the
 stream's path, the message sequence, the stream's incarnation, and two facts known only
 at record time: the stream's byte count at that position, and the append time of the last
-message read, where the memory tail still holds them). Recording a position of a stream
-that does not exist is a 404; a position past the tail a 400.
+message read, where the memory tail still holds them). Each record keeps only positions of
+streams that exist now, in the incarnation read, so a consumer of short-lived streams does
+not grow with every stream it ever read. Recording a position of a stream that does not
+exist is a 404; a position past the tail a 400.
 
 Lag, per consumer and stream, at scrape time from what the engine keeps anyway, so
 appends pay nothing: messages = tail - position (offsets carry message sequences);
@@ -152,6 +154,8 @@ class Consumers:
             )
         consumer = self.by_key.get((root, name)) or Consumer(root, name)
         consumer.positions.update(positions)
+        for path in [path for path, kept in consumer.positions.items() if not self._current(root + path, kept)]:
+            del consumer.positions[path]  # (a stream gone, or re-created: its position would never be reported)
         consumer.updated_ms = engine.clock()
         record = self.records.submit(consumer.uid or None, _reserved_name(consumer), consumer.to_state())
         consumer.uid = record.uid
@@ -176,6 +180,11 @@ class Consumers:
                 if lag is not None:
                     lags.append(lag)
         return lags
+
+    def _current(self, name: str, position: Position) -> bool:
+        """Whether ``position`` is of the stream now at ``name`` (not deleted, the same incarnation)."""
+        stream = _Tail.of(self.index.look(name))
+        return stream is not None and not stream.soft_deleted and stream.incarnation == position.incarnation
 
     def _lag(self, consumer: Consumer, path: str, position: Position) -> Lag | None:
         stream = _Tail.of(self.index.look(consumer.root + path))
