@@ -8,14 +8,16 @@ The server keeps a deleted stream's end (its tombstone: incarnation and final of
 incarnation the query was reading, with a final offset at or before the offset read, means
 nothing was missed. Anything else is data loss as before, with the count of messages missed
 where the tombstone tells it. Without a tombstone (another server, past the retention, a
-path whose incarnation was never known to differ) the deletion is loss: the safe side.
+path whose incarnation was never known to differ) the deletion is loss: the safe side. A
+lookup that fails (the server unreachable, or answering "later" past the client's backoff)
+fails the query instead of becoming a verdict: a restart asks again.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..client import Consumers, DurableStreamsError
+from ..client import Consumers
 from .consumer_progress import locate
 from .driver_streams import DriverStreams
 from .offsets import SEQ_OFFSET, is_seq_offset, pending_messages
@@ -36,10 +38,9 @@ def judge(streams: DriverStreams, key: str, offset: str, known: str | None) -> V
     if located is None or not is_seq_offset(offset):
         return Verdict(False)
     root, path = located
-    try:
-        tombstone = Consumers(streams.client.transport, root).tombstone(path)
-    except DurableStreamsError:
-        return Verdict(False)  # cannot tell: loss, as without tombstones
+    # A failed lookup (after the client's retries of "later" answers) is raised, not judged: the
+    # query fails and a restart judges again, where taking it for "no tombstone" would be loss.
+    tombstone = Consumers(streams.client.transport, root, streams.client.backoff).tombstone(path)
     if tombstone is None or SEQ_OFFSET.match(tombstone.final_offset) is None:
         return Verdict(False)
     if known is not None and tombstone.incarnation != known:

@@ -73,7 +73,8 @@ class Client:
 
     def consumers(self, bucket_id: str | None = None) -> Consumers:
         """The named consumers and tombstones of the base surface or of a bucket (``consumers``)."""
-        return Consumers(self.transport, self.transport.url(f"{bucket_id}/" if bucket_id else "v1/stream/"))
+        root = self.transport.url(f"{bucket_id}/" if bucket_id else "v1/stream/")
+        return Consumers(self.transport, root, backoff=self.backoff)
 
     def consumer_lag(self) -> list[ConsumerLag]:
         """Every named consumer's lag per stream that this client's token may read."""

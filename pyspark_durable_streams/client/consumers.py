@@ -16,7 +16,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ._http import HTTP
+from . import errors
+from ._http import HTTP, Backoff
+from .delivery import retrying
 from .errors import BadRequest, HTTPStatusError, NotFound, ResponseError
 
 JSON = {"Content-Type": "application/json"}
@@ -59,11 +61,14 @@ class Tombstone:
 
 
 class Consumers:
-    """The named consumers and tombstones of one stream root (``root_url`` ends with '/')."""
+    """The named consumers and tombstones of one stream root (``root_url`` ends with '/').
+    ``backoff`` governs how long a tombstone lookup is asked again while the server answers
+    "later" (the client's)."""
 
-    def __init__(self, transport: HTTP, root_url: str) -> None:
+    def __init__(self, transport: HTTP, root_url: str, backoff: Backoff | None = None) -> None:
         self.root_url = root_url if root_url.endswith("/") else root_url + "/"
         self._transport = transport
+        self._backoff = backoff or Backoff()
 
     def __repr__(self) -> str:
         return f"Consumers({self.root_url!r})"
@@ -83,10 +88,18 @@ class Consumers:
 
     def tombstone(self, path: str) -> Tombstone | None:
         """The tombstone of the deleted stream at ``path``; ``None`` when the server keeps none
-        (never deleted, past its retention, or a server without this extension)."""
+        (never deleted, past its retention, or a server without this extension). Answers
+        saying "later" (``errors.ANSWERED_LATER``, but 501: no such extension) are asked again
+        until the backoff's deadline, as a HEAD is; other failures are raised: a caller judging
+        data loss by the answer must not take "could not ask" for "none kept"."""
         url = f"{self.root_url}__ds/tombstones/{path}"
         try:
-            body = _object(self._transport.request("GET", url, ok=(200,)).json())
+            response = retrying(
+                lambda: self._transport.request("GET", url, ok=(200,)),
+                backoff=self._backoff,
+                retry=_answered_later,
+            )
+            body = _object(response.json())
         except (NotFound, BadRequest):
             return None
         except HTTPStatusError as exc:
@@ -120,6 +133,11 @@ def stream_root(url: str) -> tuple[str, str] | None:
     if not found or not path:
         return None
     return head + BASE_SURFACE, path
+
+
+def _answered_later(exc: errors.DurableStreamsError) -> bool:
+    """A "not now" answer (501 says the extension is missing: not asked again)."""
+    return isinstance(exc, errors.ANSWERED_LATER) and isinstance(exc, HTTPStatusError) and exc.status != 501
 
 
 def _object(body: object) -> dict[str, Any]:
