@@ -1,12 +1,15 @@
 """Trigger shaping: ``minMessagesPerTrigger`` with ``maxTriggerDelay`` (Kafka's
 ``minOffsetsPerTrigger`` / ``maxTriggerDelay``).
 
-A micro-batch is held back while fewer than the minimum messages are waiting, but never
-for longer than the delay since the last batch that ran: once the delay has passed, the
-next poll that finds any message runs a batch with what is there. The first batch of a
-query runs at once (as Kafka's), and so does every batch of ``Trigger.AvailableNow``, which
-reads everything up to its target whatever the minimum (the caller does not ask).
-``maxMessagesPerTrigger`` / ``maxBytesPerTrigger`` still cap a batch that runs.
+Kafka's rule, at every poll: once ``maxTriggerDelay`` has passed since the last trigger, the
+poll triggers (a batch runs with what is there, none if nothing is) and the delay counts
+from now; before that, a batch is held back while fewer than the minimum messages are
+waiting, and runs (counting from now) once they are. So an idle query keeps triggering
+empty polls: after a long idle, a lone message waits for company (up to the delay) instead
+of running alone and holding the burst that follows for the whole delay. The first poll
+of a query triggers at once (as Kafka's), and ``Trigger.AvailableNow`` reads everything up
+to its target whatever the minimum (the caller does not ask). ``maxMessagesPerTrigger`` /
+``maxBytesPerTrigger`` still cap a batch that runs.
 """
 
 from __future__ import annotations
@@ -25,12 +28,10 @@ class Pacing:
 
     def hold(self, pending: int) -> bool:
         """Whether to hold the next batch back, ``pending`` messages waiting (at least that
-        many: a caller may stop counting at the minimum). A batch that is not held counts
-        as run from now."""
-        if pending <= 0:
-            return False
+        many: a caller may stop counting at the minimum). A poll that is not held counts as a
+        trigger from now."""
         now = self._clock()
-        if pending < self.min_messages and now - self._last_batch < self.max_delay_s:
+        if now - self._last_batch < self.max_delay_s and pending < self.min_messages:
             return True
         self._last_batch = now
         return False
