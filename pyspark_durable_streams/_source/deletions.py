@@ -7,8 +7,10 @@ The server keeps a deleted stream's end (its tombstone: incarnation and final of
 ``Consumers.tombstone``) for a retention period, so the source asks: the tombstone of the
 incarnation the query was reading, with a final offset at or before the offset read, means
 nothing was missed. Anything else is data loss as before, with the count of messages missed
-where the tombstone tells it. Without a tombstone (another server, past the retention, a
-path whose incarnation was never known to differ) the deletion is loss: the safe side. A
+where the tombstone tells it. Without a tombstone (another server, past the retention), or
+when the query does not know which incarnation it read (a checkpoint from before offsets
+carried incarnations: any tombstone of the path could be a later incarnation's), the
+deletion is loss: the safe side. A
 lookup that fails (the server unreachable, or answering "later" past the client's backoff)
 fails the query instead of becoming a verdict: a restart asks again.
 """
@@ -43,7 +45,11 @@ def judge(streams: DriverStreams, key: str, offset: str, known: str | None) -> V
     tombstone = Consumers(streams.client.transport, root, streams.client.backoff).tombstone(path)
     if tombstone is None or SEQ_OFFSET.match(tombstone.final_offset) is None:
         return Verdict(False)
-    if known is not None and tombstone.incarnation != known:
+    if known is None:  # (a checkpoint from before incarnations were recorded: whose end is it?)
+        return Verdict(
+            False, "the incarnation this query read is unknown, so the server's record of its end cannot vouch"
+        )
+    if tombstone.incarnation != known:
         return Verdict(False, f"the server's record of its end is of another incarnation ({tombstone.incarnation})")
     missed = pending_messages(offset, tombstone.final_offset)
     if missed <= 0:

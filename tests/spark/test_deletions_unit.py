@@ -29,3 +29,10 @@ def test_a_later_answer_is_asked_again_then_judged() -> None:
     transport = FakeTransport.script(Reply(503), tombstone("i-1"))
     assert judge(driver_on(transport), URL, AT_2, "i-1").read_all
     assert len(transport.requests) == 2
+
+
+def test_a_tombstone_is_trusted_only_for_the_incarnation_read() -> None:
+    assert not judge(driver_on(FakeTransport.script(tombstone("i-2"))), URL, AT_2, "i-1").read_all
+    unknown = judge(driver_on(FakeTransport.script(tombstone("i-1"))), URL, AT_2, None)
+    assert not unknown.read_all  # an old checkpoint: which incarnation it read is unknown
+    assert unknown.cause is not None and "incarnation" in unknown.cause
