@@ -50,9 +50,9 @@ class SnapshotRow(InputPartition):
 
 
 def snapshot_start(stream: Stream) -> str | None:
-    """The offset of the stream's latest snapshot, ``None`` when it has none."""
-    found = stream.snapshots.latest()
-    return found.offset if found is not None else None
+    """The offset of the stream's latest snapshot, ``None`` when it has none: from a HEAD's
+    ``Stream-Snapshot-Offset``, so the driver never downloads the snapshot itself (a task does)."""
+    return stream.metadata().snapshot_offset
 
 
 def marked(spark: Mapping[str, Any], offsets: Mapping[str, str], snapshots: Mapping[str, str]) -> dict[str, Any]:
