@@ -172,6 +172,11 @@ class _Reader:
 class DurableStreamsReader(_Reader, DataSourceReader):
     """``spark.read``: from ``startingOffsets`` to ``endingOffsets`` (default: the tails now)."""
 
+    def __init__(self, options: ReadOptions, schema: StructType) -> None:
+        if options.consumer is not None:  # (no commits to record: a batch read is not a query's progress)
+            raise OptionError("option 'consumer' applies to streaming reads (spark.readStream) only")
+        super().__init__(options, schema)
+
     def partitions(self) -> Sequence[InputPartition]:
         streams = self.streams
         tails = streams.require()
@@ -201,6 +206,8 @@ class DurableStreamsStreamReader(_Reader, DataSourceStreamReader, SupportsTrigge
     def __init__(self, options: ReadOptions, schema: StructType) -> None:
         if options.ending_timestamp is not None:
             raise OptionError("option 'endingTimestamp' applies to batch reads (spark.read) only")
+        if options.filter_pushdown:  # (PySpark asks a stream reader for no filters)
+            raise OptionError("option 'filterPushdown' applies to batch reads (spark.read) only")
         super().__init__(options, schema)
         minimum = options.min_messages_per_trigger
         self._pacing = Pacing(minimum, options.max_trigger_delay_s) if minimum is not None else None

@@ -200,6 +200,12 @@ def _check_times(lowered: Mapping[str, str]) -> None:
         )
     if MAX_DELAY.key in lowered and MIN_MESSAGES.key not in lowered:
         raise OptionError("option 'maxTriggerDelay' needs option 'minMessagesPerTrigger' (it bounds that wait)")
+    if MAX_DELAY.key in lowered and MAX_DELAY.get(lowered) <= 0:
+        raise OptionError(f"option 'maxTriggerDelay' must be more than 0, got {lowered[MAX_DELAY.key]!r}")
+    ending = ENDING_TIMESTAMP.get(lowered)
+    starting = STARTING_TIMESTAMP.get(lowered)
+    if ending is not None and starting is not None and starting > ending:
+        raise OptionError(f"option 'startingTimestamp' ({starting}) must not be after 'endingTimestamp' ({ending})")
     minimum, maximum = MIN_MESSAGES.get(lowered), lowered.get("maxmessagespertrigger")
     if minimum is not None and maximum is not None and maximum.strip().isdigit() and minimum > int(maximum):
         raise OptionError(

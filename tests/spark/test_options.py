@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from pyspark.sql.types import BinaryType, StructField, StructType
 
 from pyspark_durable_streams.options import (
     CONNECTION_OPTIONS,
@@ -16,6 +19,7 @@ from pyspark_durable_streams.options import (
     parse_read_options,
     parse_write_options,
 )
+from pyspark_durable_streams.source import DurableStreamsReader, DurableStreamsStreamReader
 
 URL = "http://127.0.0.1:4437/v1/stream/a"
 
@@ -206,6 +210,14 @@ def test_read_defaults_and_values() -> None:
             {"url": URL, "minMessagesPerTrigger": "50", "maxMessagesPerTrigger": "10"},
             "option 'minMessagesPerTrigger' (50) must not exceed 'maxMessagesPerTrigger' (10)",
         ),
+        (
+            {"url": URL, "minMessagesPerTrigger": "5", "maxTriggerDelay": "0s"},
+            "option 'maxTriggerDelay' must be more than 0, got '0s'",
+        ),
+        (
+            {"url": URL, "startingTimestamp": "6", "endingTimestamp": "5"},
+            "option 'startingTimestamp' (6) must not be after 'endingTimestamp' (5)",
+        ),
     ],
 )
 def test_read_errors_name_the_option(options: dict[str, str], message: str) -> None:
@@ -284,3 +296,13 @@ def test_write_errors_name_the_option(options: dict[str, str], message: str, mon
     with pytest.raises(OptionError) as raised:
         parse_write_options(options)
     assert str(raised.value).startswith(message)
+
+
+@pytest.mark.parametrize(
+    ("reader", "option", "value"),
+    [(DurableStreamsReader, "consumer", "c"), (DurableStreamsStreamReader, "filterPushdown", "true")],
+)
+def test_an_option_the_read_would_ignore_is_refused(reader: type[Any], option: str, value: str) -> None:
+    schema = StructType([StructField("value", BinaryType())])
+    with pytest.raises(OptionError, match=f"option '{option}' applies to"):
+        reader(parse_read_options({"url": URL, option: value}), schema)
