@@ -130,9 +130,9 @@ class DriverStreams:
                 if key in end:
                     end[key] = tails[key] if offset == LATEST else offset
         at = self.options.ending_timestamp
-        if at is not None:
+        if at is not None:  # (capped at the tails: messages appended since are not part of this read)
             for key in end:
-                end[key] = offset_at(self.stream(key), key, "endingTimestamp", at, strategy="latest")
+                end[key] = min(tails[key], offset_at(self.stream(key), key, "endingTimestamp", at, strategy="latest"))
         return end
 
     def offset_at(self, key: str, at_ms: int) -> str | None:
