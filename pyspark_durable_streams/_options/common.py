@@ -72,20 +72,21 @@ def seconds_from_ms(raw: str, name: str) -> float:
     return positive_int(raw, name) / 1000
 
 
-def epoch(raw: str, name: str) -> int:
-    if not raw.strip().isdigit() or int(raw.strip()) > 2**53 - 1:
-        raise OptionError(f"option '{name}' must be an integer between 0 and 2^53-1, got {raw!r}")
-    return int(raw.strip())
-
-
 MAX_MILLIS = 2**53 - 1
+"""The largest integer JSON readers (JavaScript's numbers) keep exact."""
+
+
+def epoch(raw: str, name: str, what: str = "an integer between 0 and 2^53-1") -> int:
+    """A non-negative integer up to ``MAX_MILLIS`` (a producer epoch; ``millis`` for times);
+    ``what`` is how the error describes it."""
+    if not raw.strip().isdigit() or int(raw.strip()) > MAX_MILLIS:
+        raise OptionError(f"option '{name}' must be {what}, got {raw!r}")
+    return int(raw.strip())
 
 
 def millis(raw: str, name: str) -> int:
     """A time as milliseconds since the epoch (Kafka's ``startingTimestamp`` form)."""
-    if not raw.strip().isdigit() or int(raw.strip()) > MAX_MILLIS:
-        raise OptionError(f"option '{name}' must be milliseconds since the epoch (0 to 2^53-1), got {raw!r}")
-    return int(raw.strip())
+    return epoch(raw, name, "milliseconds since the epoch (0 to 2^53-1)")
 
 
 _DURATION = re.compile(r"(\d+)\s*(ms|s|sec|m|min|h|d)?")
