@@ -28,7 +28,7 @@ def _keep_bytecode(config: pytest.Config) -> None:
 
     With ``PYTHONDONTWRITEBYTECODE`` set, every process compiles each module it imports from a
     source without a cached ``.pyc`` again: a server start compiled its ~125 modules each time,
-    about 0.3 s of CPU of the ~1.5 s before it listens, paid by every server the suite starts.
+    about 0.3 s of CPU before it listens, paid by every server the suite starts.
     So the children (servers, cluster nodes, Spark's Python workers) write their bytecode to
     a directory of this run's instead (``PYTHONPYCACHEPREFIX``): still nothing in the tree,
     one compile per module per run. Without the setting, nothing changes."""
