@@ -41,6 +41,7 @@ from ._source.deletions import judge
 from ._source.direct_plans import DirectRange
 from ._source.direct_reads import read_direct
 from ._source.driver_streams import DriverStreams
+from ._source.first_batch import batch_start, with_first_start
 from ._source.incarnations import (
     SparkOffset,
     decode,
@@ -214,6 +215,8 @@ class DurableStreamsStreamReader(_Reader, DataSourceStreamReader, SupportsTrigge
         self._target: dict[str, str] | None = None
         self._schema_checked = False
         self._last: SparkOffset | None = None
+        self._initial: SparkOffset | None = None
+        """What ``initialOffset`` answered: a batch starting there is the query's first."""
         self._deleted_logged: set[str] = set()
         self._recorded: SparkOffset | None = None
         """The last end recorded as option ``consumer``'s position."""
@@ -223,7 +226,8 @@ class DurableStreamsStreamReader(_Reader, DataSourceStreamReader, SupportsTrigge
     def initialOffset(self) -> SparkOffset:
         tails = self.streams.require()
         start = self.streams.starting_offsets(tails)
-        return marked(self._encode(start, self.streams.incarnations), start, self.streams.snapshots)
+        self._initial = marked(self._encode(start, self.streams.incarnations), start, self.streams.snapshots)
+        return self._initial
 
     def _encode(self, offsets: Mapping[str, str], incarnations: Mapping[str, str]) -> SparkOffset:
         """``encode`` with the query's schema recorded (``_source.schema_record``)."""
@@ -310,6 +314,8 @@ class DurableStreamsStreamReader(_Reader, DataSourceStreamReader, SupportsTrigge
             end = self._admit(begin, end, limit)
         self._idle = end == offsets and incarnations == known
         self._last = self._encode(end, incarnations)
+        if start == self._initial:  # the first batch: its end keeps its start (``_source.first_batch``)
+            self._last = with_first_start(self._last, start)
         return self._last
 
     def _data_loss(self, message: str, once: str | None = None) -> None:
@@ -370,6 +376,7 @@ class DurableStreamsStreamReader(_Reader, DataSourceStreamReader, SupportsTrigge
 
     def partitions(self, start: SparkOffset, end: SparkOffset) -> Sequence[InputPartition]:
         self._check_schema(start)  # (a restart may replay its last batch without asking for offsets)
+        start = batch_start(start, end)  # (a replayed first batch: the start it was planned with)
         first, last = decode(start), decode(end)
         planned = self.streams.plan({key: range_start(key, first, last) for key in last[0]}, last[0])
         return [*snapshot_rows(start, self.streams.url), *planned]

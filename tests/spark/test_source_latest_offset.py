@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from servers import ServerProcess, session
 
+from pyspark_durable_streams._source.first_batch import with_first_start
 from pyspark_durable_streams._source.schema_record import SCHEMA_KEY, schema_record
 from pyspark_durable_streams.options import parse_read_options
 from pyspark_durable_streams.source import DurableStreamsStreamReader, infer_schema
@@ -29,7 +30,8 @@ def test_tails_are_fresh_after_data_and_cached_while_idle(server: ServerProcess)
     start = reader.initialOffset()
     first = reader.latestOffset(start, None)
     incarnation = http.head(url).headers["Stream-Incarnation"]
-    assert first == {**recorded, url: {"offset": first_tail, "incarnation": incarnation}}
+    # (the first batch's end also keeps its start: ``_source.first_batch``)
+    assert first == with_first_start({**recorded, url: {"offset": first_tail, "incarnation": incarnation}}, start)
 
     second_tail = append()
     second = reader.latestOffset(first, None)  # the last look found data: look again now
