@@ -64,6 +64,7 @@ setup(
             "uvloop>=0.19",
             "ruff>=0.6",
             "mypy>=1.10",
+            "pyyaml>=6",  # the README's alert rule is parsed by its test
             "websockets>=13",  # the status page's browser tests drive Chromium over the DevTools Protocol
             "pyspark>=4.0",
             "pandas>=2,<3",

@@ -33,6 +33,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 import requests
+import yaml
 from notebook_runner import read_spark_defaults
 from packaging.requirements import Requirement
 from pyspark.sql import SparkSession
@@ -86,6 +87,8 @@ COVERAGE = {
     f"{CLIENT}#5": "test_client_command_line",
     "Buckets, snapshots and bootstrap (protocol extensions)#1": "test_extension_curl_examples",
     "A cluster: streams sharded across processes and machines#1": "test_cluster_example",
+    "Named consumers and tombstones#1": "test_consumer_examples",
+    "Named consumers and tombstones#2": "test_consumer_examples",
 }
 
 
@@ -455,6 +458,34 @@ def test_extension_curl_examples(server: ServerProcess, tmp_path: Path) -> None:
     assert "content-type: multipart/mixed" in headers
     assert "stream-snapshot-offset: 0000000000000001_0000000000000000" in headers
     assert '{"op":"set","v":2}' in result.stdout  # the message after the snapshot, in the bootstrap
+
+
+def test_consumer_examples(server: ServerProcess) -> None:
+    """The listing's shape is what a server answers; the alert rule's metrics and labels exist."""
+    listing, alert = blocks_for("test_consumer_examples")
+    (example,) = json.loads(listing.text)["consumers"]
+    orders = server.stream_url("orders")
+    assert requests.put(orders, headers={"Content-Type": "application/json"}, timeout=10).status_code == 201
+    for n in range(4):
+        requests.post(orders, data=b'{"n": %d}' % n, headers={"Content-Type": "application/json"}, timeout=10)
+    progress = {"offsets": {"orders": example["offset"]}}
+    assert requests.put(server.stream_url("__ds/consumers/etl"), json=progress, timeout=10).status_code == 200
+    (row,) = requests.get(f"{server.url}/v1/consumers", timeout=10).json()["consumers"]
+    assert {key: type(value) for key, value in row.items()} == {key: type(value) for key, value in example.items()}
+    assert (row["consumer"], row["stream"], row["offset"], row["lag_messages"]) == (
+        example["consumer"],
+        example["stream"],
+        example["offset"],
+        example["lag_messages"],
+    )
+
+    (rule,) = yaml.safe_load(alert.text)["groups"][0]["rules"]
+    metrics = requests.get(f"{server.url}/metrics", timeout=10).text
+    for name in re.findall(r"durable_streams_\w+", rule["expr"]):
+        series = re.search(rf"^{name}\{{(.*)\}} ", metrics, re.MULTILINE)
+        assert series is not None, f"{name} is not exported"
+        labels = set(re.findall(r'(\w+)="', series.group(1)))
+        assert set(re.findall(r"\$labels\.(\w+)", rule["annotations"]["summary"])) <= labels
 
 
 # -- Spark -----------------------------------------------------------------------------------------
