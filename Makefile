@@ -10,6 +10,7 @@ HOST   ?= 127.0.0.1
 PORT   ?= 4437
 DATA   ?= ./data
 SCALE  ?= small
+WORKERS ?= 2
 
 .PHONY: serve test install install-test lint unit conformance bench bench-server bench-spark bench-render bench-scale bench-cluster clean
 
@@ -46,8 +47,13 @@ lint: install-test
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# The tests marked `serial` (the conformance runs: Vitest times each of its tests out at 5 s) run
+# alone first; then the rest on WORKERS pytest-xdist workers, one test file per worker at a time.
+# Both parts always run; the target fails if either did.
 test: lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m serial; serial=$$?; \
+	$(BIN)/python -m pytest -m "not serial" -n $(WORKERS) --dist loadfile; rest=$$?; \
+	test $$serial -eq 0 && test $$rest -eq 0
 
 unit: install-test
 	$(BIN)/python -m pytest -m "not slow"

@@ -54,6 +54,7 @@ setup(
             "prometheus_client>=0.20",
             "hypothesis>=6.100",
             "pytest>=8",
+            "pytest-xdist>=3.5",  # make test: two workers
             "moto[server]>=5.0",
             "boto3>=1.34",
             "cryptography>=42",  # TLS test certificates; webhook signatures

@@ -22,6 +22,10 @@ from servers import MotoServer, ServerProcess
 LONG_POLL = ("--long-poll-timeout-ms", "500", "--allow-private-webhook-urls", "127.0.0.0/8")
 SUITE_TESTS = 338
 
+# The suite runs each test within Vitest's 5 s timeout: `make test` runs these files alone
+# (the `serial` mark), never beside the parallel workers.
+pytestmark = pytest.mark.serial
+
 
 def _assert_all_passed(result: ConformanceResult) -> None:
     failures = "\n".join(f"  {failure.full_name}: {failure.error}" for failure in result.failures)

@@ -21,7 +21,7 @@ from runner import run_conformance
 from servers import MotoServer, ServerProcess
 from test_conformance import LONG_POLL, SUITE_TESTS
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]  # (alone: tests/test_conformance.py)
 
 
 def test_conformance_through_a_node_that_owns_nothing(

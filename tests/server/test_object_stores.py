@@ -162,6 +162,7 @@ def test_read_plans_on_azure_are_served_by_the_server(azure: AzureTable) -> None
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_conformance_on_azure(azure: AzureTable) -> None:
     """The whole public conformance suite against a server whose table is in the container."""
     server = azure.server(*CONFORMANCE)
