@@ -12,6 +12,7 @@ with Client("http://127.0.0.1:4437", token="...") as client:
 
 from ._client import Client
 from ._http import DEFAULT_TIMEOUT, Backoff, Timeout
+from .appends import encode_json_batch
 from .bootstrap import Bootstrap
 from .buckets import Bucket, BucketInfo, StreamInfo
 from .consumers import ConsumerLag, Consumers, Tombstone
@@ -45,7 +46,7 @@ from .read_framing import ReadFraming
 from .read_plans import PlannedFile, PlannedRowGroup, PlanSegment, PlansUnavailable, ReadPlan
 from .reading import StreamReader
 from .snapshots import Snapshots
-from .stream import Stream, encode_json_batch
+from .stream import Stream
 from .subscriptions import PullWakeWorker, Subscriptions, Wake, verify_webhook_signature
 from .time_lookup import TimeLookup, TimeLookupUnavailable
 

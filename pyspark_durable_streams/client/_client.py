@@ -9,12 +9,13 @@ import requests
 
 from . import errors
 from ._http import DEFAULT_TIMEOUT, HTTP, Auth, Backoff, RequestsTransport, Timeout, Transport, Verify
+from .appends import append_result
 from .buckets import Bucket
 from .consumers import ConsumerLag, Consumers, consumer_lag
 from .delivery import ProducerRequest, deliver
 from .files import RemoteFile
 from .models import AppendResult
-from .stream import Stream, append_result
+from .stream import Stream
 from .subscriptions import Subscriptions
 
 

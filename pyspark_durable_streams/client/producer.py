@@ -45,9 +45,10 @@ from typing import Any, Literal
 
 from . import errors
 from ._http import USE_DEFAULT, Backoff, Timeout, UseDefault
+from .appends import append_result
 from .delivery import ProducerRequest, deliver
 from .models import AppendResult
-from .stream import Stream, append_result
+from .stream import Stream
 
 _State = Literal["queued", "in_flight", "waiting", "done"]
 

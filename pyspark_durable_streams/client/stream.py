@@ -7,17 +7,17 @@ override the client's defaults for that call only.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import requests
 
 from . import errors
 from ._http import HTTP, USE_DEFAULT, Backoff, Timeout, UseDefault, flag, header
+from .appends import AppendOptions, append_result, body_bytes, encode_json_batch
 from .bootstrap import Bootstrap, follow
 from .delivery import append_retry_rule, retrying
 from .errors import ResponseError
@@ -32,28 +32,6 @@ if TYPE_CHECKING:
     from typing import Unpack
 
     from .arrow import ArrowReader
-
-
-class AppendOptions(TypedDict, total=False):
-    """The keyword options shared by the append methods."""
-
-    seq: str | None
-    close: bool
-    retry: bool
-    headers: Mapping[str, str] | None
-    timeout: Timeout | UseDefault
-
-
-def encode_json_batch(values: Iterable[Any]) -> bytes:
-    """One POST body holding each value as its own message.
-
-    The server flattens exactly one level of a JSON array, so every value (arrays
-    included) is wrapped: ``[1, 2]`` sent through here arrives as the one message ``[1, 2]``.
-    """
-    items = [json.dumps(value, separators=(",", ":"), allow_nan=False) for value in values]
-    if not items:
-        raise ValueError("a JSON append needs at least one value (the protocol rejects an empty array)")
-    return ("[" + ",".join(items) + "]").encode("utf-8")
 
 
 class Stream:
@@ -112,7 +90,7 @@ class Stream:
             request["Stream-Fork-Offset"] = fork_offset
         if fork_sub_offset is not None:
             request["Stream-Fork-Sub-Offset"] = str(fork_sub_offset)
-        response = self._send("PUT", (200, 201), _body(data), request, headers, timeout)
+        response = self._send("PUT", (200, 201), body_bytes(data), request, headers, timeout)
         self.content_type = header(response, "Content-Type") or content_type or self.content_type
         return CreateResult(
             created=response.status_code == 201,
@@ -171,7 +149,7 @@ class Stream:
         transient failure even without ``seq`` (a message may then be stored twice). For
         retry-safe, batched writes use a ``Producer``.
         """
-        body = _body(data)
+        body = body_bytes(data)
         if not body:
             raise ValueError("an append needs data; use close() to close without appending")
         options: AppendOptions = {"seq": seq, "close": close, "retry": retry, "headers": headers, "timeout": timeout}
@@ -199,7 +177,7 @@ class Stream:
         stream (also all or none), one request per message for other streams (then not
         atomic; ``seq`` is refused there, ``close`` goes with the last message).
         """
-        items = [_body(message) or b"" for message in messages]
+        items = [body_bytes(message) or b"" for message in messages]
         if not items or not all(items):
             raise ValueError("append_many needs at least one message, and no empty one")
         if self.supports_bulk():
@@ -399,20 +377,3 @@ class Stream:
     ) -> requests.Response:
         merged = {**request_headers, **(headers or {})}
         return self.transport.request(method, self.url, ok=ok, headers=merged, content=body, timeout=timeout)
-
-
-def append_result(response: requests.Response, *, producer: bool = False) -> AppendResult:
-    epoch, seq = header(response, "Producer-Epoch"), header(response, "Producer-Seq")
-    return AppendResult(
-        next_offset=header(response, "Stream-Next-Offset"),
-        closed=flag(response, "Stream-Closed"),
-        duplicate=producer and response.status_code == 204,
-        producer_epoch=int(epoch) if epoch is not None and epoch.isdigit() else None,
-        producer_seq=int(seq) if seq is not None and seq.isdigit() else None,
-    )
-
-
-def _body(data: bytes | str | None) -> bytes | None:
-    if data is None:
-        return None
-    return data.encode("utf-8") if isinstance(data, str) else data
