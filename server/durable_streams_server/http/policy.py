@@ -77,6 +77,8 @@ def request_needs(method: str, path: str, fork_from: str | None) -> tuple[Need, 
         return (Need("admin", "server"),) if route == "metrics" else ()
     if route == "files":
         return ()  # the URL's signature is the grant (``read_plans``)
+    if route == "cluster":
+        return ()  # the cluster's internal credential is the grant (``fork_exports``), never a client token
     if route == "consumers":
         return (Need("read", "any"),)  # any valid token; the answer holds only what it may read
     if route == "ui":
