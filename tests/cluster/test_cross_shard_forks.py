@@ -52,8 +52,24 @@ def _post(url: str, body: bytes, headers: dict[str, str] = JSON) -> requests.Res
     return answer
 
 
+def _status(url: str) -> int | None:
+    """A read's status; ``None`` when the shard's server it was sent to is gone (a killed node's,
+    until its node's router notices)."""
+    try:
+        return requests.get(url, params={"offset": "-1"}, timeout=30).status_code
+    except requests.ConnectionError:
+        return None
+
+
+def _delete(url: str) -> int:
+    """A DELETE's status, asked again while the stream's shard is moving (503), as a client does."""
+    answers: list[int] = []
+    until(lambda: answers.append(requests.delete(url, timeout=30).status_code) or answers[-1] != 503, timeout_s=60)
+    return answers[-1]
+
+
 def _wait_status(url: str, status: int) -> None:
-    until(lambda: requests.get(url, params={"offset": "-1"}, timeout=30).status_code == status, timeout_s=60)
+    until(lambda: _status(url) == status, timeout_s=60)
 
 
 def test_a_fork_of_another_shards_stream_through_a_node_that_holds_neither(
@@ -130,6 +146,15 @@ def test_a_fork_of_another_shards_stream_through_a_node_that_holds_neither(
     )
     assert (mismatch.status_code, mismatch.json()["error"]["code"]) == (409, "CONTENT_TYPE_MISMATCH")
 
+    # the internal route is the cluster's own: without its credential nothing is exported or unlinked
+    internal = f"{front.url}/v1/cluster/fork-links/v1/stream/{source}"
+    link = {"Durable-Streams-Fork-Link": "mine", "Durable-Streams-Fork": f"v1/stream/{fork}-x"}
+    for secret in ({}, {"Durable-Streams-Cluster-Secret": "guessed"}):
+        refused = requests.post(internal, headers={**link, **secret}, timeout=30)
+        assert (refused.status_code, refused.json()["error"]["code"]) == (403, "FORBIDDEN"), refused.text
+        refused = requests.delete(internal, params={"link": "mine"}, headers=secret, timeout=30)
+        assert refused.status_code == 403, refused.text
+
     # deleting the source while forks live: 410 to readers, a re-create 409, forks read on
     assert requests.delete(source_url, timeout=30).status_code == 204
     assert requests.get(source_url, params={"offset": "-1"}, timeout=30).status_code == 410
@@ -163,10 +188,10 @@ def test_an_unlink_waits_for_the_sources_shard(server_factory: Callable[..., Ser
     assert requests.get(source_url, params={"offset": "-1"}, timeout=30).status_code == 410
 
     source_node.kill()
-    until(lambda: requests.get(source_url, params={"offset": "-1"}, timeout=30).status_code == 503, timeout_s=30)
-    assert requests.delete(fork_url, timeout=30).status_code == 204  # (its unlink is kept, pending)
+    _wait_status(source_url, 503)
+    assert _delete(fork_url) == 204  # (its unlink is kept, pending)
     assert requests.get(fork_url, params={"offset": "-1"}, timeout=30).status_code == 404
-    assert requests.get(source_url, params={"offset": "-1"}, timeout=30).status_code == 503
+    assert _status(source_url) == 503
 
     source_node.process.start()
     until(serving(nodes, 3), timeout_s=60)
