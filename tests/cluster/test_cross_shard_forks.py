@@ -175,6 +175,7 @@ def test_a_fork_of_another_shards_stream_through_a_node_that_holds_neither(
 def test_an_unlink_waits_for_the_sources_shard(server_factory: Callable[..., ServerProcess], tmp_path: Path) -> None:
     storage = ["--storage-uri", str(tmp_path / "root"), "--shards", "3", "--lease-ttl-s", "3"]
     storage += ["--durability", "wal"]  # (a dead WAL node's shards wait for it: the source's stays unreachable)
+    storage += ["--cross-shard-fork-max-bytes", "1000"]
     nodes = _nodes(server_factory, storage, tmp_path, 3)
     front = nodes[0]
     source_shard, fork_shard = [shard for shard in range(3) if shard not in front.shards_held()]
@@ -183,6 +184,16 @@ def test_an_unlink_waits_for_the_sources_shard(server_factory: Callable[..., Ser
     source_url, fork_url = f"{front.url}/v1/stream/{source}", f"{front.url}/v1/stream/{fork}"
     assert requests.put(source_url, headers=JSON, timeout=30).status_code == 201
     _post(source_url, b'[{"n": 0}, {"n": 1}]')
+
+    # a copy past --cross-shard-fork-max-bytes is refused, and the link its export made is removed again
+    large = name_in_shard(source_shard, 3, "large")
+    assert requests.put(f"{front.url}/v1/stream/{large}", headers=JSON, timeout=30).status_code == 201
+    _post(f"{front.url}/v1/stream/{large}", b'[{"n": 0, "pad": "%s"}]' % (b"x" * 1200))
+    refused = _fork(front, name_in_shard(fork_shard, 3, "large"), large)
+    assert (refused.status_code, refused.json()["error"]["code"]) == (409, "FORK_TOO_LARGE"), refused.text
+    assert requests.delete(f"{front.url}/v1/stream/{large}", timeout=30).status_code == 204
+    _wait_status(f"{front.url}/v1/stream/{large}", 404)  # (not soft-deleted: no fork holds it)
+
     assert _fork(front, fork, source).status_code == 201
     assert requests.delete(source_url, timeout=30).status_code == 204
     assert requests.get(source_url, params={"offset": "-1"}, timeout=30).status_code == 410

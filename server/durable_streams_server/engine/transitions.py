@@ -19,8 +19,11 @@ visible once it is durable (the engine), while replayed records were durable alr
 
 Removal: a stream with live forks is soft-deleted (data stays readable through the
 forks); otherwise it is forgotten, and a soft-deleted source whose last fork this was
-goes with it, recursively. Each removal leaves a tombstone (its state marked deleted)
-that the next flush writes to Delta (``states_for``), so the removal outlives the WAL.
+goes with it, recursively. Forks in other shards count too: their links are reserved
+records, counted into their sources' ``forks`` by ``fork_links.LinkCounts`` as they are
+applied (and loaded before the records after them are replayed). Each removal leaves a
+tombstone (its state marked deleted) that the next flush writes to Delta (``states_for``),
+so the removal outlives the WAL.
 """
 
 from __future__ import annotations
