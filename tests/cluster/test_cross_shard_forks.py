@@ -203,8 +203,11 @@ def test_an_unlink_waits_for_the_sources_shard(server_factory: Callable[..., Ser
     assert _delete(fork_url) == 204  # (its unlink is kept, pending)
     assert requests.get(fork_url, params={"offset": "-1"}, timeout=30).status_code == 404
     assert _status(source_url) == 503
+    fork_node = _holder(nodes, fork_shard)
+    fork_node.kill()  # the pending unlink is in its WAL only: the restarted shard server sends it
 
     source_node.process.start()
+    fork_node.process.start()
     until(serving(nodes, 3), timeout_s=60)
     _wait_status(source_url, 404)  # the unlink arrived: the soft-deleted source went with its last fork
     assert requests.put(source_url, headers=JSON, timeout=30).status_code == 201
