@@ -34,7 +34,9 @@ class ForkSource(Protocol):
 @dataclass(frozen=True, slots=True)
 class RecordedSource:
     """A copied fork's source as a repeated PUT compares against it: its path, and the
-    configuration the fork resolved from it at creation (``fork_copies``)."""
+    configuration the fork resolved from it at creation (``fork_copies``), without asking the
+    source's shard again. So a PUT without a TTL compares equal to a fork created with an
+    explicit one (a local fork compares its source's, which may differ): the one difference."""
 
     name: str
     content_type: str

@@ -81,7 +81,7 @@ class CrossShardForks:
         if engine.find(request.name) is not None:
             return await engine.create(request)  # a repeated PUT: compared with what exists
         assert request.fork_from is not None
-        link = f"{uuid.uuid4().hex}"
+        link = uuid.uuid4().hex  # (fresh per create: a re-created path's fork has another link)
         unlinks = engine.unlinks
         unlinks.in_flight.add(link)
         try:
