@@ -39,6 +39,8 @@ async def register(engine: Engine, request: CreateRequest, link: str) -> Export:
     earliest = engine.earliest_readable(source)
     fork_seq, prefix = fork_links.export_point(source, request, sliced, earliest)
     known = engine.live.links.by_link.get(link)
+    if link in engine.live.links.unlinked:
+        raise Conflict(f"fork link {link!r} was removed already", code="FORK_LINK_GONE")
     if known is not None and known.source_uid != source.uid:
         raise Conflict(f"fork link {link!r} belongs to another stream", code="FORK_LINK_CONFLICT")
     if known is None:
@@ -81,6 +83,7 @@ async def unlink(engine: Engine, link: str) -> None:
     """Remove ``link`` (none: nothing to do); a soft-deleted source whose last fork it was goes
     with it."""
     engine.storage.check_writable()
+    engine.live.links.note_unlinked(link)
     found = engine.live.links.by_link.get(link)
     if found is None:
         return

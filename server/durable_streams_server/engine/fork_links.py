@@ -21,6 +21,7 @@ is a delete record of its own, submitted right after the last link's removal.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,7 @@ from .stream import Stream
 from .types import CreateRequest
 
 KIND = "fork_link"
+REMEMBERED_UNLINKS = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +60,14 @@ class LinkCounts:
         self._stream = by_uid
         self.by_link: dict[str, Link] = {}
         self._by_uid: dict[int, Link] = {}
+        self.unlinked: OrderedDict[str, None] = OrderedDict()
+        """The newest links removed (or removed before they existed): an export asked for late,
+        after its fork's side gave up on it and removed its link, must not register it again."""
+
+    def note_unlinked(self, link: str) -> None:
+        self.unlinked[link] = None
+        while len(self.unlinked) > REMEMBERED_UNLINKS:
+            self.unlinked.popitem(last=False)
 
     def load(self, rows: Mapping[int, Mapping[str, Any] | None]) -> None:
         """The recovered link states (before the records after them are replayed)."""
