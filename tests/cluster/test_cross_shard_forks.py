@@ -20,6 +20,8 @@ import requests
 from cluster_support import JSON, Node, history, name_in_shard, serving, start_node, until
 from servers import MotoServer, ServerProcess
 
+from durable_streams_server.protocol.shard_keys import shard_of_key
+
 pytestmark = pytest.mark.slow
 
 BINARY = {"Content-Type": "application/octet-stream"}
@@ -44,6 +46,10 @@ def _holder(nodes: list[Node], shard: int) -> Node:
 def _fork(front: Node, name: str, source: str, **headers: str) -> requests.Response:
     given = {"Stream-Forked-From": f"/v1/stream/{source}", **{k.replace("_", "-"): v for k, v in headers.items()}}
     return requests.put(f"{front.url}/v1/stream/{name}", headers={**JSON, **given}, timeout=60)
+
+
+def _bucket_in(shard: int, shards: int) -> str:
+    return next(f"bk-{i}" for i in range(10_000) if shard_of_key(f"b/bk-{i}", shards) == shard)
 
 
 def _post(url: str, body: bytes, headers: dict[str, str] = JSON) -> requests.Response:
@@ -133,6 +139,18 @@ def test_a_fork_of_another_shards_stream_through_a_node_that_holds_neither(
     assert answer.status_code == 201, answer.text
     read = requests.get(f"{front.url}/v1/stream/{cut}", params={"offset": blob_start}, timeout=30)
     assert read.content == b"hello"
+
+    # the bucketed surface too: a bucket's stream forked into a bucket of another shard
+    source_bucket, fork_bucket = _bucket_in(source_shard, 3), _bucket_in(fork_shard, 3)
+    for bucket in (source_bucket, fork_bucket):
+        assert requests.put(f"{front.url}/{bucket}", timeout=30).status_code == 201
+    assert requests.put(f"{front.url}/{source_bucket}/s", headers=JSON, timeout=30).status_code == 201
+    _post(f"{front.url}/{source_bucket}/s", b'[{"n": 7}, {"n": 8}]')
+    bucketed = requests.put(
+        f"{front.url}/{fork_bucket}/f", headers={**JSON, "Stream-Forked-From": f"/{source_bucket}/s"}, timeout=60
+    )
+    assert bucketed.status_code == 201, bucketed.text
+    assert history(f"{front.url}/{fork_bucket}/f") == [7, 8]
 
     # the source's refusals, as a local fork gets them
     missing = _fork(front, name_in_shard(fork_shard, 3, "m"), name_in_shard(source_shard, 3, "absent"))
