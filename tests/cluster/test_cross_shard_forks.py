@@ -197,7 +197,7 @@ def test_an_unlink_waits_for_the_sources_shard(server_factory: Callable[..., Ser
     nodes = _nodes(server_factory, storage, tmp_path, 3)
     front = nodes[0]
     source_shard, fork_shard = [shard for shard in range(3) if shard not in front.shards_held()]
-    source_node = _holder(nodes, source_shard)
+    source_node, fork_node = _holder(nodes, source_shard), _holder(nodes, fork_shard)
     source, fork = name_in_shard(source_shard, 3, "src"), name_in_shard(fork_shard, 3, "fork")
     source_url, fork_url = f"{front.url}/v1/stream/{source}", f"{front.url}/v1/stream/{fork}"
     assert requests.put(source_url, headers=JSON, timeout=30).status_code == 201
@@ -221,7 +221,6 @@ def test_an_unlink_waits_for_the_sources_shard(server_factory: Callable[..., Ser
     assert _delete(fork_url) == 204  # (its unlink is kept, pending)
     assert requests.get(fork_url, params={"offset": "-1"}, timeout=30).status_code == 404
     assert _status(source_url) == 503
-    fork_node = _holder(nodes, fork_shard)
     fork_node.kill()  # the pending unlink is in its WAL only: the restarted shard server sends it
 
     source_node.process.start()
