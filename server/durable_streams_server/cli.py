@@ -19,7 +19,7 @@ import uvicorn
 from .allocators import tune_allocators
 from .cluster.workers import die_with_parent
 from .collector import freeze_start_up_objects
-from .config import ConfigError, ServerConfig, require_number
+from .config import CLUSTER_SECRET_ENV, ConfigError, ServerConfig, require_number
 from .http.fastpath import HttpParser
 from .protocol.tokens import AuthConfig, AuthConfigError, parse_tokens
 from .server import build_app, http_protocol
@@ -160,6 +160,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config(parser, "--cluster-shard", "set by a cluster node for the shard servers it starts: k/N")
     _add_config(parser, "--cluster-router", "set by a cluster node for its shard servers: the node's URL")
     _add(parser, "--cluster-parent", 0, "set by a cluster node for its shard servers: the node's pid", type=int)
+    _add_config(
+        parser,
+        "--cross-shard-fork-max-bytes",
+        "cluster mode: a fork of another shard's stream copies what it inherits, at most this many bytes "
+        "(larger: 409 FORK_TOO_LARGE; give fork and source one shard key to fork without a copy)",
+    )
     _add_config(parser, "--long-poll-timeout-ms", "how long a long-poll waits for data")
     _add_config(parser, "--sse-reconnect-ms", "SSE connections are closed after this long")
     _add_config(parser, "--max-body-bytes", "larger request bodies get 413")
@@ -312,9 +318,8 @@ def load_auth_config(path: Path | None, env_text: str | None) -> AuthConfig | No
     return parse_tokens(env_text, TOKENS_ENV) if env_text is not None else None
 
 
-_CONFIG_FIELDS = [
-    field.name for field in dataclasses.fields(ServerConfig) if field.name not in ("storage_options", "auth")
-]
+_NOT_OPTIONS = ("storage_options", "auth", "cluster_secret")
+_CONFIG_FIELDS = [field.name for field in dataclasses.fields(ServerConfig) if field.name not in _NOT_OPTIONS]
 """The fields set by the option of the same name."""
 
 
@@ -345,7 +350,9 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         raise SystemExit(str(exc)) from None
     fields = {name: getattr(args, name) for name in _CONFIG_FIELDS}
     try:
-        return ServerConfig(storage_options=options, auth=auth, **fields)
+        return ServerConfig(
+            storage_options=options, auth=auth, cluster_secret=os.environ.get(CLUSTER_SECRET_ENV), **fields
+        )
     except ConfigError as exc:
         raise _as_option(exc) from None
 

@@ -8,6 +8,7 @@ which takes its defaults from these fields and reports a ``ConfigError`` as its 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,6 +20,9 @@ from .protocol.tokens import AuthConfig
 from .protocol.webhook_rules import parse_networks
 from .storage.committer import Durability
 from .storage.ownership import TakeOver
+
+CLUSTER_SECRET_ENV = "DURABLE_STREAMS_CLUSTER_SECRET"
+"""Where a cluster node gives its shard servers the cluster's internal credential."""
 
 _NODE_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
@@ -45,6 +49,7 @@ def require_number(name: str, value: object, *, positive: bool) -> None:
 # Options whose zero would mean "nothing works" (every request times out, every body is too
 # large …) must be positive; the others may be 0, which documents "off" or "none".
 _POSITIVE = (
+    "cross_shard_fork_max_bytes",
     "long_poll_timeout_ms",
     "sse_reconnect_ms",
     "max_body_bytes",
@@ -154,6 +159,12 @@ class ServerConfig:
     shard it serves of N; a request for another shard's stream is sent to ``cluster_router``."""
     cluster_router: str | None = None
     """The advertised URL of the node that started this shard server (its router)."""
+    cluster_secret: str | None = None
+    """The cluster's internal credential (``cluster.run``), which its shard servers get in the
+    environment (``CLUSTER_SECRET_ENV``), never on a command line."""
+    cross_shard_fork_max_bytes: int = 256 * 1024 * 1024
+    """In a cluster: the most message bytes a fork of another shard's stream copies
+    (``engine.fork_copies``); a larger fork is refused (409 ``FORK_TOO_LARGE``)."""
     fast_path: Literal["on", "off"] = "on"
     """on: where the server's own connection protocol serves the app (``server.http_protocol``:
     the command line's uvicorn, httptools parser), a stream's small appends and creates, reads,
@@ -208,7 +219,8 @@ class ServerConfig:
     def shard_guard(self) -> ShardGuard | None:
         if self.cluster_shard is None or self.cluster_router is None:
             return None
-        return ShardGuard.parse(self.cluster_shard, self.cluster_router)
+        guard = ShardGuard.parse(self.cluster_shard, self.cluster_router)
+        return dataclasses.replace(guard, secret=self.cluster_secret, fork_max_bytes=self.cross_shard_fork_max_bytes)
 
     @property
     def resolved_storage_uri(self) -> str:

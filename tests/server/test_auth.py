@@ -401,6 +401,18 @@ def test_a_fork_source_given_as_a_full_url_is_checked(secured: ServerProcess) ->
     assert as_token("admin").head(url).status_code == 404
 
 
+def test_no_token_opens_the_cluster_internal_route(secured: ServerProcess) -> None:
+    """Only a cluster's own credential opens ``/v1/cluster/fork-links/...`` (a fork's export, its
+    unlink): a token, even an admin's, does not; a server that is no cluster shard has none."""
+    source = new_stream(secured, "base", "b")
+    internal = f"{secured.url}/v1/cluster/fork-links/{source.url.split('/', 3)[3]}"
+    link = {"Durable-Streams-Fork-Link": "l1", "Durable-Streams-Fork": "v1/stream/team-a/copy"}
+    for name in ("reader", "admin"):
+        response = as_token(name).post(internal, headers=link)
+        assert (response.status_code, response.json()["error"]["code"]) == (404, "NOT_FOUND"), response.text
+    assert session().delete(internal, params={"link": "l1"}).status_code == 404
+
+
 # -- paths that are open, or server-wide --------------------------------------------------------
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from durable_streams_server import ServerConfig
 from durable_streams_server.cli import build_parser, config_from_args
-from durable_streams_server.config import ConfigError
+from durable_streams_server.config import CLUSTER_SECRET_ENV, ConfigError
 
 
 @pytest.mark.parametrize(
@@ -59,7 +59,16 @@ def test_the_cli_defaults_are_the_configs(monkeypatch: pytest.MonkeyPatch) -> No
 def test_every_config_field_has_its_option() -> None:
     options = {action.dest for action in build_parser()._actions}
     fields = {field.name for field in dataclasses.fields(ServerConfig)}
-    assert fields - options == {"storage_options", "auth"}  # --storage-option, --auth-tokens-file
+    # --storage-option, --auth-tokens-file, and the cluster's credential (environment only: never on a command line)
+    assert fields - options == {"storage_options", "auth", "cluster_secret"}
+
+
+def test_the_cluster_secret_comes_from_the_environment_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert config_from_args(build_parser().parse_args([])).cluster_secret is None
+    monkeypatch.setenv(CLUSTER_SECRET_ENV, "s3cret")
+    assert config_from_args(build_parser().parse_args([])).cluster_secret == "s3cret"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--cluster-secret", "x"])
 
 
 def test_the_cli_reports_a_config_error_as_its_option() -> None:

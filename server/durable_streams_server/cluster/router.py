@@ -7,10 +7,14 @@ there, so every protocol feature works through any node, and the bytes never pas
 a second process. Requests a redirect cannot carry (credentials, which ``fetch`` drops on a
 redirect to another origin; the ``__ds`` namespace, whose answers carry the node's URLs)
 are relayed instead (``proxy``). A shard that is moving or starting is answered with 503
-and ``Retry-After: 1``. What cannot be right across shards is refused, never half done:
+and ``Retry-After: 1``.
 
-* a fork whose source is another shard's stream (``Stream-Forked-From``): 409
-  ``CROSS_SHARD_FORK`` -- give both one shard key (module ``http.shard_guard``);
+A fork goes to its own path's shard like any create; when its source is another shard's
+stream, that shard's server copies what the fork inherits from the source's, through the
+cluster-internal route (``/v1/cluster/fork-links/<source path>``, always relayed to the
+source path's shard: ``http.fork_copies``). What cannot be right across shards is
+refused, never half done:
+
 * the base surface's subscriptions (``/v1/stream/__ds/...``) when there is more than one
   shard: their patterns may span every shard; 501 ``SUBSCRIPTIONS_SPAN_SHARDS`` (a bucket's
   subscriptions, ``/<bucket>/__ds/...``, cover one bucket: one shard, and work).
@@ -35,7 +39,7 @@ from starlette.types import Receive, Scope, Send
 
 from ..http.request_policy import decorate
 from ..http.routes import match_route, route_path
-from ..http.shard_guard import shard_key, shard_of_path
+from ..http.shard_guard import shard_key
 from ..http.ui import page
 from ..protocol.errors import NotFound
 from ..protocol.shard_keys import shard_of_key
@@ -45,7 +49,6 @@ from .proxy import Relay, must_relay
 CLUSTER_PATH = "/v1/cluster"
 _PER_SHARD = ("status", "consumers")
 """Routes a shard's server answers for its own shard only: the router relays them to one."""
-_FORKED_FROM = b"stream-forked-from"
 
 
 class ClusterRouter:
@@ -109,18 +112,7 @@ class ClusterRouter:
                 "base-surface subscriptions may match streams of every shard, which this cluster does not "
                 "support with more than one shard; use a bucket's subscriptions (/<bucket>/__ds/...)",
             )
-        shard = shard_of_key(key, shards)
-        source = dict(scope["headers"]).get(_FORKED_FROM)
-        if source is not None:
-            source_shard = shard_of_path(source.decode("latin-1"), shards)
-            if source_shard is not None and source_shard != shard:
-                return _error(
-                    409,
-                    "CROSS_SHARD_FORK",
-                    f"the fork's source lives in shard {source_shard}, the fork would live in shard {shard}: "
-                    "a fork must share its source's shard key (first path segment, or bucket)",
-                )
-        return self._to_shard(scope, shard)
+        return self._to_shard(scope, shard_of_key(key, shards))
 
     def _to_shard(self, scope: Scope, shard: int) -> tuple[int, dict[str, str], object]:
         """The 307 to the same URL at ``shard``'s server, or 503 while it has none."""
@@ -170,8 +162,9 @@ def _route(scope: Scope) -> str | None:
 
 
 def _reserved(scope: Scope) -> bool:
-    """Always relayed: the ``__ds`` namespace (``proxy``) and the per-shard answers."""
-    return _route(scope) in ("control", *_PER_SHARD)
+    """Always relayed: the ``__ds`` namespace (``proxy``), the per-shard answers and the
+    cluster-internal route (its caller is a shard server that stays on its own node)."""
+    return _route(scope) in ("control", "cluster", *_PER_SHARD)
 
 
 async def _page(scope: Scope, send: Send) -> None:

@@ -52,6 +52,7 @@ from ..storage.view import Recovery, StreamState
 from . import forks
 from .buckets import Bucket, Buckets, bucket_of
 from .consumers import Consumers
+from .fork_copies import ForkCopy, PendingUnlinks
 from .history import HistoryCache
 from .idle import IDLE_MS, IdleStreams
 from .memory import MemoryBudget
@@ -108,6 +109,7 @@ class Engine:
             self.reserved, clock, self.config.tombstone_retention_ms, self.config.max_tombstones
         )
         self.consumers = Consumers(self, self.live.index)
+        self.unlinks = PendingUnlinks(self.reserved)  # (copied forks' links to remove: ``fork_copies``)
         storage.attach(self)
 
     @property
@@ -135,6 +137,7 @@ class Engine:
         reserved = self.live.subscriptions.take_reserved()
         self.tombstones.load(reserved)
         self.consumers.load(reserved)
+        self.unlinks.load(reserved)
 
     # -- StateView (called by storage) ------------------------------------------------
 
@@ -192,7 +195,7 @@ class Engine:
         """The stream at ``name`` (soft-deleted ones included), expiring it if due."""
         stream = self.streams.get(name)
         if stream is not None and not stream.soft_deleted and stream.expired(self.clock()):
-            self._submit_delete(stream)
+            self.submit_delete(stream)
             stream = self.streams.get(name)
         return stream
 
@@ -212,43 +215,55 @@ class Engine:
 
     # -- create -----------------------------------------------------------------------
 
-    async def create(self, request: CreateRequest) -> CreateOutcome:
+    async def create(self, request: CreateRequest, copy: ForkCopy | None = None) -> CreateOutcome:
         self.storage.check_writable()
-        sliced = None
-        if request.fork_from is not None and request.fork_sub_offset and request.fork_offset is not None:
-            # History is immutable, so the message a sub-offset slices can be fetched
-            # before the synchronous step without racing any writer.
-            source = self.find(request.fork_from)
-            if source is not None and request.fork_offset.seq < source.visible_tail:
-                sliced = await self.message_at(source, request.fork_offset.seq)
-        outcome = self._create_now(request, sliced)
+        sliced = await self.fork_message(request) if copy is None else None
+        outcome = self._create_now(request, sliced, copy)
         await self.storage.wait_durable(outcome.stream.last_lsn)
         return outcome
 
-    def _create_now(self, request: CreateRequest, sliced: tuple[bytes, int] | None) -> CreateOutcome:
+    async def fork_message(self, request: CreateRequest) -> tuple[bytes, int] | None:
+        """The message a fork's sub-offset slices as its source sees it, and the length of the append
+        batch it starts (``None``: it asks for none). History is immutable, so it is fetched before
+        the synchronous step without racing any writer."""
+        stream = self.find(request.fork_from) if request.fork_from is not None else None
+        offset = request.fork_offset
+        if stream is None or not request.fork_sub_offset or offset is None or offset.seq >= stream.visible_tail:
+            return None
+        seq = offset.seq
+        while seq < stream.fork_seq and stream.fork_of is not None:
+            stream = self.by_uid[stream.fork_of]
+        if seq >= stream.mem_base:
+            return stream.mem.get(seq), stream.batches.get(seq, 1)
+        (stored,) = await self.storage.read_messages(stream.uid, seq, seq + 1)
+        return stored.data, stored.batch
+
+    def _create_now(
+        self, request: CreateRequest, sliced: tuple[bytes, int] | None, copy: ForkCopy | None = None
+    ) -> CreateOutcome:
         existing = self.find(request.name)
         if existing is not None:
             if existing.soft_deleted:
                 raise Conflict(f"stream {request.name!r} was deleted and still has forks", code="STREAM_DELETED")
-            source = self.by_uid.get(existing.fork_of) if existing.fork_of is not None else None
-            if not forks.same_config(existing, request, source):
+            if not forks.same_config(existing, request, forks.recorded_source(existing, self.by_uid)):
                 raise Conflict(f"stream {request.name!r} already exists with a different configuration")
             return CreateOutcome(False, existing, existing.tail)
         located = bucket_of(request.name)
         if located is not None:
             # no implicit bucket creation, and none past the cap
             self.buckets.require_room(self.buckets.get(located[0]), self.config.max_streams_per_bucket)
-        source = self._fork_source(request) if request.fork_from is not None else None
-        content_type = request.content_type or (source.content_type if source else DEFAULT_CONTENT_TYPE)
-        if source is not None and normalize_content_type(content_type) != normalize_content_type(source.content_type):
+        source = self.fork_source(request) if request.fork_from is not None and copy is None else None
+        origin: forks.ForkSource | None = copy.meta if copy is not None else source
+        content_type = request.content_type or (origin.content_type if origin else DEFAULT_CONTENT_TYPE)
+        if origin is not None and normalize_content_type(content_type) != normalize_content_type(origin.content_type):
             raise Conflict("a fork's content type must match its source's", code="CONTENT_TYPE_MISMATCH")
-        ttl_s, expires_at, expires_at_ms = forks.effective_expiry(request, source)
-        fork_seq, messages, batches = 0, [], []
+        ttl_s, expires_at, expires_at_ms = forks.effective_expiry(request, origin)
+        fork_seq, prefix = (copy.meta.fork_seq, copy.prefix) if copy is not None else (0, None)
         if source is not None:
             fork_seq, prefix = forks.resolve_fork_point(source, request, sliced, self.earliest_readable(source))
-            if prefix is not None:
-                messages.append(prefix)
-                batches.append(1)
+        # (a copy's inherited messages, each its own batch: ``fork_copies``; then a sub-offset's prefix)
+        messages = [*(copy.messages if copy is not None else ()), *(() if prefix is None else (prefix,))]
+        batches = [1] * len(messages)
         if request.body:
             initial = split_messages(request.body, allow_empty_array=True) if is_json(content_type) else [request.body]
             if initial:
@@ -265,16 +280,18 @@ class Engine:
             fork_seq=fork_seq,
             fork_offset=request.fork_offset.encode() if request.fork_offset else None,
             fork_sub_offset=request.fork_sub_offset or 0,
-            first_seq=fork_seq,
+            first_seq=copy.meta.first_seq if copy is not None else fork_seq,
             batches=tuple(batches),
             ts=self.clock(),
+            fork_source=copy.meta.name if copy is not None else None,
+            fork_link=copy.link if copy is not None else None,
         )
         record = self.storage.submit(self.storage.next_lsn, header, tuple(messages))
         stream = self.live.create(record)
         self._publish(record.lsn, stream)
         return CreateOutcome(True, stream, stream.tail)
 
-    def _fork_source(self, request: CreateRequest) -> Stream:
+    def fork_source(self, request: CreateRequest) -> Stream:
         assert request.fork_from is not None
         source = self.find(request.fork_from)
         if source is None:
@@ -282,15 +299,6 @@ class Engine:
         if source.soft_deleted:
             raise Conflict(f"fork source {request.fork_from!r} was deleted", code="STREAM_DELETED")
         return source
-
-    async def message_at(self, stream: Stream, seq: int) -> tuple[bytes, int]:
-        """Message ``seq`` as ``stream`` sees it, and the length of the append batch it starts."""
-        while seq < stream.fork_seq and stream.fork_of is not None:
-            stream = self.by_uid[stream.fork_of]
-        if seq >= stream.mem_base:
-            return stream.mem.get(seq), stream.batches.get(seq, 1)
-        (stored,) = await self.storage.read_messages(stream.uid, seq, seq + 1)
-        return stored.data, stored.batch
 
     # -- append / close ---------------------------------------------------------------
 
@@ -368,10 +376,11 @@ class Engine:
     async def delete(self, name: str) -> None:
         self.storage.check_writable()
         stream = self.get_live(name)
-        self._submit_delete(stream)
+        self.submit_delete(stream)
         await self.storage.wait_durable(max(stream.last_lsn, self.tombstones.last_lsn))
 
-    def _submit_delete(self, stream: Stream) -> None:
+    def submit_delete(self, stream: Stream) -> None:
+        """Delete ``stream`` (soft if it has forks), and remove what its removal takes with it."""
         record = self.storage.submit(stream.uid, DeleteHeader(ts=self.clock()))
         ancestry = [stream]  # a removal may take soft-deleted sources with it
         while ancestry[-1].fork_of is not None and ancestry[-1].fork_of in self.by_uid:
@@ -380,6 +389,7 @@ class Engine:
         for each in ancestry:
             if each.uid not in self.by_uid:
                 self.memory.drop(("tail", each.uid))
+                self.unlinks.removed(each)  # (before the tombstone: ``delete`` awaits the tombstone's LSN)
                 self.tombstones.record(each, record.header.ts)
 
     # -- buckets ----------------------------------------------------------------------

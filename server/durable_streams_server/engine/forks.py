@@ -5,13 +5,54 @@ Pure decisions over stream state (no I/O); the engine applies them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
 from ..protocol.errors import BadRequest, Gone
 from ..protocol.headers import DEFAULT_CONTENT_TYPE, is_json, normalize_content_type
 from .stream import Stream
 from .types import CreateRequest
 
 
-def effective_expiry(request: CreateRequest, source: Stream | None) -> tuple[int | None, str | None, int | None]:
+class ForkSource(Protocol):
+    """What a fork inherits from its source: a local ``Stream``, or a copied fork's source
+    in another shard (``fork_copies``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def content_type(self) -> str: ...
+    @property
+    def ttl_s(self) -> int | None: ...
+    @property
+    def expires_at(self) -> str | None: ...
+    @property
+    def expires_at_ms(self) -> int | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedSource:
+    """A copied fork's source as a repeated PUT compares against it: its path, and the
+    configuration the fork resolved from it at creation (``fork_copies``), without asking the
+    source's shard again. So a PUT without a TTL compares equal to a fork created with an
+    explicit one (a local fork compares its source's, which may differ): the one difference."""
+
+    name: str
+    content_type: str
+    ttl_s: int | None
+    expires_at: str | None
+    expires_at_ms: int | None
+
+
+def recorded_source(fork: Stream, by_uid: Mapping[int, Stream]) -> ForkSource | None:
+    """What ``same_config`` compares a repeated PUT of ``fork`` against."""
+    if fork.fork_source is not None:
+        return RecordedSource(fork.fork_source, fork.content_type, fork.ttl_s, fork.expires_at, fork.expires_at_ms)
+    return by_uid.get(fork.fork_of) if fork.fork_of is not None else None
+
+
+def effective_expiry(request: CreateRequest, source: ForkSource | None) -> tuple[int | None, str | None, int | None]:
     """A fork without its own TTL or expiry copies its source's (never capped by it)."""
     if request.ttl_s is not None or request.expires_at is not None or source is None:
         return request.ttl_s, request.expires_at, request.expires_at_ms
@@ -20,7 +61,7 @@ def effective_expiry(request: CreateRequest, source: Stream | None) -> tuple[int
     return None, source.expires_at, source.expires_at_ms
 
 
-def same_config(stream: Stream, request: CreateRequest, source: Stream | None) -> bool:
+def same_config(stream: Stream, request: CreateRequest, source: ForkSource | None) -> bool:
     """Whether a repeated PUT asks for what ``stream`` was created with. A fork compares the
     values it resolved at creation (inherited content type and expiry included) against
     ``source``, its fork source."""

@@ -16,7 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..protocol.ids import BASE_SURFACE_PREFIX
 from ..storage.records import Header, Record, SubscriptionHeader
+from .buckets import bucket_of
 from .ports import StoragePort
 
 RESERVED_KEY = "reserved"
@@ -42,6 +44,17 @@ class ReservedRecords:
 
     async def durable(self, lsn: int) -> None:
         await self.storage.wait_durable(lsn)
+
+
+def stream_root(stream: str) -> str:
+    """The root ``stream`` lives under: the base surface's, or its bucket's."""
+    located = bucket_of(stream)
+    return BASE_SURFACE_PREFIX if located is None else located[0] + "/"
+
+
+def reserved_path(stream: str, kind: str, leaf: str) -> str:
+    """A reserved name for a state of ``kind`` under ``stream``'s root's ``__ds`` namespace."""
+    return f"{stream_root(stream)}__ds/{kind}/{leaf}"
 
 
 def states_of(recovered: Mapping[int, Mapping[str, Any]], kind: str) -> dict[int, Mapping[str, Any]]:

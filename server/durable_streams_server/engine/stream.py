@@ -49,6 +49,12 @@ class Stream:
     fork_seq: int = 0
     fork_offset: str | None = None
     fork_sub_offset: int = 0
+    fork_source: str | None = None
+    """A copied fork's source, a stream of another shard (``fork_copies``): its path."""
+    fork_link: str | None = None
+    """A copied fork's link id at its source's shard (removed when the fork is: ``fork_copies``)."""
+    base_seq: int = 0
+    """A copied fork's first message: its source had retained nothing older."""
     soft_deleted: bool = False
     last_access_ms: int = 0
     last_write_ms: int = 0
@@ -95,7 +101,7 @@ class Stream:
 
         (A fork also inherits its source's retention below the fork point: see
         ``Engine.earliest_readable``.)"""
-        return self.snapshot_seq or 0
+        return max(self.snapshot_seq or 0, self.base_seq)
 
     # -- lifetime ---------------------------------------------------------------------
 
@@ -181,6 +187,9 @@ class Stream:
             "fork_seq": self.fork_seq,
             "fork_offset": self.fork_offset,
             "fork_sub_offset": self.fork_sub_offset,
+            "fork_source": self.fork_source,
+            "fork_link": self.fork_link,
+            "base_seq": self.base_seq,
             "soft_deleted": self.soft_deleted,
             "last_access_ms": self.last_access_ms,
             "last_write_ms": self.last_write_ms,
@@ -212,6 +221,9 @@ class Stream:
             fork_seq=state.get("fork_seq", 0),
             fork_offset=state.get("fork_offset"),
             fork_sub_offset=state.get("fork_sub_offset", 0),
+            fork_source=state.get("fork_source"),
+            fork_link=state.get("fork_link"),
+            base_seq=state.get("base_seq", 0),
             soft_deleted=state.get("soft_deleted", False),
             last_access_ms=state.get("last_access_ms", 0),
             last_write_ms=state.get("last_write_ms", 0),

@@ -39,7 +39,7 @@ _UNREFERENCED = 4
 """``sys.getrefcount`` of a built stream in ``sleep`` that nothing else refers to: the two
 maps, ``sleep``'s own variable, and ``getrefcount``'s argument."""
 _ZERO_BY_DEFAULT = frozenset(
-    ("fork_seq", "fork_sub_offset", "last_access_ms", "last_write_ms", "bytes_total", "snapshot_lsn")
+    ("fork_seq", "fork_sub_offset", "base_seq", "last_access_ms", "last_write_ms", "bytes_total", "snapshot_lsn")
 )
 """The counters ``Stream.from_state`` takes as 0 when absent: a sleeping stream's state leaves
 them out when 0, as it leaves out every ``None``, ``False`` and empty map (its defaults too)."""

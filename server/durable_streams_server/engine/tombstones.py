@@ -33,10 +33,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..protocol.ids import BASE_SURFACE_PREFIX
 from ..protocol.offsets import encode_seq
-from .buckets import bucket_of
-from .reserved_records import RESERVED_KEY, ReservedRecords, states_of
+from .reserved_records import RESERVED_KEY, ReservedRecords, reserved_path, states_of, stream_root
 from .stream import Stream
 
 KIND = "tombstone"
@@ -79,9 +77,7 @@ class Tombstone:
 
 
 def reserved_name(stream: str) -> str:
-    located = bucket_of(stream)
-    root = BASE_SURFACE_PREFIX if located is None else located[0] + "/"
-    return f"{root}__ds/tombstones/{stream[len(root) :]}"
+    return reserved_path(stream, "tombstones", stream[len(stream_root(stream)) :])
 
 
 class Tombstones:

@@ -19,8 +19,11 @@ visible once it is durable (the engine), while replayed records were durable alr
 
 Removal: a stream with live forks is soft-deleted (data stays readable through the
 forks); otherwise it is forgotten, and a soft-deleted source whose last fork this was
-goes with it, recursively. Each removal leaves a tombstone (its state marked deleted)
-that the next flush writes to Delta (``states_for``), so the removal outlives the WAL.
+goes with it, recursively. Forks in other shards count too: their links are reserved
+records, counted into their sources' ``forks`` by ``fork_links.LinkCounts`` as they are
+applied (and loaded before the records after them are replayed). Each removal leaves a
+tombstone (its state marked deleted) that the next flush writes to Delta (``states_for``),
+so the removal outlives the WAL.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from ..storage.records import (
 )
 from ..storage.view import Recovery, StreamState
 from .buckets import Bucket, Buckets
+from .fork_links import LinkCounts
 from .stream import Stream
 from .stream_index import StreamIndex
 from .subscription_store import SubscriptionLog
@@ -58,6 +62,8 @@ class LiveState:
         self.buckets = Buckets()
         self._tombstones: dict[int, StreamState] = {}
         self.subscriptions = SubscriptionLog()
+        self.links = LinkCounts(self.by_uid.get)
+        """Forks in other shards counted into their sources' ``forks`` (``fork_links``)."""
         self.hooks: StreamHooks | None = None
         """Told about removals and (by the engine) newly visible tails; set after recovery."""
 
@@ -83,6 +89,7 @@ class LiveState:
             if stream.fork_of is not None and stream.fork_of in self.by_uid:
                 self.by_uid[stream.fork_of].forks += 1
         self.subscriptions.load(recovery.subscriptions)
+        self.links.load(recovery.subscriptions)
         for record in recovery.records:
             changed = self.apply(record)
             if isinstance(changed, Stream):
@@ -103,6 +110,7 @@ class LiveState:
             self.delete_bucket(self.buckets.by_uid[record.uid], record)
             return None
         if is_kind(record, SubscriptionHeader) or is_kind(record, SigningKeysHeader):
+            self.links.apply(record)
             tombstone = self.subscriptions.apply(record)
             if tombstone is not None:
                 self._tombstones[record.uid] = tombstone
@@ -153,6 +161,9 @@ class LiveState:
             fork_seq=header.fork_seq,
             fork_offset=header.fork_offset,
             fork_sub_offset=header.fork_sub_offset,
+            fork_source=header.fork_source,
+            fork_link=header.fork_link,
+            base_seq=header.first_seq if header.fork_source is not None else 0,
             last_access_ms=now,
             last_write_ms=now,
         )

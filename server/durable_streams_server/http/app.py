@@ -36,7 +36,9 @@ from ..protocol.subscriptions import RESERVED_SEGMENT
 from ..protocol.tokens import AuthConfig
 from ..storage.committer import Storage
 from ..storage.observer import StorageObserver
+from . import fork_exports
 from .extensions import ExtensionHandlers
+from .fork_copies import CrossShardForks
 from .gate import Gate
 from .limits import HttpLimits, LiveReaders, RequestLimits
 from .metrics import ROUTE_KEY, STREAM_ROUTE, ServerMetrics
@@ -100,6 +102,9 @@ class DurableStreamsApp:
         self.subscriptions: SubscriptionHandlers | None = None
         self.read_plans: ReadPlanHandlers | None = None
         self.time_lookups: TimeLookupHandlers | None = None
+        self.shard_guard = shard_guard
+        self.cross_shard: CrossShardForks | None = None
+        """A cluster shard server's forks of other shards' streams (``fork_copies``)."""
         self._start_lock = asyncio.Lock()
         self._stream_names: dict[tuple[bytes, str, str], str | None] = {}
         """``stream_target``'s answers by raw path, decoded path and root path."""
@@ -117,6 +122,7 @@ class DurableStreamsApp:
                     "consumers": self._consumers_endpoint,
                     "ui": self.status_page.page,
                     "status": self.status_page.status,
+                    "cluster": self._cluster_endpoint,
                     "control": self._control_endpoint,
                     "base": self._base_endpoint,
                     "bucket": self._bucket_endpoint,
@@ -153,6 +159,8 @@ class DurableStreamsApp:
                 await self.engine.idle.close()
             if self.subscriptions is not None:
                 await self.subscriptions.manager.close()
+            if self.cross_shard is not None:
+                await self.cross_shard.close()
             if self.storage is not None:
                 await self.storage.close()
             log.info("stopped")
@@ -165,13 +173,17 @@ class DurableStreamsApp:
                 await self.storage.start()
                 self.engine.guard.start()
                 self.engine.idle.start()
+                if self.cross_shard is not None:
+                    self.cross_shard.start()
                 if self.on_started is not None:
                     self.on_started()
 
     def _start_now(self) -> None:
         self.storage, engine, subscriptions = self.opener(self.metrics)
         self.engine = engine
-        self.handlers = handlers = StreamHandlers(engine, self.limits, self.live_readers)
+        if self.shard_guard is not None:
+            self.cross_shard = CrossShardForks(engine, self.shard_guard)
+        self.handlers = handlers = StreamHandlers(engine, self.limits, self.live_readers, self.cross_shard)
         self.extensions = ExtensionHandlers(handlers)
         assert self.storage is not None
         self.read_plans = ReadPlanHandlers(engine, self.storage.plans.access, self.storage.config.read_plan_ttl_s)
@@ -244,6 +256,15 @@ class DurableStreamsApp:
         async def route() -> Response:
             assert self.read_plans is not None
             return await self.read_plans.file(request, request.path_params["path"])
+
+        return await self._guarded(request, route)
+
+    async def _cluster_endpoint(self, request: Request) -> Response:
+        request.scope[ROUTE_KEY] = "cluster"
+
+        async def route() -> Response:
+            assert self.engine is not None
+            return await fork_exports.answer(self.engine, self.shard_guard, request)
 
         return await self._guarded(request, route)
 

@@ -31,6 +31,7 @@ RouteName = Literal[
     "consumers",
     "ui",
     "status",
+    "cluster",
     "control",
     "base",
     "bucket",
@@ -61,6 +62,8 @@ ROUTES: tuple[tuple[RouteName, str], ...] = (
     ("ui", "/ui"),
     ("ui", "/ui/{asset:path}"),
     ("status", "/v1/status/{view:path}"),
+    # Cluster-internal: a fork's shard asks the shard of its source, named by the path (``fork_copies``).
+    ("cluster", "/v1/cluster/fork-links/{path:path}"),
     ("bucket", "/{bucket_id}"),
     ("control", f"/{{bucket_id}}/{RESERVED_SEGMENT}"),
     ("control", f"/{{bucket_id}}/{RESERVED_SEGMENT}/{{rest:path}}"),

@@ -9,6 +9,11 @@ server they reach answers them.
 A shard server (``--cluster-shard k/N``) serves only its own shard's paths: a request for
 another shard's path (a client that kept a shard server's URL after a move) is sent back
 to the node's router with a 307, before anything is read or stored.
+
+The cluster-internal routes (``/v1/cluster/fork-links/<source path>``: a fork's shard
+asking a source's shard for an export, or removing its link: ``fork_copies``) belong to
+the shard of the stream path they name, so the router and the guard send them where that
+stream lives.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ def shard_key(path: str) -> str | None:
     route, params = found
     if route in ("healthz", "readyz", "metrics", "files", "consumers", "ui", "status"):
         return None
+    if route == "cluster":
+        return shard_key("/" + params["path"])
     if route == "base" or (route == "control" and "bucket_id" not in params):
         rest = path.lstrip("/")[len(BASE_SURFACE_PREFIX) :]
         return "v1/" + rest.split("/", 1)[0]
@@ -56,6 +63,10 @@ class ShardGuard:
     shard: int
     shards: int
     router_url: str
+    secret: str | None = None
+    """The cluster's internal credential (``cluster.run``): what the internal routes require."""
+    fork_max_bytes: int = 256 * 1024 * 1024
+    """The most a fork of another shard's stream copies (``fork_copies``)."""
 
     @classmethod
     def parse(cls, spec: str, router_url: str) -> ShardGuard:

@@ -28,6 +28,7 @@ from ..protocol.errors import BadRequest, PayloadTooLarge
 from ..protocol.json_mode import frame
 from ..protocol.offsets import BEGINNING_SENTINEL, NOW_SENTINEL, Offset, encode_seq, parse_offset
 from . import arrow_ipc, multipart, sse
+from .fork_copies import CrossShardForks
 from .limits import BodyDeadline, HttpLimits, LiveReaders
 from .read_answers import (
     ANSWER_AFTER_WAKE,
@@ -47,8 +48,12 @@ _PLAIN_HOST_RE = re.compile(rb"[A-Za-z0-9.-]+(?::(0|[1-9][0-9]{0,4}))?")
 
 
 class StreamHandlers:
-    def __init__(self, engine: Engine, limits: HttpLimits, live_readers: LiveReaders) -> None:
+    def __init__(
+        self, engine: Engine, limits: HttpLimits, live_readers: LiveReaders, cross_shard: CrossShardForks | None = None
+    ) -> None:
         self.engine = engine
+        self.cross_shard = cross_shard
+        """Forks of other shards' streams, on a cluster's shard server (``fork_copies``)."""
         self.limits = limits
         self.live_readers = live_readers
         self.answered_at_wake = 0
@@ -121,7 +126,10 @@ class StreamHandlers:
             fork_offset=parse_offset(fork_offset_raw) if fork_offset_raw is not None else None,
             fork_sub_offset=int(sub_raw) if sub_raw is not None else None,
         )
-        outcome = await self.engine.create(create)
+        if self.cross_shard is not None and self.cross_shard.applies(create):
+            outcome = await self.cross_shard.create(create)
+        else:
+            outcome = await self.engine.create(create)
         stream = outcome.stream
         response_headers = {"Content-Type": stream.content_type, h.STREAM_NEXT_OFFSET: encode_seq(outcome.tail)}
         if outcome.created:

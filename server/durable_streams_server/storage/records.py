@@ -67,9 +67,15 @@ class CreateHeader:
     first_seq: int
     batches: tuple[int, ...]
     ts: int
+    fork_source: str | None = None
+    """A copied fork's source (its path in another shard: ``engine.fork_copies``)."""
+    fork_link: str | None = None
+    """The id of a copied fork's link, registered at its source's shard."""
 
     def to_json(self) -> dict[str, Any]:
+        copied = {"fork_source": self.fork_source, "fork_link": self.fork_link} if self.fork_source else {}
         return {
+            **copied,
             "name": self.name,
             "content_type": self.content_type,
             "ttl_s": self.ttl_s,
@@ -101,6 +107,8 @@ class CreateHeader:
             first_seq=data["first_seq"],
             batches=tuple(data["batches"]),
             ts=data["ts"],
+            fork_source=data.get("fork_source"),
+            fork_link=data.get("fork_link"),
         )
 
 
