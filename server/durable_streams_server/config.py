@@ -159,7 +159,7 @@ class ServerConfig:
     shard it serves of N; a request for another shard's stream is sent to ``cluster_router``."""
     cluster_router: str | None = None
     """The advertised URL of the node that started this shard server (its router)."""
-    cluster_secret: str | None = None
+    cluster_secret: str | None = field(default=None, repr=False)  # (never in a repr or a log)
     """The cluster's internal credential (``cluster.run``), which its shard servers get in the
     environment (``CLUSTER_SECRET_ENV``), never on a command line."""
     cross_shard_fork_max_bytes: int = 256 * 1024 * 1024

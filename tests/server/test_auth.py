@@ -471,6 +471,8 @@ def test_grant_reprs_hide_tokens_and_digests() -> None:
     text = repr(config) + repr(ServerConfig(auth=config))
     assert "etl" in text
     assert "secret" not in text
+    shard = ServerConfig(cluster_shard="0/2", cluster_router="http://127.0.0.1:1", cluster_secret="cluster-key-42")
+    assert "cluster-key-42" not in repr(shard) + repr(shard.shard_guard)  # the cluster's credential neither
     assert hashlib.sha256(b"0123456789abcdef-secret").digest().hex() not in text
     assert str(hashlib.sha256(b"0123456789abcdef-secret").digest()) not in text
 

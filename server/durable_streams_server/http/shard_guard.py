@@ -18,7 +18,7 @@ stream lives.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from starlette.types import Scope
 
@@ -63,7 +63,7 @@ class ShardGuard:
     shard: int
     shards: int
     router_url: str
-    secret: str | None = None
+    secret: str | None = field(default=None, repr=False)  # (never in a repr or a log)
     """The cluster's internal credential (``cluster.run``): what the internal routes require."""
     fork_max_bytes: int = 256 * 1024 * 1024
     """The most a fork of another shard's stream copies (``fork_copies``)."""
