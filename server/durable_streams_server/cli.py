@@ -20,6 +20,7 @@ from .allocators import tune_allocators
 from .cluster.workers import die_with_parent
 from .collector import freeze_start_up_objects
 from .config import ConfigError, ServerConfig, require_number
+from .http.cluster_secret import CLUSTER_SECRET_ENV
 from .http.fastpath import HttpParser
 from .protocol.tokens import AuthConfig, AuthConfigError, parse_tokens
 from .server import build_app, http_protocol
@@ -313,7 +314,9 @@ def load_auth_config(path: Path | None, env_text: str | None) -> AuthConfig | No
 
 
 _CONFIG_FIELDS = [
-    field.name for field in dataclasses.fields(ServerConfig) if field.name not in ("storage_options", "auth")
+    field.name
+    for field in dataclasses.fields(ServerConfig)
+    if field.name not in ("storage_options", "auth", "cluster_secret")
 ]
 """The fields set by the option of the same name."""
 
@@ -345,7 +348,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         raise SystemExit(str(exc)) from None
     fields = {name: getattr(args, name) for name in _CONFIG_FIELDS}
     try:
-        return ServerConfig(storage_options=options, auth=auth, **fields)
+        secret = os.environ.get(CLUSTER_SECRET_ENV) if args.cluster_shard else None  # (its node's: ``cluster.secret``)
+        return ServerConfig(storage_options=options, auth=auth, cluster_secret=secret, **fields)
     except ConfigError as exc:
         raise _as_option(exc) from None
 

@@ -154,6 +154,8 @@ class ServerConfig:
     shard it serves of N; a request for another shard's stream is sent to ``cluster_router``."""
     cluster_router: str | None = None
     """The advertised URL of the node that started this shard server (its router)."""
+    cluster_secret: str | None = field(default=None, repr=False)
+    """The cluster-internal credential the node handed to this shard server (``http.cluster_secret``)."""
     fast_path: Literal["on", "off"] = "on"
     """on: where the server's own connection protocol serves the app (``server.http_protocol``:
     the command line's uvicorn, httptools parser), a stream's small appends and creates, reads,
@@ -208,7 +210,7 @@ class ServerConfig:
     def shard_guard(self) -> ShardGuard | None:
         if self.cluster_shard is None or self.cluster_router is None:
             return None
-        return ShardGuard.parse(self.cluster_shard, self.cluster_router)
+        return ShardGuard.parse(self.cluster_shard, self.cluster_router, self.cluster_secret)
 
     @property
     def resolved_storage_uri(self) -> str:

@@ -23,6 +23,7 @@ from ..storage.ownership import node_id_for
 from .node import NodeSettings, Supervisor
 from .objects import ConditionalObjects, open_objects
 from .router import ClusterRouter
+from .secret import cluster_secret
 from .shards import LAYOUT_KEY, Layout, LayoutError
 from .workers import ShardServerSpec, passthrough_args
 
@@ -68,6 +69,7 @@ def run_node(args: argparse.Namespace, argv: list[str], config: ServerConfig) ->
     try:
         objects = open_objects(config.storage_uri, config.storage_options)
         layout = open_layout(objects, args.shards)
+        secret = cluster_secret(objects)
     except (ValueError, LayoutError) as exc:
         raise SystemExit(f"--storage-uri {config.storage_uri}: {exc}") from None
     url = advertise_url(args)
@@ -88,6 +90,7 @@ def run_node(args: argparse.Namespace, argv: list[str], config: ServerConfig) ->
         shards=layout.shards,
         passthrough=tuple(passthrough_args(argv)),
         adopted_root=layout.placement == "root",
+        secret=secret,
     )
     log.info("cluster node starting", extra={"node_id": node_id, "url": url, "shards": layout.shards})
     router = ClusterRouter(Supervisor(settings, layout, objects, spec))

@@ -29,6 +29,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from ..http.cluster_secret import CLUSTER_SECRET_ENV
+
 log = logging.getLogger("durable_streams_server.cluster")
 
 NODE_OPTIONS = {
@@ -135,6 +137,8 @@ class ShardServerSpec:
     node_id: str
     shards: int
     passthrough: tuple[str, ...]
+    secret: str = ""
+    """The cluster-internal credential (``secret``), handed over in the environment."""
     adopted_root: bool = False
     """The one shard is a single server's location (``shards.Layout``, placement ``root``): its
     server uses the node's data dir itself, where that server's WAL and node id are."""
@@ -173,7 +177,8 @@ class ShardServerSpec:
             "--cluster-parent",
             str(os.getpid()),
         ]
-        proc = subprocess.Popen([sys.executable, "-m", "durable_streams_server", *args], env=child_env())
+        env = {**child_env(), CLUSTER_SECRET_ENV: self.secret}
+        proc = subprocess.Popen([sys.executable, "-m", "durable_streams_server", *args], env=env)
         log.info("shard server starting", extra={"shard": shard, "url": url, "pid": proc.pid, "take_over": take_over})
         return ShardServer(shard, url, proc)
 

@@ -38,6 +38,7 @@ from ..storage.committer import Storage
 from ..storage.observer import StorageObserver
 from .extensions import ExtensionHandlers
 from .gate import Gate
+from .internal import InternalHandlers
 from .limits import HttpLimits, LiveReaders, RequestLimits
 from .metrics import ROUTE_KEY, STREAM_ROUTE, ServerMetrics
 from .read_plans import ReadPlanHandlers, wants_plan
@@ -98,6 +99,8 @@ class DurableStreamsApp:
         self.handlers: StreamHandlers | None = None
         self.extensions: ExtensionHandlers | None = None
         self.subscriptions: SubscriptionHandlers | None = None
+        self.internal: InternalHandlers | None = None
+        self.shard_guard = shard_guard
         self.read_plans: ReadPlanHandlers | None = None
         self.time_lookups: TimeLookupHandlers | None = None
         self._start_lock = asyncio.Lock()
@@ -117,6 +120,7 @@ class DurableStreamsApp:
                     "consumers": self._consumers_endpoint,
                     "ui": self.status_page.page,
                     "status": self.status_page.status,
+                    "internal": self._internal_endpoint,
                     "control": self._control_endpoint,
                     "base": self._base_endpoint,
                     "bucket": self._bucket_endpoint,
@@ -178,6 +182,7 @@ class DurableStreamsApp:
         self.time_lookups = TimeLookupHandlers(engine)
         subscriptions.start()
         self.subscriptions = SubscriptionHandlers(subscriptions)
+        self.internal = InternalHandlers(subscriptions, self.shard_guard)
 
     # -- routing ----------------------------------------------------------------------
 
@@ -253,6 +258,15 @@ class DurableStreamsApp:
         async def route() -> Response:
             assert self.subscriptions is not None
             return self.subscriptions.consumers.listing(request, self.policy.auth)
+
+        return await self._guarded(request, route)
+
+    async def _internal_endpoint(self, request: Request) -> Response:
+        request.scope[ROUTE_KEY] = "internal"
+
+        async def route() -> Response:
+            assert self.internal is not None
+            return await self.internal.handle(request, request.path_params["rest"])
 
         return await self._guarded(request, route)
 

@@ -31,6 +31,7 @@ RouteName = Literal[
     "consumers",
     "ui",
     "status",
+    "internal",
     "control",
     "base",
     "bucket",
@@ -61,6 +62,8 @@ ROUTES: tuple[tuple[RouteName, str], ...] = (
     ("ui", "/ui"),
     ("ui", "/ui/{asset:path}"),
     ("status", "/v1/status/{view:path}"),
+    # A cluster's internal endpoints (``internal``): ``v1`` is no bucket id either.
+    ("internal", "/v1/internal/{rest:path}"),
     ("bucket", "/{bucket_id}"),
     ("control", f"/{{bucket_id}}/{RESERVED_SEGMENT}"),
     ("control", f"/{{bucket_id}}/{RESERVED_SEGMENT}/{{rest:path}}"),

@@ -13,7 +13,7 @@ to the node's router with a 307, before anything is read or stored.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from starlette.types import Scope
 
@@ -30,7 +30,7 @@ def shard_key(path: str) -> str | None:
     if found is None:
         return None
     route, params = found
-    if route in ("healthz", "readyz", "metrics", "files", "consumers", "ui", "status"):
+    if route in ("healthz", "readyz", "metrics", "files", "consumers", "ui", "status", "internal"):
         return None
     if route == "base" or (route == "control" and "bucket_id" not in params):
         rest = path.lstrip("/")[len(BASE_SURFACE_PREFIX) :]
@@ -56,15 +56,17 @@ class ShardGuard:
     shard: int
     shards: int
     router_url: str
+    secret: str | None = field(default=None, repr=False)
+    """The cluster-internal credential (``cluster_secret``), if the node handed one over."""
 
     @classmethod
-    def parse(cls, spec: str, router_url: str) -> ShardGuard:
+    def parse(cls, spec: str, router_url: str, secret: str | None = None) -> ShardGuard:
         """From ``--cluster-shard k/N``; ``ValueError`` if malformed."""
         shard_text, _, count_text = spec.partition("/")
         shard, shards = int(shard_text), int(count_text)
         if not 0 <= shard < shards:
             raise ValueError(f"shard {shard} is outside 0..{shards - 1}")
-        return cls(shard, shards, router_url.rstrip("/"))
+        return cls(shard, shards, router_url.rstrip("/"), secret)
 
     def refusal(self, scope: Scope) -> Moved | None:
         path = route_path(scope)

@@ -1,0 +1,100 @@
+"""The home shard's side of tail reports: the interest it publishes, the other shards'
+streams it keeps, and what their reports change in the base surface's subscriptions.
+
+The protocol is described in ``remote_streams``. A report applies like the engine's own
+hooks: a stream's new tail is ``SubscriptionManager.seen`` (linking a new matching stream
+at 0 if created after the subscription, else at its tail, and waking pending work), a
+removal unlinks it. A full report also unlinks every stream of the reporting shard that it
+does not name, which is how a home that restarted (whose view of remote streams starts
+empty, while the subscriptions' links are recovered) drops what was deleted meanwhile.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from ..protocol.errors import Conflict
+from .remote_streams import BASE_ROOT, Interest, InterestView, RemoteStreams, ShardPeers, StreamFacts
+from .subscription_state import Subscription
+from .types import AppendRequest
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+
+class Membership(Protocol):
+    """What reports need from the subscription manager."""
+
+    engine: Engine
+    by_root: dict[str, dict[str, Subscription]]
+    peers: ShardPeers | None
+
+    def remote(self, root: str, path: str) -> bool: ...
+
+    def seen(self, root: str, path: str, tail: int, created_ms: int | None) -> None: ...
+
+    @staticmethod
+    def unlink(sub: Subscription, path: str) -> None: ...
+
+
+class ShardReports:
+    def __init__(self, manager: Membership) -> None:
+        self.manager = manager
+        self.remote = RemoteStreams()
+        self.interest = Interest()
+
+    def update_interest(self) -> None:
+        """Publish the base surface's subscriptions' patterns and explicit paths (a new
+        version only when they changed)."""
+        subs = self.manager.by_root.get(BASE_ROOT, {}).values()
+        paths = (path for sub in subs for path, link in sub.links.items() if link.explicit)
+        self.interest.update((sub.config.pattern for sub in subs if sub.config.pattern is not None), paths)
+
+    def apply(
+        self, shard: int, version: str, full: bool, streams: list[tuple[str, int, int]], removed: list[str]
+    ) -> None:
+        """Shard ``shard``'s report; 409 ``STALE_INTEREST`` if computed for another interest
+        version (the reporter then fetches the interest again and reports in full)."""
+        manager, peers = self.manager, self.manager.peers
+        if version != self.interest.view.version or peers is None:
+            raise Conflict("the report was computed for another interest version", code="STALE_INTEREST")
+        subs = list(manager.by_root.get(BASE_ROOT, {}).values())
+        gone = set(removed)
+        if full:
+            reported = {path for path, _, _ in streams}
+            linked = {path for sub in subs for path in sub.links}
+            gone |= {path for path in (*self.remote.paths_of(shard), *linked) if path not in reported}
+        for path in gone:
+            if peers.shard_of(path) == shard != peers.shard:
+                self.remote.remove(path)
+                for sub in subs:
+                    manager.unlink(sub, path)
+        for path, tail, created_ms in streams:
+            if peers.shard_of(path) != shard or shard == peers.shard:
+                continue  # (not that shard's stream: a confused reporter is ignored)
+            if self.remote.put(shard, path, StreamFacts(tail, created_ms)):  # another incarnation
+                for sub in subs:
+                    manager.unlink(sub, path)
+            manager.seen(BASE_ROOT, path, tail, created_ms)
+
+    async def ask_peers(self, root: str, patterns: tuple[str, ...], paths: tuple[str, ...]) -> None:
+        """Learn every other shard's streams ``patterns`` and ``paths`` name, at their tails now,
+        before linking them (``ServiceUnavailable`` if a shard does not answer)."""
+        peers = self.manager.peers
+        if root != BASE_ROOT or peers is None:
+            return
+        for shard, path, tail, created_ms in await peers.matching(InterestView("", patterns, paths)):
+            known = self.remote.get(path)
+            if known is None or known.created_ms != created_ms or known.tail < tail:
+                self.remote.put(shard, path, StreamFacts(tail, created_ms))
+
+    async def append_events(self, sub: Subscription, body: bytes) -> None:
+        """Append wake events to ``sub``'s wake stream: in this shard, or through the router
+        (producer id per subscription incarnation, epoch = generation: a retry is a duplicate)."""
+        manager, wake_stream = self.manager, sub.config.wake_stream
+        assert wake_stream is not None
+        if manager.peers is not None and manager.remote(sub.root, wake_stream):
+            producer = f"ds-wake-{sub.subscription_id}-{sub.uid}"
+            await manager.peers.append(wake_stream, body, producer, sub.generation)
+        else:
+            await manager.engine.append(sub.root + wake_stream, AppendRequest(body, None, None, None, False))
