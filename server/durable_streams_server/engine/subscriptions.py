@@ -18,7 +18,10 @@ matching stream not linked yet is new since the subscription, so it is linked at
 drops glob links of deleted streams (an explicit link stays, reset to 0). At start-up
 ``reconcile`` repairs what a crash between a stream change and the next save left out:
 unlinked matching streams are linked at 0 if created after the subscription, else at
-their tail.
+their tail. In a cluster of several shards the base surface's subscriptions also see the
+other shards' streams, as their tail reports describe them (``remote_streams``,
+``shard_reports``): a report is ``seen``/``unlink`` like the hooks, and a remote stream's
+links are repaired by the next full report rather than at start-up.
 
 Wakes: an idle subscription with pending work gets a new wake (generation + 1).
 Webhook: a signed POST (``Deliveries``); 2xx ``{"done": true}`` auto-acks the wake
