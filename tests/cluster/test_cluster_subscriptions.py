@@ -14,6 +14,7 @@ rebuilt from their full tail reports).
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -63,13 +64,27 @@ class Client:
         self.http = requests.Session()
         self.http.trust_env = False
 
+    def send(self, method: str, url: str, **kwargs: Any) -> requests.Response:
+        """One request, asked again while it answers 503 (a shard moving, as rebalancing does
+        while the nodes settle; the request was not served), as a client does."""
+        deadline = time.monotonic() + 60
+        while True:
+            answer = self.http.request(method, url, timeout=30, **kwargs)
+            if answer.status_code != 503 or time.monotonic() > deadline:
+                return answer
+            time.sleep(0.2)
+
     def put_stream(self, path: str) -> None:
-        answer = self.http.put(self.base + path, headers=JSON, timeout=30)
+        answer = self.send("PUT", self.base + path, headers=JSON)
         assert answer.status_code == 201, answer.text
 
     def append(self, path: str, n: int) -> None:
-        answer = self.http.post(self.base + path, data=json.dumps({"n": n}), headers=JSON, timeout=30)
+        answer = self.send("POST", self.base + path, data=json.dumps({"n": n}), headers=JSON)
         assert answer.status_code in (200, 204), answer.text
+
+    def put_sub(self, sub_id: str, body: dict[str, Any]) -> None:
+        answer = self.send("PUT", self.sub(sub_id), json=body)
+        assert answer.status_code == 201, answer.text
 
     def sub(self, sub_id: str, suffix: str = "") -> str:
         return f"{self.base}__ds/subscriptions/{sub_id}{suffix}"
@@ -94,7 +109,7 @@ class Client:
         acks = [{"stream": view["path"], "offset": view["tail_offset"]} for view in claimed["streams"]]
         body = {"wake_id": claimed["wake_id"], "generation": claimed["generation"], "acks": acks, "done": True}
         auth = {"Authorization": f"Bearer {claimed['token']}"}
-        answer = self.http.post(self.sub(sub_id, "/ack"), json=body, headers=auth, timeout=30)
+        answer = self.send("POST", self.sub(sub_id, "/ack"), json=body, headers=auth)
         assert answer.status_code == 200, answer.text
 
     def wake_events(self, path: str) -> list[dict[str, Any]]:
@@ -148,14 +163,14 @@ def test_base_surface_subscriptions_span_every_shard(
     client.put_stream(wake_stream)
 
     # the internal endpoints answer only the cluster itself
-    internal = client.http.get(f"{front.url}/v1/internal/interest", params={"shard": home}, timeout=30)
+    internal = client.send("GET", f"{front.url}/v1/internal/interest", params={"shard": home})
     assert internal.status_code == 403, internal.text
 
     # existing streams of every shard are linked at their tails: nothing is replayed
     pull = {"type": "pull-wake", "pattern": "*/jobs", "wake_stream": wake_stream}
-    assert client.http.put(client.sub("pull"), json=pull, timeout=30).status_code == 201
+    client.put_sub("pull", pull)
     hook = {"type": "webhook", "pattern": "*/jobs", "webhook": {"url": receiver.url}}
-    assert client.http.put(client.sub("hook"), json=hook, timeout=30).status_code == 201
+    client.put_sub("hook", hook)
     at_tails = {path: encode_seq(shard + 1) for shard, path in streams.items()}
     assert client.links("pull") == at_tails and client.links("hook") == at_tails
     assert client.claim("pull") is None
@@ -179,7 +194,7 @@ def test_base_surface_subscriptions_span_every_shard(
     until(lambda: late in {event["stream"] for event in client.wake_events(wake_stream)}, timeout_s=30)
     until(_pending_in_claim(client, "pull", {late}), timeout_s=30)
     until(_delivered(receiver, late, 1), timeout_s=30)
-    assert client.http.delete(client.base + late, timeout=30).status_code == 204
+    assert client.send("DELETE", client.base + late).status_code == 204
     until(lambda: late not in client.links("pull") and late not in client.links("hook"), timeout_s=30)
 
     # kill -9 of the home's node: the home shard moves, the other shards report to its new server

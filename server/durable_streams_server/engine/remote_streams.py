@@ -53,6 +53,13 @@ if TYPE_CHECKING:
 BASE_ROOT = "v1/stream/"
 
 
+def root_of(name: str) -> str:
+    """The surface root of a stream key: ``v1/stream/`` or ``<bucket_id>/``."""
+    if name.startswith(BASE_ROOT):
+        return BASE_ROOT
+    return name.partition("/")[0] + "/"
+
+
 @dataclass(frozen=True, slots=True)
 class StreamFacts:
     tail: int

@@ -1,5 +1,10 @@
-"""The home shard's side of tail reports: the interest it publishes, the other shards'
-streams it keeps, and what their reports change in the base surface's subscriptions.
+"""The streams the subscriptions see: the engine's own and, on the base surface of a cluster's
+home shard, the other shards' as their tail reports describe them (the interest it publishes,
+the remote streams it keeps, what their reports change in the base surface's subscriptions).
+
+``tail``/``streams_of`` answer for both kinds alike; ``is_remote`` tells them apart (a path
+of another shard on the base surface, when the manager has peers). A remote stream not
+reported yet has no tail: the manager counts its link as caught up until a report comes.
 
 The protocol is described in ``remote_streams``. A report applies like the engine's own
 hooks: a stream's new tail is ``SubscriptionManager.seen`` (linking a new matching stream
@@ -11,10 +16,11 @@ empty, while the subscriptions' links are recovered) drops what was deleted mean
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
 from ..protocol.errors import Conflict
-from .remote_streams import BASE_ROOT, Interest, InterestView, RemoteStreams, ShardPeers, StreamFacts
+from .remote_streams import BASE_ROOT, Interest, InterestView, RemoteStreams, ShardPeers, StreamFacts, root_of
 from .subscription_state import Subscription
 from .types import AppendRequest
 
@@ -29,8 +35,6 @@ class Membership(Protocol):
     by_root: dict[str, dict[str, Subscription]]
     peers: ShardPeers | None
 
-    def remote(self, root: str, path: str) -> bool: ...
-
     def seen(self, root: str, path: str, tail: int, created_ms: int | None) -> None: ...
 
     @staticmethod
@@ -42,6 +46,31 @@ class ShardReports:
         self.manager = manager
         self.remote = RemoteStreams()
         self.interest = Interest()
+
+    def is_remote(self, root: str, path: str) -> bool:
+        """Whether ``path`` of ``root`` is another shard's stream (known by tail reports)."""
+        peers = self.manager.peers
+        return peers is not None and root == BASE_ROOT and peers.shard_of(path) != peers.shard
+
+    def tail(self, root: str, path: str) -> int | None:
+        """A live stream's visible tail; ``None`` if it does not exist (or is not reported)."""
+        if self.is_remote(root, path):
+            facts = self.remote.get(path)
+            return None if facts is None else facts.tail
+        stream = self.manager.engine.streams.get(root + path)
+        return stream.visible_tail if stream is not None and not stream.soft_deleted else None
+
+    def streams_of(self, root: str) -> list[tuple[str, int, int]]:
+        """Every live stream of ``root``: (path, visible tail, created_ms), remote ones included."""
+        found = []
+        for name in self.manager.engine.stream_names():  # (builds only the streams under ``root``)
+            if name.startswith(root) and root_of(name) == root:
+                stream = self.manager.engine.streams.get(name)
+                if stream is not None and not stream.soft_deleted:
+                    found.append((name[len(root) :], stream.visible_tail, stream.created_ms))
+        if root == BASE_ROOT and self.manager.peers is not None:
+            found += [(path, facts.tail, facts.created_ms) for path, facts in self.remote.items()]
+        return found
 
     def update_interest(self) -> None:
         """Publish the base surface's subscriptions' patterns and explicit paths (a new
@@ -88,12 +117,21 @@ class ShardReports:
             if known is None or known.created_ms != created_ms or known.tail < tail:
                 self.remote.put(shard, path, StreamFacts(tail, created_ms))
 
+    async def refresh(self, sub: Subscription, acks: Iterable[tuple[str, int]], tails: dict[str, int]) -> bool:
+        """Ask the shards of remote streams acked past their reported tails for their tails
+        now; whether it asked."""
+        stale = tuple(sorted({path for path, seq in acks if seq > tails.get(path, 0)}))
+        stale = tuple(path for path in stale if self.is_remote(sub.root, path))
+        if stale:
+            await self.ask_peers(sub.root, (), stale)
+        return bool(stale)
+
     async def append_events(self, sub: Subscription, body: bytes) -> None:
         """Append wake events to ``sub``'s wake stream: in this shard, or through the router
         (producer id per subscription incarnation, epoch = generation: a retry is a duplicate)."""
         manager, wake_stream = self.manager, sub.config.wake_stream
         assert wake_stream is not None
-        if manager.peers is not None and manager.remote(sub.root, wake_stream):
+        if manager.peers is not None and self.is_remote(sub.root, wake_stream):
             producer = f"ds-wake-{sub.subscription_id}-{sub.uid}"
             await manager.peers.append(wake_stream, body, producer, sub.generation)
         else:

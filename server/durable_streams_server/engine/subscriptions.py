@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 from ..protocol.errors import BadRequest, Conflict, NotFound
 from ..protocol.subscriptions import AlreadyClaimed, SubscriptionConfig, WakeReport, fenced
 from ..protocol.wake_tokens import WakeClaim, issue, verify
-from .remote_streams import BASE_ROOT, ShardPeers
+from .remote_streams import ShardPeers, root_of
 from .shard_reports import ShardReports
 from .signing import KeyRing
 from .subscription_state import Link, Subscription, Wake
@@ -56,13 +56,6 @@ if TYPE_CHECKING:
     from .stream import Stream
 
 log = logging.getLogger("durable_streams_server.subscriptions")
-
-
-def root_of(name: str) -> str:
-    """The surface root of a stream key: ``v1/stream/`` or ``<bucket_id>/``."""
-    if name.startswith("v1/stream/"):
-        return "v1/stream/"
-    return name.partition("/")[0] + "/"
 
 
 class SubscriptionManager:
@@ -121,46 +114,21 @@ class SubscriptionManager:
 
     # -- streams ----------------------------------------------------------------------
 
-    def remote(self, root: str, path: str) -> bool:
-        """Whether ``path`` of ``root`` is another shard's stream (known by tail reports)."""
-        peers = self.peers
-        return peers is not None and root == BASE_ROOT and peers.shard_of(path) != peers.shard
-
-    def tail(self, root: str, path: str) -> int | None:
-        """A live stream's visible tail; ``None`` if it does not exist (or is not reported)."""
-        if self.remote(root, path):
-            facts = self.reports.remote.get(path)
-            return None if facts is None else facts.tail
-        stream = self.engine.streams.get(root + path)
-        return stream.visible_tail if stream is not None and not stream.soft_deleted else None
-
     def tails(self, sub: Subscription) -> dict[str, int]:
         """Linked path -> tail; a remote stream not reported yet counts as caught up."""
         tails = {}
         for path, link in sub.links.items():
-            tail = self.tail(sub.root, path)
-            tails[path] = tail if tail is not None else link.acked if self.remote(sub.root, path) else 0
+            tail = self.reports.tail(sub.root, path)
+            tails[path] = tail if tail is not None else link.acked if self.reports.is_remote(sub.root, path) else 0
         return tails
-
-    def _streams_of(self, root: str) -> list[tuple[str, int, int]]:
-        """Every live stream of ``root``: (path, visible tail, created_ms), remote ones included."""
-        found = []
-        for name in self.engine.stream_names():  # (builds only the streams under ``root``)
-            if name.startswith(root) and root_of(name) == root:
-                stream = self.engine.streams.get(name)
-                if stream is not None and not stream.soft_deleted:
-                    found.append((name[len(root) :], stream.visible_tail, stream.created_ms))
-        if root == BASE_ROOT and self.peers is not None:
-            found += [(path, facts.tail, facts.created_ms) for path, facts in self.reports.remote.items()]
-        return found
 
     def _reconcile(self, sub: Subscription) -> None:
         """Repair local links at start (remote ones are repaired by full tail reports)."""
-        for path, tail, created_ms in self._streams_of(sub.root):
+        for path, tail, created_ms in self.reports.streams_of(sub.root):
             if path not in sub.links and self.matches(sub, path):
                 sub.links[path] = Link(glob=True, acked=0 if created_ms >= sub.created_ms else tail)
         for path in list(sub.links):
-            if not self.remote(sub.root, path) and self.tail(sub.root, path) is None:
+            if not self.reports.is_remote(sub.root, path) and self.reports.tail(sub.root, path) is None:
                 self.unlink(sub, path)
 
     @staticmethod
@@ -231,7 +199,7 @@ class SubscriptionManager:
             await self.store.durable(existing)
             return False, existing
         sub = Subscription(root, subscription_id, config, now, root_url)
-        for path, tail, _ in self._streams_of(root):
+        for path, tail, _ in self.reports.streams_of(root):
             if self.matches(sub, path):
                 sub.links[path] = Link(glob=True, acked=tail)
         self._link_explicit(sub, config.streams)
@@ -245,7 +213,7 @@ class SubscriptionManager:
         for path in paths:
             link = sub.links.get(path)
             if link is None:
-                link = sub.links[path] = Link(acked=self.tail(sub.root, path) or 0)
+                link = sub.links[path] = Link(acked=self.reports.tail(sub.root, path) or 0)
             link.explicit = True
 
     async def delete(self, root: str, subscription_id: str) -> None:
@@ -273,7 +241,7 @@ class SubscriptionManager:
         link = sub.links.get(path)
         if link is not None and link.explicit:
             link.explicit = False
-            if self.matches(sub, path) and self.tail(root, path) is not None:
+            if self.matches(sub, path) and self.reports.tail(root, path) is not None:
                 link.glob = True
             else:
                 del sub.links[path]
@@ -373,10 +341,11 @@ class SubscriptionManager:
         }
 
     async def report(
-        self, root: str, subscription_id: str, token: str, report: WakeReport, kind: str
+        self, root: str, subscription_id: str, token: str, report: WakeReport, kind: str, *, fresh: bool = False
     ) -> dict[str, bool] | None:
         """A callback (webhook) or ack (pull-wake) with ``report``; release when ``kind`` is
-        ``"release"`` (returns ``None``)."""
+        ``"release"`` (returns ``None``). An ack past a remote stream's reported tail asks its
+        shard for the tail first (a report may not have arrived yet), then checks again."""
         self.store.check_writable()
         sub = self.get(root, subscription_id)
         claim = verify(self.keys.token_key, token)
@@ -388,6 +357,8 @@ class SubscriptionManager:
             raise fenced("the token belongs to another wake")
         if expected == "claim" and wake.holder is None:
             raise fenced("the wake's lease was released or expired")
+        if not fresh and await self.reports.refresh(sub, report.acks, self.tails(sub)):
+            return await self.report(root, subscription_id, token, report, kind, fresh=True)
         acks = self._checked_acks(sub, report)
         if kind == "release":
             self.finish(sub, {})
