@@ -36,7 +36,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("durable_streams_server.cluster")
 
 COALESCE_S = 0.02
-LONG_POLL_MS = 20_000
+LONG_POLL_MS = 4_000
+"""Shorter than a shard server's graceful shutdown (5 s): a home that moves is not held up by
+its reporters' long-polls (one request per shard per 4 s through the router while idle)."""
 BACKOFF_S = (0.1, 2.0)
 
 

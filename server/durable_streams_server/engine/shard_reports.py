@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
-from ..protocol.errors import Conflict
+from ..protocol.errors import Conflict, ServiceUnavailable
 from .remote_streams import BASE_ROOT, Interest, InterestView, RemoteStreams, ShardPeers, StreamFacts, root_of
 from .subscription_state import Subscription
 from .types import AppendRequest
@@ -99,12 +99,19 @@ class ShardReports:
                 for sub in subs:
                     manager.unlink(sub, path)
         for path, tail, created_ms in streams:
-            if peers.shard_of(path) != shard or shard == peers.shard:
-                continue  # (not that shard's stream: a confused reporter is ignored)
-            if self.remote.put(shard, path, StreamFacts(tail, created_ms)):  # another incarnation
-                for sub in subs:
-                    manager.unlink(sub, path)
-            manager.seen(BASE_ROOT, path, tail, created_ms)
+            if peers.shard_of(path) == shard != peers.shard:  # (else not that shard's: ignored)
+                self._learn(shard, path, tail, created_ms)
+
+    def _learn(self, shard: int, path: str, tail: int, created_ms: int) -> None:
+        """A remote stream's tail, from a report or an answer: kept unless older than the one
+        known, then linked and woken like a local stream's new tail."""
+        known = self.remote.get(path)
+        if known is not None and known.created_ms == created_ms and known.tail > tail:
+            return
+        if self.remote.put(shard, path, StreamFacts(tail, created_ms)):  # another incarnation
+            for sub in self.manager.by_root.get(BASE_ROOT, {}).values():
+                self.manager.unlink(sub, path)
+        self.manager.seen(BASE_ROOT, path, tail, created_ms)
 
     async def ask_peers(self, root: str, patterns: tuple[str, ...], paths: tuple[str, ...]) -> None:
         """Learn every other shard's streams ``patterns`` and ``paths`` name, at their tails now,
@@ -113,9 +120,20 @@ class ShardReports:
         if root != BASE_ROOT or peers is None:
             return
         for shard, path, tail, created_ms in await peers.matching(InterestView("", patterns, paths)):
-            known = self.remote.get(path)
-            if known is None or known.created_ms != created_ms or known.tail < tail:
-                self.remote.put(shard, path, StreamFacts(tail, created_ms))
+            self._learn(shard, path, tail, created_ms)
+
+    async def catch_up(self, sub: Subscription) -> bool:
+        """Ask the other shards for the tails of ``sub``'s streams now (a report may still be on
+        its way); whether it learned them (not if a shard does not answer: what is known stands)."""
+        if sub.root != BASE_ROOT or self.manager.peers is None:
+            return False
+        paths = tuple(path for path, link in sub.links.items() if link.explicit and self.is_remote(sub.root, path))
+        patterns = (sub.config.pattern,) if sub.config.pattern is not None else ()
+        try:
+            await self.ask_peers(sub.root, patterns, paths)
+        except ServiceUnavailable:
+            return False
+        return bool(patterns or paths)
 
     async def refresh(self, sub: Subscription, acks: Iterable[tuple[str, int]], tails: dict[str, int]) -> bool:
         """Ask the shards of remote streams acked past their reported tails for their tails

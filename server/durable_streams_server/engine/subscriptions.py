@@ -308,8 +308,11 @@ class SubscriptionManager:
 
     # -- worker requests ----------------------------------------------------------------
 
-    async def claim(self, root: str, subscription_id: str, worker: str) -> dict[str, Any] | None:
-        """Take the lease of the current (or a new) wake; ``None`` when nothing is pending."""
+    async def claim(
+        self, root: str, subscription_id: str, worker: str, *, fresh: bool = False
+    ) -> dict[str, Any] | None:
+        """Take the lease of the current (or a new) wake; ``None`` when nothing is pending (after
+        asking other shards for their tails: an append's report may still be on its way)."""
         self.store.check_writable()
         sub = self.get(root, subscription_id)
         if sub.config.type != "pull-wake":
@@ -325,7 +328,8 @@ class SubscriptionManager:
         tails = self.tails(sub)
         if wake is None:
             if not sub.pending(tails):
-                return None
+                caught_up = not fresh and await self.reports.catch_up(sub)
+                return await self.claim(root, subscription_id, worker, fresh=True) if caught_up else None
             sub.generation += 1
             wake = sub.wake = Wake(f"w_{secrets.token_urlsafe(12)}", sub.generation, tails, delivered=True)
         wake.tails = tails
