@@ -67,7 +67,7 @@ class Client:
     def send(self, method: str, url: str, **kwargs: Any) -> requests.Response:
         """One request, asked again while it answers 503 (a shard moving, as rebalancing does
         while the nodes settle; the request was not served), as a client does."""
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180  # (a move on a loaded machine: shard servers start slowly)
         while True:
             answer = self.http.request(method, url, timeout=30, **kwargs)
             if answer.status_code != 503 or time.monotonic() > deadline:
@@ -201,14 +201,26 @@ def test_base_surface_subscriptions_span_every_shard(
     victim = next(node for node in owners if home in node.shards_held())
     victim.kill()
     survivors = [node for node in (*owners, front) if node is not victim]
-    until(lambda: any(home in node.shards_held() for node in survivors), timeout_s=60)
+    until(lambda: any(home in node.shards_held() for node in survivors), timeout_s=180)
+    until(serving(survivors, SHARDS), timeout_s=180)  # (and the survivors done rebalancing: front takes a share)
     for shard, path in streams.items():
         if shard != home:  # (the home shard's own stream moved with it)
             client.append(path, 200 + shard)
     after = {path for shard, path in streams.items() if shard != home}
-    until(_pending_in_claim(client, "pull", after), timeout_s=60)
+    until(_pending_in_claim(client, "pull", after), timeout_s=180)
     for shard, path in streams.items():
         if shard != home:
-            until(_delivered(receiver, path, shard + 3), timeout_s=60)
+            until(_delivered(receiver, path, shard + 3), timeout_s=180)
     expected = {path: encode_seq(shard + (3 if shard != home else 2)) for shard, path in streams.items()}
-    until(lambda: client.links("pull") == expected and client.links("hook") == expected, timeout_s=60)
+    until(lambda: client.links("pull") == expected and client.links("hook") == expected, timeout_s=180)
+
+    # a worker that appends in another shard than the home and then claims sees its append at once
+    # (the home asks that shard for its tail instead of waiting for the report)
+    other = streams[(home + 1) % SHARDS]
+    client.append(other, 300)
+    claimed = client.claim("pull")
+    assert claimed is not None
+    assert [(view["path"], view["tail_offset"]) for view in claimed["streams"] if view["has_pending"]] == [
+        (other, encode_seq((home + 1) % SHARDS + 4))
+    ]
+    client.ack_all("pull", claimed)
