@@ -64,7 +64,6 @@ class TailReporter:
         """Changes since the last report: path -> (tail, created_ms), or ``None``: removed."""
         self.full = False
         self.wake = asyncio.Event()
-        self.stats = {"reports": 0, "failures": 0}
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
@@ -133,7 +132,6 @@ class TailReporter:
             if status in (200, 409):  # (409: stale; the watcher brings the next version, and a full report)
                 delay = BACKOFF_S[0]
                 continue
-            self.stats["failures"] += 1
             if interest is self.interest:
                 self.full = self.full or full
                 self.pending = {**batch, **self.pending}
@@ -152,6 +150,4 @@ class TailReporter:
         except httpx.HTTPError as exc:
             log.debug("tail report not delivered", extra={"error": str(exc)})
             return 0
-        if answer.status_code == 200:
-            self.stats["reports"] += 1
         return answer.status_code
