@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import ipaddress
-import json
 import logging
 import os
 import ssl
@@ -19,8 +18,10 @@ import uvicorn
 from .allocators import tune_allocators
 from .cluster.workers import die_with_parent
 from .collector import freeze_start_up_objects
-from .config import CLUSTER_SECRET_ENV, ConfigError, ServerConfig, require_number
+from .config import ConfigError, ServerConfig, require_number
+from .http.cluster_secret import CLUSTER_SECRET_ENV
 from .http.fastpath import HttpParser
+from .log_format import configure_logging
 from .protocol.tokens import AuthConfig, AuthConfigError, parse_tokens
 from .server import build_app, http_protocol
 from .storage.committer import Durability
@@ -30,50 +31,6 @@ ENV_PREFIX = "DURABLE_STREAMS_"
 TOKENS_ENV = "DURABLE_STREAMS_AUTH_TOKENS"
 DEFAULTS = ServerConfig()
 """The CLI's defaults for the options that configure the server are the config's."""
-
-# Fields every LogRecord has; the rest are the structured ``extra`` of one event.
-# (uvicorn adds a ``color_message`` duplicate of the message: dropped.)
-_STANDARD_RECORD_FIELDS = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
-    "message",
-    "asctime",
-    "color_message",
-}
-
-
-class LogfmtFormatter(logging.Formatter):
-    """``ts=… level=… logger=… msg=… key=value``: greppable, one event per line."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        fields = {
-            "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        fields.update({k: v for k, v in vars(record).items() if k not in _STANDARD_RECORD_FIELDS})
-        line = " ".join(f"{key}={_logfmt_value(value)}" for key, value in fields.items())
-        if record.exc_info:
-            line += "\n" + self.formatException(record.exc_info)
-        return line
-
-
-class JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        fields = {
-            "ts": self.formatTime(record),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        fields.update({k: v for k, v in vars(record).items() if k not in _STANDARD_RECORD_FIELDS})
-        if record.exc_info:
-            fields["exc"] = self.formatException(record.exc_info)
-        return json.dumps(fields, default=str)
-
-
-def _logfmt_value(value: object) -> str:
-    text = str(value)
-    return json.dumps(text) if (" " in text or "=" in text or not text) else text
 
 
 def _env_name(flag: str) -> str:
@@ -318,8 +275,11 @@ def load_auth_config(path: Path | None, env_text: str | None) -> AuthConfig | No
     return parse_tokens(env_text, TOKENS_ENV) if env_text is not None else None
 
 
-_NOT_OPTIONS = ("storage_options", "auth", "cluster_secret")
-_CONFIG_FIELDS = [field.name for field in dataclasses.fields(ServerConfig) if field.name not in _NOT_OPTIONS]
+_CONFIG_FIELDS = [
+    field.name
+    for field in dataclasses.fields(ServerConfig)
+    if field.name not in ("storage_options", "auth", "cluster_secret")
+]
 """The fields set by the option of the same name."""
 
 
@@ -350,19 +310,10 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         raise SystemExit(str(exc)) from None
     fields = {name: getattr(args, name) for name in _CONFIG_FIELDS}
     try:
-        return ServerConfig(
-            storage_options=options, auth=auth, cluster_secret=os.environ.get(CLUSTER_SECRET_ENV), **fields
-        )
+        secret = os.environ.get(CLUSTER_SECRET_ENV) if args.cluster_shard else None  # (its node's: ``cluster.secret``)
+        return ServerConfig(storage_options=options, auth=auth, cluster_secret=secret, **fields)
     except ConfigError as exc:
         raise _as_option(exc) from None
-
-
-def configure_logging(level: str, fmt: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else LogfmtFormatter())
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
 
 
 def check_exposure(host: str, config: ServerConfig, allow_unauthenticated: bool) -> None:

@@ -21,9 +21,6 @@ from .protocol.webhook_rules import parse_networks
 from .storage.committer import Durability
 from .storage.ownership import TakeOver
 
-CLUSTER_SECRET_ENV = "DURABLE_STREAMS_CLUSTER_SECRET"
-"""Where a cluster node gives its shard servers the cluster's internal credential."""
-
 _NODE_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
@@ -160,8 +157,8 @@ class ServerConfig:
     cluster_router: str | None = None
     """The advertised URL of the node that started this shard server (its router)."""
     cluster_secret: str | None = field(default=None, repr=False)  # (never in a repr or a log)
-    """The cluster's internal credential (``cluster.run``), which its shard servers get in the
-    environment (``CLUSTER_SECRET_ENV``), never on a command line."""
+    """The cluster-internal credential the node handed to this shard server in the environment
+    (``http.cluster_secret``), never on a command line."""
     cross_shard_fork_max_bytes: int = 256 * 1024 * 1024
     """In a cluster: the most message bytes a fork of another shard's stream copies
     (``engine.fork_copies``); a larger fork is refused (409 ``FORK_TOO_LARGE``)."""
@@ -219,8 +216,8 @@ class ServerConfig:
     def shard_guard(self) -> ShardGuard | None:
         if self.cluster_shard is None or self.cluster_router is None:
             return None
-        guard = ShardGuard.parse(self.cluster_shard, self.cluster_router)
-        return dataclasses.replace(guard, secret=self.cluster_secret, fork_max_bytes=self.cross_shard_fork_max_bytes)
+        guard = ShardGuard.parse(self.cluster_shard, self.cluster_router, self.cluster_secret)
+        return dataclasses.replace(guard, fork_max_bytes=self.cross_shard_fork_max_bytes)
 
     @property
     def resolved_storage_uri(self) -> str:

@@ -94,7 +94,9 @@ def open_storage(config: ServerConfig, observer: StorageObserver) -> tuple[Stora
 
 
 def open_server(config: ServerConfig, observer: StorageObserver) -> tuple[Storage, Engine, SubscriptionManager]:
-    """``open_storage``, and the subscription manager over its engine (started by the app)."""
+    """``open_storage``, and the subscription manager over its engine (started by the app); on a
+    shard server of a cluster of more than one shard, with the other shards as its peers (the base
+    surface's subscriptions live in one shard and see every shard's streams: ``engine.remote_streams``)."""
     storage, engine = open_storage(config, observer)
     settings = SubscriptionSettings(
         allowed_networks=parse_networks(config.allow_private_webhook_urls),
@@ -102,7 +104,13 @@ def open_server(config: ServerConfig, observer: StorageObserver) -> tuple[Storag
         retry_max_s=config.webhook_retry_max_ms / 1000,
         delivery_timeout_s=config.webhook_timeout_ms / 1000,
     )
-    return storage, engine, SubscriptionManager(engine, settings)
+    manager = SubscriptionManager(engine, settings)
+    guard = config.shard_guard
+    if guard is not None and guard.shards > 1:
+        from .cluster.peers import RouterPeers  # (the cluster's HTTP side, above the layers it plugs into)
+
+        manager.peers = RouterPeers(guard)
+    return storage, engine, manager
 
 
 def http_limits(config: ServerConfig) -> HttpLimits:

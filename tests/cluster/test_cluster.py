@@ -30,6 +30,8 @@ from cluster_support import (
 )
 from servers import MotoServer, ServerProcess
 
+from durable_streams_server.protocol.shard_keys import shard_of_key
+
 pytestmark = pytest.mark.slow
 
 
@@ -103,8 +105,20 @@ def test_any_node_answers_any_url(
         f"{nodes[1].url}/v1/stream/{first}/fork", headers={**JSON, "Stream-Forked-From": f"/v1/stream/{first}"}
     )
     assert same_key.status_code == 201, same_key.text
-    subscriptions = requests.get(f"{nodes[2].url}/v1/stream/__ds/subscriptions/x", timeout=30)
-    assert subscriptions.status_code == 501 and subscriptions.json()["error"]["code"] == "SUBSCRIPTIONS_SPAN_SHARDS"
+    # the base surface's subscriptions live in one shard and see every shard's streams
+    # (tests/cluster/test_cluster_subscriptions.py); none is created while a shard cannot list its own
+    subscriptions = f"{nodes[2].url}/v1/stream/__ds/subscriptions/x"
+    missing = requests.get(subscriptions, timeout=30)
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "SUBSCRIPTION_NOT_FOUND", missing.text
+    home = shard_of_key("v1/__ds", 3)
+    victim = next(node for node in nodes if home not in node.shards_held())
+    victim.kill()  # (WAL durability: its shard waits for it, answering 503)
+    front = next(node for node in nodes if node is not victim)
+    body = {"type": "pull-wake", "pattern": "**", "wake_stream": "w"}
+    refused = requests.put(f"{front.url}/v1/stream/__ds/subscriptions/x", json=body, timeout=60)
+    assert refused.status_code == 503 and refused.json()["error"]["code"] == "SHARD_UNAVAILABLE", refused.text
+    assert refused.headers["Retry-After"] == "1"
+    assert requests.get(f"{front.url}/v1/stream/__ds/subscriptions/x", timeout=30).status_code == 404
 
 
 def test_kill_9_of_an_owner_under_appends_loses_nothing(

@@ -5,8 +5,9 @@ others hold nothing, so every request the suite sends to the second node is redi
 to the first node's shard server or relayed to it (``cluster.proxy``: bodies from ``fetch``,
 the ``__ds`` namespace). The whole suite, subscriptions included, must pass as it does
 against a single server. One shard, because the suite forks streams of different first path
-segments and subscribes with patterns over the whole base surface, which a cluster of more
-shards refuses (``cluster.router``).
+segments, which a cluster of more shards refuses (``cluster.router``); its subscriptions,
+whose patterns span the whole base surface, work with more shards too
+(``test_cluster_subscriptions``).
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ import pytest
 
 from durable_streams_server import ServerConfig
 from durable_streams_server.cli import build_parser, config_from_args
-from durable_streams_server.config import CLUSTER_SECRET_ENV, ConfigError
+from durable_streams_server.config import ConfigError
+from durable_streams_server.http.cluster_secret import CLUSTER_SECRET_ENV
 
 
 @pytest.mark.parametrize(
@@ -64,9 +65,11 @@ def test_every_config_field_has_its_option() -> None:
 
 
 def test_the_cluster_secret_comes_from_the_environment_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert config_from_args(build_parser().parse_args([])).cluster_secret is None
+    shard = ["--cluster-shard", "0/2", "--cluster-router", "http://127.0.0.1:1"]
+    assert config_from_args(build_parser().parse_args(shard)).cluster_secret is None
     monkeypatch.setenv(CLUSTER_SECRET_ENV, "s3cret")
-    assert config_from_args(build_parser().parse_args([])).cluster_secret == "s3cret"
+    assert config_from_args(build_parser().parse_args(shard)).cluster_secret == "s3cret"
+    assert config_from_args(build_parser().parse_args([])).cluster_secret is None  # (a shard server's only)
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--cluster-secret", "x"])
 

@@ -15,7 +15,7 @@ import requests
 from cluster_support import JSON, name_in_shard
 from servers import ServerProcess, session
 
-from durable_streams_server.config import CLUSTER_SECRET_ENV
+from durable_streams_server.http.cluster_secret import CLUSTER_SECRET_ENV
 from durable_streams_server.protocol.fork_export import ExportReader
 
 SECRET = {"Durable-Streams-Cluster-Secret": "s3cret"}

@@ -53,7 +53,7 @@ def test_the_page_works_through_a_cluster_node(
         assert [row["name"] for row in listed.json()["streams"]] == [f"v1/stream/{name}"]
     refused = http.get(f"{node.url}/v1/status/streams", params={"shard": "2"})
     assert refused.status_code == 400 and refused.json()["error"]["code"] == "INVALID_SHARD"
-    # a named consumer in a bucket (base-surface __ds spans shards: refused at a cluster)
+    # a named consumer in a bucket (its progress and its streams in the bucket's shard)
     bucket = next(f"shelf{index}" for index in range(100) if shard_of_path(f"/shelf{index}", 2) == 1)
     assert http.put(f"{node.url}/{bucket}").status_code == 201
     assert http.put(f"{node.url}/{bucket}/items", data=b"[1,2,3]", headers=JSON).status_code == 201

@@ -12,20 +12,20 @@ and ``Retry-After: 1``.
 A fork goes to its own path's shard like any create; when its source is another shard's
 stream, that shard's server copies what the fork inherits from the source's, through the
 cluster-internal route (``/v1/cluster/fork-links/<source path>``, always relayed to the
-source path's shard: ``http.fork_copies``). What cannot be right across shards is
-refused, never half done:
+source path's shard: ``http.fork_copies``).
 
-* the base surface's subscriptions (``/v1/stream/__ds/...``) when there is more than one
-  shard: their patterns may span every shard; 501 ``SUBSCRIPTIONS_SPAN_SHARDS`` (a bucket's
-  subscriptions, ``/<bucket>/__ds/...``, cover one bucket: one shard, and work).
+The base surface's subscriptions (``/v1/stream/__ds/...``) live in one shard, their home, like
+any ``__ds`` path; the home learns the other shards' streams from their tail reports
+(``engine.remote_streams``), sent through this router to the cluster's internal endpoints
+(``/v1/internal/...?shard=k``, relayed to shard ``k``'s server like the status JSON).
 
 ``GET /healthz`` is the node's liveness; ``GET /v1/cluster`` describes the cluster as this
 node sees it (its live nodes, and every shard's state, server and holder).
 
 The status page (``/ui``) is served by the router itself, so it works at any node; its JSON
-(``/v1/status/<view>``) and the consumers' listing (``/v1/consumers``) are one shard server's,
-chosen by the ``shard`` query parameter (0 if none), and always relayed, so the page's
-requests all stay on the node the browser asked.
+(``/v1/status/<view>``), the consumers' listing (``/v1/consumers``) and the internal endpoints
+are one shard server's, chosen by the ``shard`` query parameter (0 if none), and always
+relayed, so the page's requests all stay on the node the browser asked.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from .node import Supervisor
 from .proxy import Relay, must_relay
 
 CLUSTER_PATH = "/v1/cluster"
-_PER_SHARD = ("status", "consumers")
+_PER_SHARD = ("status", "consumers", "internal")
 """Routes a shard's server answers for its own shard only: the router relays them to one."""
 
 
@@ -104,13 +104,6 @@ class ClusterRouter:
         if key is None:
             return _error(
                 404, "NOT_FOUND", f"no stream at {path} (the router serves streams, /healthz, {CLUSTER_PATH})"
-            )
-        if key == "v1/__ds" and shards > 1:
-            return _error(
-                501,
-                "SUBSCRIPTIONS_SPAN_SHARDS",
-                "base-surface subscriptions may match streams of every shard, which this cluster does not "
-                "support with more than one shard; use a bucket's subscriptions (/<bucket>/__ds/...)",
             )
         return self._to_shard(scope, shard_of_key(key, shards))
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import secrets
 from ipaddress import ip_address
 
 import uvicorn
@@ -24,7 +23,8 @@ from ..storage.ownership import node_id_for
 from .node import NodeSettings, Supervisor
 from .objects import ConditionalObjects, open_objects
 from .router import ClusterRouter
-from .shards import LAYOUT_KEY, SECRET_KEY, Layout, LayoutError
+from .secret import cluster_secret
+from .shards import LAYOUT_KEY, Layout, LayoutError
 from .workers import ShardServerSpec, passthrough_args
 
 log = logging.getLogger("durable_streams_server.cluster")
@@ -48,18 +48,6 @@ def open_layout(objects: ConditionalObjects, shards: int) -> Layout:
     return Layout.from_bytes(found.body)
 
 
-def open_secret(objects: ConditionalObjects) -> str:
-    """The cluster's internal credential (``http.fork_exports``): random, made once per storage
-    root by whichever node comes first (put-if-absent), read by every other."""
-    found = objects.get(SECRET_KEY)
-    if found is None:
-        objects.create(SECRET_KEY, secrets.token_hex(32).encode())  # (None: another node made it first)
-        found = objects.get(SECRET_KEY)
-    if found is None:
-        raise LayoutError(f"{SECRET_KEY} vanished while it was being read")
-    return found.body.decode()
-
-
 def advertise_url(args: argparse.Namespace) -> str:
     if args.advertise_url:
         return str(args.advertise_url).rstrip("/")
@@ -81,7 +69,7 @@ def run_node(args: argparse.Namespace, argv: list[str], config: ServerConfig) ->
     try:
         objects = open_objects(config.storage_uri, config.storage_options)
         layout = open_layout(objects, args.shards)
-        secret = open_secret(objects)
+        secret = cluster_secret(objects)
     except (ValueError, LayoutError) as exc:
         raise SystemExit(f"--storage-uri {config.storage_uri}: {exc}") from None
     url = advertise_url(args)

@@ -24,8 +24,6 @@ from typing import Literal
 LAYOUT_KEY = "_cluster/cluster.json"
 LEASES_PREFIX = "_cluster/leases/"
 NODES_PREFIX = "_cluster/nodes/"
-SECRET_KEY = "_cluster/secret"
-"""The cluster's internal credential (``run.open_secret``)."""
 FORMAT = 1
 MAX_SHARDS = 4096
 

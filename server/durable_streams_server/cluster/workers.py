@@ -29,7 +29,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from ..config import CLUSTER_SECRET_ENV
+from ..http.cluster_secret import CLUSTER_SECRET_ENV
 
 log = logging.getLogger("durable_streams_server.cluster")
 

@@ -18,7 +18,10 @@ matching stream not linked yet is new since the subscription, so it is linked at
 drops glob links of deleted streams (an explicit link stays, reset to 0). At start-up
 ``reconcile`` repairs what a crash between a stream change and the next save left out:
 unlinked matching streams are linked at 0 if created after the subscription, else at
-their tail.
+their tail. In a cluster of several shards the base surface's subscriptions also see the
+other shards' streams, as their tail reports describe them (``remote_streams``,
+``shard_reports``): a report is ``seen``/``unlink`` like the hooks, and a remote stream's
+links are repaired by the next full report rather than at start-up.
 
 Wakes: an idle subscription with pending work gets a new wake (generation + 1).
 Webhook: a signed POST (``Deliveries``); 2xx ``{"done": true}`` auto-acks the wake
@@ -41,6 +44,8 @@ from typing import TYPE_CHECKING, Any
 from ..protocol.errors import BadRequest, Conflict, NotFound
 from ..protocol.subscriptions import AlreadyClaimed, SubscriptionConfig, WakeReport, fenced
 from ..protocol.wake_tokens import WakeClaim, issue, verify
+from .remote_streams import ShardPeers, root_of
+from .shard_reports import ShardReports
 from .signing import KeyRing
 from .subscription_state import Link, Subscription, Wake
 from .subscription_store import SubscriptionStore
@@ -51,13 +56,6 @@ if TYPE_CHECKING:
     from .stream import Stream
 
 log = logging.getLogger("durable_streams_server.subscriptions")
-
-
-def root_of(name: str) -> str:
-    """The surface root of a stream key: ``v1/stream/`` or ``<bucket_id>/``."""
-    if name.startswith("v1/stream/"):
-        return "v1/stream/"
-    return name.partition("/")[0] + "/"
 
 
 class SubscriptionManager:
@@ -72,6 +70,10 @@ class SubscriptionManager:
         """deliveries, delivery_failures, retries, lease_expiries, wake_events (for /metrics)."""
         self.deliveries = Deliveries(self)
         self._timers: dict[str, asyncio.TimerHandle] = {}
+        self.peers: ShardPeers | None = None
+        """The other shards of a cluster (``remote_streams``); ``None``: every stream is local."""
+        self.reports = ShardReports(self)
+        """Other shards' streams for the base surface's subscriptions (``shard_reports``)."""
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -93,6 +95,9 @@ class SubscriptionManager:
             if sub.to_json() != before:
                 self.store.submit(sub)
         self.engine.live.hooks = self
+        self.reports.update_interest()
+        if self.peers is not None:
+            self.peers.start(self.engine)
         for sub in self.all():
             self._resume(sub)
 
@@ -100,6 +105,8 @@ class SubscriptionManager:
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
+        if self.peers is not None:
+            await self.peers.close()
         await self.deliveries.close()
 
     def all(self) -> list[Subscription]:
@@ -108,33 +115,30 @@ class SubscriptionManager:
     # -- streams ----------------------------------------------------------------------
 
     def tails(self, sub: Subscription) -> dict[str, int]:
+        """Linked path -> tail; a remote stream not reported yet counts as caught up."""
         tails = {}
-        for path in sub.links:
-            stream = self.engine.streams.get(sub.root + path)
-            tails[path] = stream.visible_tail if stream is not None and not stream.soft_deleted else 0
+        for path, link in sub.links.items():
+            tail = self.reports.tail(sub.root, path)
+            tails[path] = tail if tail is not None else link.acked if self.reports.is_remote(sub.root, path) else 0
         return tails
 
-    def _streams_of(self, root: str) -> list[tuple[str, Stream]]:
-        found = []
-        for name in self.engine.stream_names():  # (builds only the streams under ``root``)
-            if name.startswith(root) and root_of(name) == root:
-                stream = self.engine.streams.get(name)
-                if stream is not None and not stream.soft_deleted:
-                    found.append((name[len(root) :], stream))
-        return found
-
     def _reconcile(self, sub: Subscription) -> None:
-        for path, stream in self._streams_of(sub.root):
+        """Repair local links at start (remote ones are repaired by full tail reports)."""
+        for path, tail, created_ms in self.reports.streams_of(sub.root):
             if path not in sub.links and self.matches(sub, path):
-                after = stream.created_ms >= sub.created_ms
-                sub.links[path] = Link(glob=True, acked=0 if after else stream.visible_tail)
-        for path, link in list(sub.links.items()):
-            existing = self.engine.streams.get(sub.root + path)
-            if existing is None or existing.soft_deleted:
-                if link.explicit:
-                    link.glob, link.acked = False, 0
-                else:
-                    del sub.links[path]
+                sub.links[path] = Link(glob=True, acked=0 if created_ms >= sub.created_ms else tail)
+        for path in list(sub.links):
+            if not self.reports.is_remote(sub.root, path) and self.reports.tail(sub.root, path) is None:
+                self.unlink(sub, path)
+
+    @staticmethod
+    def unlink(sub: Subscription, path: str) -> None:
+        """The linked stream is gone: a glob link is dropped, an explicit one reset to 0."""
+        link = sub.links.get(path)
+        if link is not None and link.explicit:
+            link.glob, link.acked = False, 0
+        elif link is not None:
+            del sub.links[path]
 
     def matches(self, sub: Subscription, path: str) -> bool:
         """Glob membership; never a pull-wake subscription's wake stream (wake events would
@@ -146,23 +150,28 @@ class SubscriptionManager:
     def on_visible(self, stream: Stream) -> None:
         """A stream's new tail is durable (created or appended): link it, wake subscribers."""
         root = root_of(stream.name)
-        path = stream.name[len(root) :]
+        self.seen(root, stream.name[len(root) :], stream.visible_tail, None)
+        if self.peers is not None:
+            self.peers.noted(stream, removed=False)
+
+    def seen(self, root: str, path: str, tail: int, created_ms: int | None) -> None:
+        """A new tail: a matching stream not linked yet is linked (at 0 if created after the
+        subscription, or when ``created_ms`` is unknown: a local stream's first tail), and
+        pending work wakes its subscribers."""
         for sub in self.by_root.get(root, {}).values():
             link = sub.links.get(path)
             if link is None and self.matches(sub, path):
-                link = sub.links[path] = Link(glob=True, acked=0)
-            if link is not None and stream.visible_tail > link.acked:
+                after = created_ms is None or created_ms >= sub.created_ms
+                link = sub.links[path] = Link(glob=True, acked=0 if after else tail)
+            if link is not None and tail > link.acked:
                 self.kick(sub)
 
     def on_removed(self, stream: Stream) -> None:
         root = root_of(stream.name)
-        path = stream.name[len(root) :]
         for sub in self.by_root.get(root, {}).values():
-            link = sub.links.get(path)
-            if link is not None and link.explicit:
-                link.glob, link.acked = False, 0
-            elif link is not None:
-                del sub.links[path]
+            self.unlink(sub, stream.name[len(root) :])
+        if self.peers is not None:
+            self.peers.noted(stream, removed=True)
 
     # -- control API ------------------------------------------------------------------
 
@@ -176,7 +185,11 @@ class SubscriptionManager:
         self, root: str, subscription_id: str, config: SubscriptionConfig, root_url: str
     ) -> tuple[bool, Subscription]:
         self.store.check_writable()
+        now = self.clock()
         existing = self.by_root.get(root, {}).get(subscription_id)
+        if existing is None:
+            await self.reports.ask_peers(root, (config.pattern,) if config.pattern is not None else (), config.streams)
+            existing = self.by_root.get(root, {}).get(subscription_id)
         if existing is not None:
             if existing.config.config_hash != config.config_hash:
                 raise Conflict(
@@ -185,12 +198,13 @@ class SubscriptionManager:
                 )
             await self.store.durable(existing)
             return False, existing
-        sub = Subscription(root, subscription_id, config, self.clock(), root_url)
-        for path, stream in self._streams_of(root):
+        sub = Subscription(root, subscription_id, config, now, root_url)
+        for path, tail, _ in self.reports.streams_of(root):
             if self.matches(sub, path):
-                sub.links[path] = Link(glob=True, acked=stream.visible_tail)
+                sub.links[path] = Link(glob=True, acked=tail)
         self._link_explicit(sub, config.streams)
         self.by_root.setdefault(root, {})[subscription_id] = sub
+        self.reports.update_interest()
         await self.store.save(sub)
         self.kick(sub)
         return True, sub
@@ -199,9 +213,7 @@ class SubscriptionManager:
         for path in paths:
             link = sub.links.get(path)
             if link is None:
-                stream = self.engine.streams.get(sub.root + path)
-                tail = stream.visible_tail if stream is not None and not stream.soft_deleted else 0
-                link = sub.links[path] = Link(acked=tail)
+                link = sub.links[path] = Link(acked=self.reports.tail(sub.root, path) or 0)
             link.explicit = True
 
     async def delete(self, root: str, subscription_id: str) -> None:
@@ -210,12 +222,16 @@ class SubscriptionManager:
         sub.deleted = True
         del self.by_root[root][subscription_id]
         self._cancel_timer(sub)
+        self.reports.update_interest()
         await self.store.save(sub)
 
     async def add_streams(self, root: str, subscription_id: str, paths: tuple[str, ...]) -> None:
         self.store.check_writable()
+        self.get(root, subscription_id)
+        await self.reports.ask_peers(root, (), paths)
         sub = self.get(root, subscription_id)
         self._link_explicit(sub, paths)
+        self.reports.update_interest()
         await self.store.save(sub)
         self.kick(sub)
 
@@ -225,10 +241,11 @@ class SubscriptionManager:
         link = sub.links.get(path)
         if link is not None and link.explicit:
             link.explicit = False
-            if self.matches(sub, path) and self.engine.streams.get(root + path) is not None:
+            if self.matches(sub, path) and self.reports.tail(root, path) is not None:
                 link.glob = True
             else:
                 del sub.links[path]
+        self.reports.update_interest()
         await self.store.save(sub)
 
     # -- wakes ------------------------------------------------------------------------
@@ -291,8 +308,11 @@ class SubscriptionManager:
 
     # -- worker requests ----------------------------------------------------------------
 
-    async def claim(self, root: str, subscription_id: str, worker: str) -> dict[str, Any] | None:
-        """Take the lease of the current (or a new) wake; ``None`` when nothing is pending."""
+    async def claim(
+        self, root: str, subscription_id: str, worker: str, *, fresh: bool = False
+    ) -> dict[str, Any] | None:
+        """Take the lease of the current (or a new) wake; ``None`` when nothing is pending (after
+        asking other shards for their tails: an append's report may still be on its way)."""
         self.store.check_writable()
         sub = self.get(root, subscription_id)
         if sub.config.type != "pull-wake":
@@ -308,7 +328,8 @@ class SubscriptionManager:
         tails = self.tails(sub)
         if wake is None:
             if not sub.pending(tails):
-                return None
+                caught_up = not fresh and await self.reports.catch_up(sub)
+                return await self.claim(root, subscription_id, worker, fresh=True) if caught_up else None
             sub.generation += 1
             wake = sub.wake = Wake(f"w_{secrets.token_urlsafe(12)}", sub.generation, tails, delivered=True)
         wake.tails = tails
@@ -324,10 +345,11 @@ class SubscriptionManager:
         }
 
     async def report(
-        self, root: str, subscription_id: str, token: str, report: WakeReport, kind: str
+        self, root: str, subscription_id: str, token: str, report: WakeReport, kind: str, *, fresh: bool = False
     ) -> dict[str, bool] | None:
         """A callback (webhook) or ack (pull-wake) with ``report``; release when ``kind`` is
-        ``"release"`` (returns ``None``)."""
+        ``"release"`` (returns ``None``). An ack past a remote stream's reported tail asks its
+        shard for the tail first (a report may not have arrived yet), then checks again."""
         self.store.check_writable()
         sub = self.get(root, subscription_id)
         claim = verify(self.keys.token_key, token)
@@ -339,6 +361,8 @@ class SubscriptionManager:
             raise fenced("the token belongs to another wake")
         if expected == "claim" and wake.holder is None:
             raise fenced("the wake's lease was released or expired")
+        if not fresh and await self.reports.refresh(sub, report.acks, self.tails(sub)):
+            return await self.report(root, subscription_id, token, report, kind, fresh=True)
         acks = self._checked_acks(sub, report)
         if kind == "release":
             self.finish(sub, {})

@@ -14,7 +14,8 @@ lost may still call back) after ``retry_delay_s`` — 1 s doubling to 60 s, ±20
 schedule (``resume``) and the wake is delivered again, never dropped.
 
 Pull-wake: one ``wake`` event per pending stream, appended to the wake stream in one
-append (at least once: a crash between the append and the save writes them again).
+append (at least once: a crash between the append and the save writes them again); in a
+cluster the wake stream may be another shard's (``shard_reports.append_events``).
 If the wake stream is missing the failure is logged and counted; claims still work.
 """
 
@@ -33,11 +34,11 @@ from ..protocol.webhook_rules import IPNetwork, retry_delay_s
 from .signing import KeyRing
 from .subscription_state import Subscription, Wake
 from .subscription_store import SubscriptionStore
-from .types import AppendRequest
 from .webhooks import WebhookSender
 
 if TYPE_CHECKING:
     from .engine import Engine
+    from .shard_reports import ShardReports
 
 log = logging.getLogger("durable_streams_server.subscriptions")
 
@@ -60,6 +61,9 @@ class WakeOwner(Protocol):
     keys: KeyRing
     stats: Counter[str]
     clock: Callable[[], int]
+
+    @property
+    def reports(self) -> ShardReports: ...
 
     def tails(self, sub: Subscription) -> dict[str, int]: ...
 
@@ -189,9 +193,8 @@ class Deliveries:
         if not events:
             wake.delivered = True
             return
-        request = AppendRequest(json.dumps(events).encode(), None, None, None, False)
         try:
-            await manager.engine.append(sub.root + sub.config.wake_stream, request)
+            await manager.reports.append_events(sub, json.dumps(events).encode())
         except ProtocolError as error:
             manager.stats["delivery_failures"] += 1
             log.warning(

@@ -40,6 +40,7 @@ from . import fork_exports
 from .extensions import ExtensionHandlers
 from .fork_copies import CrossShardForks
 from .gate import Gate
+from .internal import InternalHandlers
 from .limits import HttpLimits, LiveReaders, RequestLimits
 from .metrics import ROUTE_KEY, STREAM_ROUTE, ServerMetrics
 from .read_plans import ReadPlanHandlers, wants_plan
@@ -100,6 +101,8 @@ class DurableStreamsApp:
         self.handlers: StreamHandlers | None = None
         self.extensions: ExtensionHandlers | None = None
         self.subscriptions: SubscriptionHandlers | None = None
+        self.internal: InternalHandlers | None = None
+        self.shard_guard = shard_guard
         self.read_plans: ReadPlanHandlers | None = None
         self.time_lookups: TimeLookupHandlers | None = None
         self.shard_guard = shard_guard
@@ -123,6 +126,7 @@ class DurableStreamsApp:
                     "ui": self.status_page.page,
                     "status": self.status_page.status,
                     "cluster": self._cluster_endpoint,
+                    "internal": self._internal_endpoint,
                     "control": self._control_endpoint,
                     "base": self._base_endpoint,
                     "bucket": self._bucket_endpoint,
@@ -190,6 +194,7 @@ class DurableStreamsApp:
         self.time_lookups = TimeLookupHandlers(engine)
         subscriptions.start()
         self.subscriptions = SubscriptionHandlers(subscriptions)
+        self.internal = InternalHandlers(subscriptions, self.shard_guard)
 
     # -- routing ----------------------------------------------------------------------
 
@@ -274,6 +279,15 @@ class DurableStreamsApp:
         async def route() -> Response:
             assert self.subscriptions is not None
             return self.subscriptions.consumers.listing(request, self.policy.auth)
+
+        return await self._guarded(request, route)
+
+    async def _internal_endpoint(self, request: Request) -> Response:
+        request.scope[ROUTE_KEY] = "internal"
+
+        async def route() -> Response:
+            assert self.internal is not None
+            return await self.internal.handle(request, request.path_params["rest"])
 
         return await self._guarded(request, route)
 

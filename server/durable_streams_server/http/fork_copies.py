@@ -12,7 +12,7 @@ error (404, 409, 400, 410) is answered as the source's shard gave it.
 
 The sender of pending unlinks runs in the background: woken when one is recorded, and
 retrying every ``RETRY_S`` while any fails (the source's shard moving or unreachable).
-Every internal request carries the cluster's credential (``SECRET_HEADER``).
+Every internal request carries the cluster's credential (``cluster_secret``).
 """
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ from ..engine.types import CreateOutcome, CreateRequest
 from ..protocol import fork_export
 from ..protocol import headers as h
 from ..protocol.errors import ProtocolError, ServiceUnavailable
+from .cluster_secret import CLUSTER_SECRET_HEADER
 from .shard_guard import ShardGuard, shard_of_path
 
 log = logging.getLogger("durable_streams_server.http")
 
-SECRET_HEADER = "durable-streams-cluster-secret"
 LINK_HEADER = "durable-streams-fork-link"
 FORK_HEADER = "durable-streams-fork"
 EXPORT_ROUTE = "/v1/cluster/fork-links/"
@@ -71,7 +71,7 @@ class CrossShardForks:
         return self.guard.router_url + EXPORT_ROUTE + quote(source, safe="/")
 
     def _headers(self) -> dict[str, str]:
-        return {SECRET_HEADER: self.guard.secret or "", "durable-streams-redirects": "relay"}
+        return {CLUSTER_SECRET_HEADER: self.guard.secret or "", "durable-streams-redirects": "relay"}
 
     # -- creating ---------------------------------------------------------------------
 

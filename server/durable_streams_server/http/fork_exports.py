@@ -13,17 +13,16 @@ router, which relays them to the source's shard):
 * ``DELETE ?link=<id>``: remove the link (204, also when it is already gone).
 
 Authority: only the cluster's own servers may call these. A cluster node makes one random
-secret per storage root (``cluster.run``, kept under ``_cluster/``) and gives it to its
-shard servers; every request here must carry it (``SECRET_HEADER``, compared in constant
-time), whether or not bearer tokens are configured, and client tokens count for nothing
-here (``policy``): a client's fork of another shard's stream is authorized at the fork's
-shard, where creating a fork needs read on its source. A server that is no cluster shard
+secret per storage root (``cluster.secret``) and gives it to its shard servers; every
+request here must carry it (``cluster_secret.presented``, compared in constant time),
+whether or not bearer tokens are configured, and client tokens count for nothing here
+(``policy``): a client's fork of another shard's stream is authorized at the fork's shard,
+where creating a fork needs read on its source. A server that is no cluster shard
 server has no secret and answers 404.
 """
 
 from __future__ import annotations
 
-import hmac
 from urllib.parse import unquote
 
 from starlette.requests import Request
@@ -36,15 +35,15 @@ from ..protocol import fork_export
 from ..protocol import headers as h
 from ..protocol.errors import BadRequest, Forbidden, MethodNotAllowed, NotFound
 from ..protocol.offsets import parse_offset
-from .fork_copies import FORK_HEADER, LINK_HEADER, SECRET_HEADER
+from .cluster_secret import presented
+from .fork_copies import FORK_HEADER, LINK_HEADER
 from .shard_guard import ShardGuard
 
 
 async def answer(engine: Engine, guard: ShardGuard | None, request: Request) -> Response:
     if guard is None or not guard.secret:
         raise NotFound(f"no stream at {request.url.path}", code="NOT_FOUND")
-    given = request.headers.get(SECRET_HEADER, "").encode()
-    if not hmac.compare_digest(given, guard.secret.encode()):
+    if not presented(guard.secret, request.scope["headers"]):
         raise Forbidden("the cluster's internal routes need the cluster's credential", code="FORBIDDEN")
     source = request.path_params["path"]
     if request.method == "DELETE":

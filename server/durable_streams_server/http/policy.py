@@ -85,6 +85,8 @@ def request_needs(method: str, path: str, fork_from: str | None) -> tuple[Need, 
         return (Need("read", "any"),)  # any valid token; the answer holds only what it may read
     if route == "ui":
         return ()  # the page's own files hold no data; the page asks for a token itself
+    if route == "internal":
+        return ()  # the cluster-internal credential is the grant (``internal``)
     if route == "status":
         return (Need("read", "any"),)  # any valid token; its answers hold only what the token may read
     if route == "control":

@@ -5,7 +5,8 @@ gate (``gate.py``) or the fast path, from the connection's parser callbacks (``f
 
 1. **admit** (``RequestPolicy.admit``): on a cluster's shard server, a path of another shard
    is sent back to the node's router (307, ``shard_guard``); then auth when tokens are configured (401/403,
-   ``auth.authorize``), then the limits (431 for heads over ``--max-header-bytes``, 429 over
+   ``auth.authorize``; a request carrying the cluster-internal credential passes:
+   ``cluster_secret``), then the limits (431 for heads over ``--max-header-bytes``, 429 over
    the rate limit: ``limits.RequestLimits``). A refusal is answered with the protocol's JSON
    error instead of routing (its route label: ``unrouted``).
 2. **observe** (``begin`` ... ``end``): the request is counted in flight from its start; at its
@@ -28,6 +29,7 @@ from starlette.types import Scope
 from ..protocol.errors import ProtocolError
 from ..protocol.tokens import AuthConfig
 from .auth import authorize
+from .cluster_secret import presented
 from .limits import LiveReaders, RequestLimits
 from .metrics import ServerMetrics
 from .responses import EXPOSED_HEADERS, error_response
@@ -91,7 +93,9 @@ class RequestPolicy:
     def admit(self, scope: Scope) -> Response | None:
         """Shard, auth, then limits: the refusal to answer instead of routing, or ``None``: go on."""
         refusal: ProtocolError | None = self.shard_guard.refusal(scope) if self.shard_guard is not None else None
-        if refusal is None and self.auth is not None:
+        guard = self.shard_guard
+        internal = guard is not None and presented(guard.secret, scope["headers"])
+        if refusal is None and self.auth is not None and not internal:
             refusal = authorize(self.auth, scope)
         if refusal is None:
             refusal = self.limits.refusal(scope)

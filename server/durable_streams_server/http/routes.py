@@ -32,6 +32,7 @@ RouteName = Literal[
     "ui",
     "status",
     "cluster",
+    "internal",
     "control",
     "base",
     "bucket",
@@ -64,6 +65,8 @@ ROUTES: tuple[tuple[RouteName, str], ...] = (
     ("status", "/v1/status/{view:path}"),
     # Cluster-internal: a fork's shard asks the shard of its source, named by the path (``fork_copies``).
     ("cluster", "/v1/cluster/fork-links/{path:path}"),
+    # A cluster's internal endpoints (``internal``): ``v1`` is no bucket id either.
+    ("internal", "/v1/internal/{rest:path}"),
     ("bucket", "/{bucket_id}"),
     ("control", f"/{{bucket_id}}/{RESERVED_SEGMENT}"),
     ("control", f"/{{bucket_id}}/{RESERVED_SEGMENT}/{{rest:path}}"),

@@ -35,7 +35,7 @@ def shard_key(path: str) -> str | None:
     if found is None:
         return None
     route, params = found
-    if route in ("healthz", "readyz", "metrics", "files", "consumers", "ui", "status"):
+    if route in ("healthz", "readyz", "metrics", "files", "consumers", "ui", "status", "internal"):
         return None
     if route == "cluster":
         return shard_key("/" + params["path"])
@@ -64,18 +64,18 @@ class ShardGuard:
     shards: int
     router_url: str
     secret: str | None = field(default=None, repr=False)  # (never in a repr or a log)
-    """The cluster's internal credential (``cluster.run``): what the internal routes require."""
+    """The cluster-internal credential (``cluster_secret``), if the node handed one over."""
     fork_max_bytes: int = 256 * 1024 * 1024
     """The most a fork of another shard's stream copies (``fork_copies``)."""
 
     @classmethod
-    def parse(cls, spec: str, router_url: str) -> ShardGuard:
+    def parse(cls, spec: str, router_url: str, secret: str | None = None) -> ShardGuard:
         """From ``--cluster-shard k/N``; ``ValueError`` if malformed."""
         shard_text, _, count_text = spec.partition("/")
         shard, shards = int(shard_text), int(count_text)
         if not 0 <= shard < shards:
             raise ValueError(f"shard {shard} is outside 0..{shards - 1}")
-        return cls(shard, shards, router_url.rstrip("/"))
+        return cls(shard, shards, router_url.rstrip("/"), secret)
 
     def refusal(self, scope: Scope) -> Moved | None:
         path = route_path(scope)

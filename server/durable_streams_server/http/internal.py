@@ -1,0 +1,103 @@
+"""A cluster shard server's internal endpoints: tail reports for the base surface's subscriptions.
+
+Served only with the cluster-internal credential (``cluster_secret``; 404 on a server that
+has none, 403 for a request without it), reached through the node's router with
+``?shard=k`` (relayed to shard ``k``'s server, ``cluster.router``). The protocol is
+described in ``engine.remote_streams``.
+
+    GET  /v1/internal/interest?version=V&wait_ms=W   the base-surface subscriptions' interest
+                                                     (long-poll: answered once not V, or after W)
+    POST /v1/internal/reports                        a tail report to the home (200; 409 STALE_INTEREST)
+         {"shard", "version", "full", "streams": [[path, tail, created_ms]...], "removed": [path...]}
+    POST /v1/internal/matching                       this shard's streams an interest wants, with tails
+         {"patterns": [...], "paths": [...]}  ->  {"shard", "streams": [[path, tail, created_ms]...]}
+"""
+
+from __future__ import annotations
+
+import json
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from ..engine.remote_streams import InterestView, matching_streams
+from ..engine.subscriptions import SubscriptionManager
+from ..protocol.errors import BadRequest, Forbidden, MethodNotAllowed, NotFound
+from .cluster_secret import presented
+from .shard_guard import ShardGuard
+
+MAX_WAIT_MS = 30_000
+NO_STORE = {"Cache-Control": "no-store"}
+
+
+class InternalHandlers:
+    def __init__(self, manager: SubscriptionManager, guard: ShardGuard | None) -> None:
+        self.manager = manager
+        self.guard = guard
+
+    async def handle(self, request: Request, rest: str) -> Response:
+        guard = self.guard
+        if guard is None or not guard.secret:
+            raise NotFound(f"no resource {request.url.path!r}", code="NOT_FOUND")
+        if not presented(guard.secret, request.scope["headers"]):
+            raise Forbidden("the cluster's internal endpoints need the cluster-internal credential")
+        if rest == "interest":
+            _allow(request, "GET")
+            return JSONResponse(await self._interest(request), headers=NO_STORE)
+        if rest == "reports":
+            _allow(request, "POST")
+            self._report(await _body(request))
+            return JSONResponse({"ok": True}, headers=NO_STORE)
+        if rest == "matching":
+            _allow(request, "POST")
+            view = _interest_of(await _body(request))
+            streams = matching_streams(self.manager.engine, view)
+            return JSONResponse({"shard": guard.shard, "streams": streams}, headers=NO_STORE)
+        raise NotFound(f"no internal resource {request.url.path!r}", code="NOT_FOUND")
+
+    async def _interest(self, request: Request) -> dict[str, object]:
+        version = request.query_params.get("version", "")
+        try:
+            wait_ms = min(int(request.query_params.get("wait_ms", "0")), MAX_WAIT_MS)
+        except ValueError:
+            raise BadRequest("wait_ms must be an integer", code="INVALID_WAIT") from None
+        view = await self.manager.reports.interest.after(version, max(wait_ms, 0) / 1000)
+        return view.to_json()
+
+    def _report(self, body: object) -> None:
+        refusal = BadRequest(
+            'a report is {"shard", "version", "full", "streams": [[path, tail, created_ms]], "removed": [path]}',
+            code="INVALID_REPORT",
+        )
+        if not isinstance(body, dict):
+            raise refusal
+        shard, version, full = body.get("shard"), body.get("version"), body.get("full")
+        if not isinstance(shard, int) or not isinstance(version, str) or not isinstance(full, bool):
+            raise refusal
+        try:
+            streams = [(str(path), int(tail), int(created)) for path, tail, created in body["streams"]]
+            removed = [str(path) for path in body["removed"]]
+        except (KeyError, TypeError, ValueError):
+            raise refusal from None
+        self.manager.reports.apply(shard, version, full, streams, removed)
+
+
+def _interest_of(body: object) -> InterestView:
+    if not isinstance(body, dict):
+        raise BadRequest('the body is {"patterns": [...], "paths": [...]}', code="INVALID_INTEREST")
+    try:
+        return InterestView.from_json({"version": "", **body})
+    except ValueError as exc:
+        raise BadRequest(str(exc), code="INVALID_INTEREST") from None
+
+
+def _allow(request: Request, method: str) -> None:
+    if request.method != method:
+        raise MethodNotAllowed(f"{request.method} is not supported here; use {method}")
+
+
+async def _body(request: Request) -> object:
+    try:
+        return json.loads(await request.body())
+    except ValueError:
+        raise BadRequest("the body must be JSON", code="INVALID_JSON") from None
