@@ -1,13 +1,12 @@
-"""The public conformance suite through a cluster node that serves none of the suite's streams.
+"""The public conformance suite through cluster nodes, whole (subscriptions included).
 
 Three nodes over one storage root on moto's S3, one shard: the first node holds it, the
 others hold nothing, so every request the suite sends to the second node is redirected (307)
 to the first node's shard server or relayed to it (``cluster.proxy``: bodies from ``fetch``,
-the ``__ds`` namespace). The whole suite, subscriptions included, must pass as it does
-against a single server. One shard, because the suite forks streams of different first path
-segments, which a cluster of more shards refuses (``cluster.router``); its subscriptions,
-whose patterns span the whole base surface, work with more shards too
-(``test_cluster_subscriptions``).
+the ``__ds`` namespace). Then three shards over three nodes: the suite's streams (one first
+path segment each) spread over every shard, so its forks are mostly of another shard's
+stream (copies: ``http.fork_copies``) and its base-surface subscriptions match streams of
+every shard (tail reports: ``engine.remote_streams``).
 """
 
 from __future__ import annotations
@@ -43,3 +42,24 @@ def test_conformance_through_a_node_that_owns_nothing(
     failures = "\n".join(f"  {failure.full_name}: {failure.error}" for failure in result.failures)
     assert (result.passed, result.failed, result.skipped) == (SUITE_TESTS, 0, 0), f"{result.summary}\n{failures}"
     assert front.shards_held() == [] and owner.shards_held() == [0]  # nothing moved meanwhile
+
+
+def test_conformance_at_three_shards_through_one_node(
+    server_factory: Callable[..., ServerProcess], moto: MotoServer, tmp_path: Path
+) -> None:
+    """The suite's streams spread over three shards held by three nodes: through one node, about two
+    of three requests go to another node's shard server; forks whose source lives in another shard are
+    copies, and base-surface subscriptions learn the other shards' streams from tail reports."""
+    bucket = f"conformance-{uuid.uuid4().hex[:8]}"
+    moto.create_bucket(bucket)
+    storage = [*moto.server_args(f"s3://{bucket}/root"), "--shards", "3", *LONG_POLL]
+    nodes = [start_node(server_factory, storage, name, tmp_path) for name in ("front", "second", "third")]
+    until(serving(nodes, 3))
+    held = [node.shards_held() for node in nodes]
+    assert sorted(shard for shards in held for shard in shards) == [0, 1, 2] and all(len(s) == 1 for s in held)
+
+    result = run_conformance(nodes[0].url, include_subscriptions=True)
+
+    failures = "\n".join(f"  {failure.full_name}: {failure.error}" for failure in result.failures)
+    assert (result.passed, result.failed, result.skipped) == (SUITE_TESTS, 0, 0), f"{result.summary}\n{failures}"
+    assert [node.shards_held() for node in nodes] == held  # nothing moved meanwhile
