@@ -43,6 +43,12 @@ def _holder(nodes: list[Node], shard: int) -> Node:
     return next(node for node in nodes if shard in node.shards_held())
 
 
+def _view(node: Node, shard: int) -> tuple[object, object]:
+    """The state and holder of ``shard`` as ``node`` sees it."""
+    view = node.describe()["shards"][shard]  # type: ignore[index]
+    return view["state"], view["holder"]
+
+
 def _fork(front: Node, name: str, source: str, **headers: str) -> requests.Response:
     given = {"Stream-Forked-From": f"/v1/stream/{source}", **{k.replace("_", "-"): v for k, v in headers.items()}}
     return requests.put(f"{front.url}/v1/stream/{name}", headers={**JSON, **given}, timeout=60)
@@ -249,6 +255,9 @@ def test_a_forks_copy_survives_kill_9_of_its_owner(
     victim.kill()
     survivors = [node for node in nodes if node is not victim]
     until(lambda: any(fork_shard in node.shards_held() for node in survivors), timeout_s=60)
+    # (the front node redirects there once it has read the new lease: until then it still sends
+    # requests to the dead node's server, as any router would until the lease's expiry is seen)
+    until(lambda: _view(front, fork_shard) == ("serving", _holder(survivors, fork_shard).node_id), timeout_s=60)
     assert history(fork_url) == list(range(11))
     assert requests.delete(source_url, timeout=30).status_code == 204
     assert requests.get(source_url, params={"offset": "-1"}, timeout=30).status_code == 410  # the link survived too
