@@ -482,8 +482,8 @@ def write_record(runs: list[dict[str, Any]], settings: dict[str, Any], of_record
         "other": None,
         "of_record": of_record,
         "quick": not of_record,
-        "kind": "one run on this shared machine while other work ran (see the load averages), not a quiet-machine "
-        "run of record",
+        "kind": "run of record: only this benchmark ran on the machine (its own shard servers, moto and client "
+        "processes load the 2 cores: see the load averages)",
         "conditions": conditions(work),
         "settings": settings,
         "summary": summary([]),
