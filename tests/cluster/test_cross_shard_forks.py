@@ -254,10 +254,16 @@ def test_a_forks_copy_survives_kill_9_of_its_owner(
 
     victim.kill()
     survivors = [node for node in nodes if node is not victim]
-    until(lambda: any(fork_shard in node.shards_held() for node in survivors), timeout_s=60)
-    # (the front node redirects there once it has read the new lease: until then it still sends
-    # requests to the dead node's server, as any router would until the lease's expiry is seen)
-    until(lambda: _view(front, fork_shard) == ("serving", _holder(survivors, fork_shard).node_id), timeout_s=60)
+    # The survivors' steady state (a shard may move once more while they balance), and the front
+    # node sending the fork's shard to its holder: until it has read the new lease it still sends
+    # requests to the dead node's server, as any router would until the lease's expiry is seen.
+    until(serving(survivors, 3), timeout_s=60)
+
+    def front_sends_to_the_holder() -> bool:
+        holders = [node.node_id for node in survivors if fork_shard in node.shards_held()]
+        return len(holders) == 1 and _view(front, fork_shard) == ("serving", holders[0])
+
+    until(front_sends_to_the_holder, timeout_s=60)
     assert history(fork_url) == list(range(11))
     assert requests.delete(source_url, timeout=30).status_code == 204
     assert requests.get(source_url, params={"offset": "-1"}, timeout=30).status_code == 410  # the link survived too
