@@ -13,6 +13,8 @@ from __future__ import annotations
 import hmac
 from collections.abc import Sequence
 
+from ..protocol.errors import Forbidden, NotFound
+
 CLUSTER_SECRET_ENV = "DURABLE_STREAMS_CLUSTER_SECRET"
 CLUSTER_SECRET_HEADER = "durable-streams-cluster-secret"
 _HEADER = CLUSTER_SECRET_HEADER.encode()
@@ -24,3 +26,12 @@ def presented(secret: str | None, headers: Sequence[tuple[bytes, bytes]]) -> boo
         return False
     values = [value for name, value in headers if name == _HEADER]
     return len(values) == 1 and hmac.compare_digest(values[0], secret.encode())
+
+
+def require(secret: str | None, path: str, headers: Sequence[tuple[bytes, bytes]]) -> None:
+    """The gate of every internal route: 404 on a server with no secret (no cluster shard
+    server: the route does not exist there), 403 for a request that does not carry it."""
+    if not secret:
+        raise NotFound(f"no resource {path!r}", code="NOT_FOUND")
+    if not presented(secret, headers):
+        raise Forbidden("the cluster's internal routes need the cluster-internal credential")

@@ -14,7 +14,7 @@ router, which relays them to the source's shard):
 
 Authority: only the cluster's own servers may call these. A cluster node makes one random
 secret per storage root (``cluster.secret``) and gives it to its shard servers; every
-request here must carry it (``cluster_secret.presented``, compared in constant time),
+request here must carry it (``cluster_secret.require``, compared in constant time),
 whether or not bearer tokens are configured, and client tokens count for nothing here
 (``policy``): a client's fork of another shard's stream is authorized at the fork's shard,
 where creating a fork needs read on its source. A server that is no cluster shard
@@ -33,18 +33,15 @@ from ..engine.engine import Engine
 from ..engine.types import CreateRequest
 from ..protocol import fork_export
 from ..protocol import headers as h
-from ..protocol.errors import BadRequest, Forbidden, MethodNotAllowed, NotFound
+from ..protocol.errors import BadRequest, MethodNotAllowed
 from ..protocol.offsets import parse_offset
-from .cluster_secret import presented
+from .cluster_secret import require
 from .fork_copies import FORK_HEADER, LINK_HEADER
 from .shard_guard import ShardGuard
 
 
 async def answer(engine: Engine, guard: ShardGuard | None, request: Request) -> Response:
-    if guard is None or not guard.secret:
-        raise NotFound(f"no stream at {request.url.path}", code="NOT_FOUND")
-    if not presented(guard.secret, request.scope["headers"]):
-        raise Forbidden("the cluster's internal routes need the cluster's credential", code="FORBIDDEN")
+    require(guard.secret if guard else None, request.url.path, request.scope["headers"])
     source = request.path_params["path"]
     if request.method == "DELETE":
         link = request.query_params.get("link")

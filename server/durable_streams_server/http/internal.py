@@ -22,8 +22,8 @@ from starlette.responses import JSONResponse, Response
 
 from ..engine.remote_streams import InterestView, matching_streams
 from ..engine.subscriptions import SubscriptionManager
-from ..protocol.errors import BadRequest, Forbidden, MethodNotAllowed, NotFound
-from .cluster_secret import presented
+from ..protocol.errors import BadRequest, MethodNotAllowed, NotFound
+from .cluster_secret import require
 from .shard_guard import ShardGuard
 
 MAX_WAIT_MS = 30_000
@@ -37,10 +37,8 @@ class InternalHandlers:
 
     async def handle(self, request: Request, rest: str) -> Response:
         guard = self.guard
-        if guard is None or not guard.secret:
-            raise NotFound(f"no resource {request.url.path!r}", code="NOT_FOUND")
-        if not presented(guard.secret, request.scope["headers"]):
-            raise Forbidden("the cluster's internal endpoints need the cluster-internal credential")
+        require(guard.secret if guard else None, request.url.path, request.scope["headers"])
+        assert guard is not None  # (``require`` refused a server that is no shard server)
         if rest == "interest":
             _allow(request, "GET")
             return JSONResponse(await self._interest(request), headers=NO_STORE)
