@@ -20,8 +20,10 @@ One thread (``Supervisor.run``) ticks every ``tick_s`` (a fifth of the lease ttl
    replaying its WAL); one stopped for a drain has its lease released once it exited.
 5. **Balance**: with ``live`` nodes, each should hold ``ceil(shards / live)`` shards. A node
    below that takes free shards and those ``leases.may_take`` allows; a node above it drains
-   one shard at a time (its server flushes and releases the location, then the lease is
-   released), and another node takes it.
+   one serving shard at a time (its server flushes and releases the location, then the lease
+   is released), and another node takes it. A starting shard is never drained: its server may
+   be taking the location over from a dead owner. A node that takes a lease asks the
+   location's owner to hand over, even when the lease was free (``_acquire``).
 
 Every shard server is started from this thread (``workers``: the kernel kills it when this
 thread ends). On shutdown the node stops its servers (each flushes and releases its
@@ -275,7 +277,10 @@ class Supervisor:
         shards, live = self.layout.shards, self.live_nodes
         target = target_count(shards, len(live))
         if self._should_drain(target):
-            shard = max(self._held)
+            serving = [shard for shard, held in self._held.items() if held.record.state == "serving"]
+            if not serving:
+                return  # (a starting server may be taking its location over: it is not interrupted)
+            shard = max(serving)
             self._write_held(shard, self._held[shard].record.next_beat(state="draining", url=None))
             self._servers[shard].stop()
             log.info("shard draining", extra={"shard": shard, "target": target, "live_nodes": len(live)})
@@ -336,9 +341,13 @@ class Supervisor:
         self._seen.pop(shard, None)
         previous = seen.record if seen is not None else None
         taken = previous is not None and not previous.free and previous.holder != self.settings.node_id
-        take_over = "no"
-        if taken:
-            take_over = "force" if previous is not None and previous.durability == "wal" else "ask"
+        # "ask" even for a free lease: its location may still name an owner that never let go (a
+        # server stopped before its own claim or release finished: a drain's timeout, a start
+        # that failed). Asking costs nothing when the location is free or this node's; past the
+        # timeout a delta-durability owner's location is claimed and a WAL owner's refused
+        # (its records are on its disk), as for an expired lease. "force" only for a WAL
+        # holder's expired lease, which ``may_take`` allows only with ``adopt_wal``.
+        take_over = "force" if taken and previous is not None and previous.durability == "wal" else "ask"
         log.info(
             "shard acquired",
             extra={"shard": shard, "from": previous.holder if taken and previous else None, "take_over": take_over},
