@@ -28,8 +28,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
     ``make test`` hands whole files to its workers (``--dist loadfile --no-loadscope-reorder``)
     in this order: the long files (cluster failovers, Spark queries, crash rounds) start first
-    and the many short files fill the workers' ends, so neither worker sits idle while the other
-    runs one last long file. The order is the same on every worker (xdist requires it)."""
+    and the many short files fill the workers' ends, so no worker sits idle while another runs
+    one last long file. The order is the same on every worker (xdist requires it)."""
     slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
     items.sort(key=lambda item: item.path not in slow_files)  # (stable: a file's order is kept)
 
