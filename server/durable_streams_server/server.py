@@ -32,7 +32,7 @@ from .protocol.webhook_rules import parse_networks
 from .storage.committer import Storage, StorageConfig
 from .storage.compaction import CompactionConfig
 from .storage.observer import StorageObserver
-from .storage.ownership import Node, node_id_for
+from .storage.ownership import Node, OwnershipError, node_id_for
 
 log = logging.getLogger("durable_streams_server.http")  # the "ready" event keeps its logger from before
 
@@ -79,7 +79,12 @@ def open_storage(config: ServerConfig, observer: StorageObserver) -> tuple[Stora
         tombstone_retention_ms=config.tombstone_retention_s * 1000,
     )
     engine = Engine(storage, engine_config)
-    engine.load(storage.recover())
+    try:
+        recovery = storage.recover()
+    except OwnershipError as error:  # (the start's one line, above the server's traceback)
+        log.critical("start refused", extra={"reason": str(error)})
+        raise
+    engine.load(recovery)
     log.info(
         "ready",
         extra={

@@ -90,7 +90,8 @@ hanging. A refusal carries ``retry_after_s``; storage never builds HTTP headers.
 
 Modules: ``committer`` (the ``Storage`` facade wiring the rest), ``records`` and
 ``message_batch`` (WAL records; a bulk append's buffers), ``acks``, ``admission``, ``wal``,
-``wal_writer`` and ``sync_policy``, ``flusher``, ``delta_log`` (the table) with ``table_schema`` and
+``wal_writer`` and ``sync_policy``, ``leftover_wal`` (a WAL a delta-mode start would leave behind),
+``flusher``, ``delta_log`` (the table) with ``table_schema`` and
 ``commit_rows`` (a flush's rows), ``state_rows`` (what recovery parses now or later),
 ``state_checkpoint``, ``log_trim``, ``history_reader`` with ``footers``, ``read_plans``
 (what Spark executors may read directly) and ``presign`` (S3 URLs), ``data_files`` (local files read

@@ -23,6 +23,7 @@ from .compaction import Compaction, CompactionConfig, CompactionReport, Compacto
 from .delta_log import DeltaLog
 from .flusher import DeltaFlusher
 from .history_reader import HistoryReader, StoredMessage
+from .leftover_wal import give_up, refusal, unflushed
 from .message_batch import MessageBatch
 from .observer import NullObserver, StorageObserver
 from .owner_watch import OwnerWatch
@@ -113,9 +114,15 @@ class Storage:
 
     def recover(self) -> Recovery:
         """Claim the storage (``ownership``), then read the Delta state and the WAL records after
-        it (before serving)."""
+        it (before serving). Without a WAL of its own (delta mode), a WAL left in the data dir
+        holding records Delta does not hold refuses the start, unless given up (``leftover_wal``)."""
         replayed = list(self.wal.replay()) if self.wal is not None else []
+        leftover = unflushed(self.config.data_dir, self.delta.committed_lsn()) if self.wal is None else None
+        if leftover is not None and self.node.take_over != "force":
+            raise refusal(leftover, self.delta.uri)
         self.owner = self.delta.claim(self.node, holds_wal=bool(replayed))
+        if leftover is not None:
+            give_up(leftover)
         committed = self.delta.committed_lsn()
         rows = self.delta.load_rows()
         self._compaction.recovered(rows.states, self.delta.recovered_checkpoint)

@@ -1,0 +1,123 @@
+"""A start that would leave acknowledged WAL records behind: refused, unless given up for that start.
+
+A WAL server acknowledges an append once its record is fsynced in ``<data-dir>/wal``; it is in
+Delta only after the next flush. The tests here hold 50 acknowledged appends in the WAL alone
+(a flush interval of ten minutes), kill the server with ``kill -9`` and start again with
+``--durability delta`` on the same data dir, which reads no WAL: refused, naming the records,
+the data dir and the ways out (``--durability wal`` drains it; ``--take-over force`` gives it up
+for that start, moving the log aside so that no later start replays it). The other way round
+must stay allowed: a WAL server on a delta server's data dir.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from servers import ServerProcess, read_all, session
+
+APPENDS = 50
+RECORDS = APPENDS + 2
+"""What the WAL holds: the appends, the stream's creation and the server's webhook signing keys."""
+HOLD_IN_WAL = ["--flush-interval-ms", "600000"]
+TEXT = {"Content-Type": "text/plain"}
+
+
+@pytest.fixture
+def storage(tmp_path: Path) -> list[str]:
+    """The options naming the tests' storage location (one local Delta table, outside the data dirs)."""
+    return ["--storage-uri", str(tmp_path / "storage")]
+
+
+def _acknowledged(server: ServerProcess) -> bytes:
+    """Create stream ``s`` and append ``APPENDS`` messages, each acknowledged (204); all of them."""
+    http = session()
+    assert http.put(server.stream_url("s"), headers=TEXT, timeout=30).status_code == 201
+    messages = [b"m%02d" % i for i in range(APPENDS)]
+    for message in messages:
+        assert http.post(server.stream_url("s"), data=message, headers=TEXT, timeout=30).status_code == 204
+    return b"".join(messages)
+
+
+def _killed(start: Callable[..., ServerProcess], *args: str) -> tuple[ServerProcess, bytes]:
+    """A server started with ``args`` that acknowledged ``APPENDS`` appends, killed with ``kill -9``;
+    what it acknowledged."""
+    server = start(*args)
+    acknowledged = _acknowledged(server)
+    server.kill()
+    return server, acknowledged
+
+
+def _started(server: ServerProcess, *args: str) -> ServerProcess:
+    """``server`` started again, with ``args`` instead of its own."""
+    server.extra_args = list(args)
+    return server.start()
+
+
+def _read(server: ServerProcess) -> bytes | int:
+    """The stream's whole content, or the status of the refusal (404: the stream is gone)."""
+    http = session()
+    answer = http.head(server.stream_url("s"), timeout=30)
+    return read_all(http, server.stream_url("s")) if answer.status_code == 200 else answer.status_code
+
+
+def _refused(server: ServerProcess, *args: str) -> str:
+    """Start ``server`` with ``args`` instead of its own; it must exit non-zero. Its log."""
+    server.extra_args = list(args)
+    with pytest.raises(RuntimeError, match="process exited with"):
+        server.start()
+    assert server.proc is not None and server.proc.returncode != 0
+    return server.log_text().rsplit("--- start", 1)[-1]
+
+
+def _one_line(log: str, text: str) -> str:
+    """The log line holding ``text`` (one line: logfmt escapes the message's newlines)."""
+    lines = [line for line in log.splitlines() if text in line]
+    assert lines, log[-3000:]
+    return lines[0]
+
+
+def test_a_delta_start_on_a_wal_with_acknowledged_records_is_refused_and_wal_drains_it(
+    server_factory: Callable[..., ServerProcess], storage: list[str]
+) -> None:
+    server, acknowledged = _killed(server_factory, *storage, *HOLD_IN_WAL)
+
+    line = _one_line(_refused(server, *storage, "--durability", "delta"), "start refused")
+    assert f"{RECORDS} acknowledged records" in line, line
+    assert str(server.data_dir.resolve() / "wal") in line and "--durability wal" in line, line
+    assert "--take-over force" in line, line
+
+    _started(server, *storage)  # WAL durability: replays the records, flushes them on a clean stop
+    assert _read(server) == acknowledged
+    server.stop()
+    _started(server, *storage, "--durability", "delta")
+    assert _read(server) == acknowledged
+
+
+def test_take_over_force_gives_the_wal_up_for_that_start_and_no_later_start_replays_it(
+    server_factory: Callable[..., ServerProcess], storage: list[str]
+) -> None:
+    server, _ = _killed(server_factory, *storage, *HOLD_IN_WAL)
+
+    _started(server, *storage, "--durability", "delta", "--take-over", "force")
+    line = _one_line(server.log_text(), "gave up the write-ahead log")
+    assert f"records={RECORDS}" in line, line
+    assert _read(server) == 404  # (given up: its creation was in the WAL only)
+    aside = [path.name for path in server.data_dir.iterdir() if path.name.startswith("wal.given-up-")]
+    assert len(aside) == 1, sorted(path.name for path in server.data_dir.iterdir())
+    http = session()
+    assert http.put(server.stream_url("s"), headers=TEXT, timeout=30).status_code == 201
+    assert http.post(server.stream_url("s"), data=b"after", headers=TEXT, timeout=30).status_code == 204
+    server.kill()
+
+    _started(server, *storage)  # WAL durability again, nothing given up this time
+    assert _read(server) == b"after"
+
+
+def test_a_wal_start_on_a_delta_servers_data_dir_loses_nothing(
+    server_factory: Callable[..., ServerProcess], storage: list[str]
+) -> None:
+    server, acknowledged = _killed(server_factory, *storage, "--durability", "delta")
+    _started(server, *storage, *HOLD_IN_WAL)
+    assert _read(server) == acknowledged
