@@ -97,7 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
         parser,
         "--take-over",
         "when another server owns the storage: refuse to start (no), ask it to hand over (ask, or the "
-        "flag alone), or take it even if it does not answer (force)",
+        "flag alone), or take it even if it does not answer (force); force also gives up, for this start, "
+        "acknowledged records a write-ahead log holds that the start would leave behind (a WAL in --data-dir "
+        "under --durability delta, or this node's WAL on a lost data dir)",
         nargs="?",
         const="ask",
         choices=list(get_args(TakeOver)),

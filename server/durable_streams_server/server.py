@@ -32,7 +32,7 @@ from .protocol.webhook_rules import parse_networks
 from .storage.committer import Storage, StorageConfig
 from .storage.compaction import CompactionConfig
 from .storage.observer import StorageObserver
-from .storage.ownership import Node, OwnershipError, node_id_for
+from .storage.ownership import Node, OwnershipError, node_id_for, wal_id_for
 
 log = logging.getLogger("durable_streams_server.http")  # the "ready" event keeps its logger from before
 
@@ -62,6 +62,7 @@ def open_storage(config: ServerConfig, observer: StorageObserver) -> tuple[Stora
                 url=config.advertise_url or "",
                 data_dir=str(config.data_dir.resolve()),
                 durability=config.durability,
+                wal_id=wal_id_for(config.data_dir),
                 take_over=config.take_over,
                 take_over_timeout_s=config.take_over_timeout_s,
             ),

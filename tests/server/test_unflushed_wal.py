@@ -1,12 +1,19 @@
-"""A start that would leave acknowledged WAL records behind: refused, unless given up for that start.
+"""Starts that would leave acknowledged WAL records behind: refused, unless given up for that start.
 
 A WAL server acknowledges an append once its record is fsynced in ``<data-dir>/wal``; it is in
-Delta only after the next flush. The tests here hold 50 acknowledged appends in the WAL alone
-(a flush interval of ten minutes), kill the server with ``kill -9`` and start again with
-``--durability delta`` on the same data dir, which reads no WAL: refused, naming the records,
-the data dir and the ways out (``--durability wal`` drains it; ``--take-over force`` gives it up
-for that start, moving the log aside so that no later start replays it). The other way round
-must stay allowed: a WAL server on a delta server's data dir.
+Delta only after the next flush. Each test here holds 50 acknowledged appends in the WAL alone
+(a flush interval of ten minutes), kills the server with ``kill -9`` and starts again in a way
+that would not replay that WAL:
+
+- with ``--durability delta`` on the same data dir (which reads no WAL): refused, naming the
+  records, the data dir and the ways out (``--durability wal`` drains it; ``--take-over force``
+  gives it up for that start, moving the log aside so no later start replays it);
+- with the same ``--node-id`` on a fresh data dir (a lost disk): refused like another node
+  (``storage.ownership``: the claim records the data dir's WAL id), until the old data dir is back
+  or ``--take-over force`` gives the records up (logged).
+
+And the starts that must stay allowed: a WAL server on a delta server's data dir, and a delta
+server's node id on a fresh data dir (a delta owner acknowledged only what Delta holds).
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ APPENDS = 50
 RECORDS = APPENDS + 2
 """What the WAL holds: the appends, the stream's creation and the server's webhook signing keys."""
 HOLD_IN_WAL = ["--flush-interval-ms", "600000"]
+NODE = ["--node-id", "n1"]
 TEXT = {"Content-Type": "text/plain"}
 
 
@@ -47,6 +55,16 @@ def _killed(start: Callable[..., ServerProcess], *args: str) -> tuple[ServerProc
     acknowledged = _acknowledged(server)
     server.kill()
     return server, acknowledged
+
+
+def _lost_disk(
+    start: Callable[..., ServerProcess], storage: list[str], tmp_path: Path
+) -> tuple[ServerProcess, bytes, Path]:
+    """``_killed`` with node id ``n1``, holding its appends in the WAL, and its data dir then lost: the
+    server, set to start on a fresh data dir; what it acknowledged; its old data dir."""
+    server, acknowledged = _killed(start, *storage, *NODE, *HOLD_IN_WAL)
+    old_data_dir, server.data_dir = server.data_dir, tmp_path / "fresh"
+    return server, acknowledged, old_data_dir
 
 
 def _started(server: ServerProcess, *args: str) -> ServerProcess:
@@ -121,3 +139,38 @@ def test_a_wal_start_on_a_delta_servers_data_dir_loses_nothing(
     server, acknowledged = _killed(server_factory, *storage, "--durability", "delta")
     _started(server, *storage, *HOLD_IN_WAL)
     assert _read(server) == acknowledged
+
+
+def test_the_same_node_on_a_fresh_data_dir_is_refused_while_its_wal_holds_acknowledged_records(
+    server_factory: Callable[..., ServerProcess], storage: list[str], tmp_path: Path
+) -> None:
+    server, acknowledged, old_data_dir = _lost_disk(server_factory, storage, tmp_path)
+    line = _one_line(_refused(server, *storage, *NODE), "start refused")
+    assert "owned by this node ('n1') with another write-ahead log" in line, line
+    assert str(old_data_dir.resolve()) in line and "--take-over force" in line, line
+
+    server.data_dir = old_data_dir  # the disk is back: its WAL is replayed
+    _started(server, *storage, *NODE, *HOLD_IN_WAL)
+    assert _read(server) == acknowledged
+
+
+def test_the_same_node_on_a_fresh_data_dir_gives_the_lost_wal_up_with_take_over_force(
+    server_factory: Callable[..., ServerProcess], storage: list[str], tmp_path: Path
+) -> None:
+    server, _, old_data_dir = _lost_disk(server_factory, storage, tmp_path)
+    _started(server, *storage, *NODE, "--take-over", "force")
+    line = _one_line(server.log_text(), "took the storage over")
+    assert "level=warning" in line and "given_up=" in line and str(old_data_dir.resolve()) in line, line
+    assert _read(server) == 404
+    assert session().put(server.stream_url("s"), headers=TEXT, timeout=30).status_code == 201
+
+
+def test_a_delta_owner_restarts_on_a_fresh_data_dir_under_its_node_id(
+    server_factory: Callable[..., ServerProcess], storage: list[str], tmp_path: Path
+) -> None:
+    storage = [*storage, *NODE, "--durability", "delta"]
+    server, acknowledged = _killed(server_factory, *storage)
+    server.data_dir = tmp_path / "fresh"
+    server.start()
+    assert _read(server) == acknowledged
+    assert "took the storage over" not in server.log_text()

@@ -27,7 +27,7 @@ from .leftover_wal import give_up, refusal, unflushed
 from .message_batch import MessageBatch
 from .observer import NullObserver, StorageObserver
 from .owner_watch import OwnerWatch
-from .ownership import Node, Owner, OwnershipError, node_id_for
+from .ownership import Node, Owner, OwnershipError, node_id_for, wal_id_for
 from .read_plans import ReadPlanner, TablePlan
 from .records import H, Record, encode
 from .view import Recovery, StateView
@@ -96,7 +96,10 @@ class Storage:
         self._flusher.after_flush.append(self._compaction.note_flushed)
         self._flusher.on_fenced = self._fenced
         self.node = config.node or Node(
-            node_id_for(config.data_dir, None), data_dir=str(config.data_dir.resolve()), durability=config.durability
+            node_id_for(config.data_dir, None),
+            data_dir=str(config.data_dir.resolve()),
+            durability=config.durability,
+            wal_id=wal_id_for(config.data_dir),
         )
         self.owner: Owner | None = None
         """The epoch this server owns its storage under, once ``recover`` has claimed it."""

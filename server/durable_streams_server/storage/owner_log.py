@@ -32,6 +32,7 @@ from .ownership import (
     HANDOVER_KEY,
     OWNER_APP_ID,
     OWNER_KEY,
+    Decision,
     Fenced,
     Node,
     Owner,
@@ -39,7 +40,10 @@ from .ownership import (
     handover_timed_out,
     newer_owner,
     refusal,
+    restart_of,
+    same_wal,
     stale_wal,
+    wal_lost_refusal,
 )
 
 log = logging.getLogger("durable_streams_server.storage")
@@ -133,16 +137,16 @@ def claim_table(table: DeltaTable, lock: threading.Lock, uri: str, node: Node, h
     """Claim the next epoch of ``table`` for ``node`` (``ownership.decide``): at once when the
     table is free or ``node``'s own, after its owner handed over when asked (``node.take_over``),
     or not at all (``OwnedElsewhere``). ``holds_wal``: ``node``'s data directory holds WAL
-    records, which only a restart of the owner that wrote them may replay (``StaleWal``)."""
+    records, which only a restart of the owner that wrote them may replay (``stale_wal``)."""
     with lock:
         table.update_incremental()
         epoch, current = epoch_of(table), newest_owner(table)
     decision = decide(node, epoch, current)
-    if current is not None and current.node_id != node.node_id and holds_wal:
+    if current is not None and not same_wal(node, current) and holds_wal:
         raise stale_wal(node, current)
     if decision == "refuse":
         assert current is not None
-        raise refusal(current, uri)
+        raise refusal(current, uri) if current.node_id != node.node_id else wal_lost_refusal(node, current, uri)
     if decision == "ask":
         assert current is not None
         _ask_handover(table, lock, node, epoch, current)
@@ -152,9 +156,24 @@ def claim_table(table: DeltaTable, lock: threading.Lock, uri: str, node: Node, h
             raise newer_owner(newest_owner(table), epoch_of(table))
         owner = node.owner(epoch + 1)
         claim(table, owner)
-    if current is not None and current.state != "released" and current.node_id != node.node_id:
-        log.warning("took the storage over", extra={"previous_owner": current.describe(), "epoch": owner.epoch})
+    if current is not None and current.state != "released" and not restart_of(node, current):
+        log.warning(
+            "took the storage over",
+            extra={"previous_owner": current.describe(), "epoch": owner.epoch, **_given_up(current, decision)},
+        )
     return owner
+
+
+def _given_up(previous: Owner, decision: Decision) -> dict[str, object]:
+    """What taking ``previous``'s location over gave up, for the log: nothing after a handover
+    (``previous`` flushed first) or from a delta-durability owner (it acknowledged only commits)."""
+    if decision != "force" or previous.durability != "wal":
+        return {}
+    return {
+        "given_up": "any records that owner acknowledged and had not flushed into Delta: they stay in its "
+        f"write-ahead log (data dir {previous.data_dir} on {previous.host}, WAL id {previous.wal_id or 'unknown'}) "
+        "and are not in this location",
+    }
 
 
 def _ask_handover(table: DeltaTable, lock: threading.Lock, node: Node, epoch: int, current: Owner) -> None:

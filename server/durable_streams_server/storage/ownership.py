@@ -36,7 +36,17 @@ Taking over
 A location another node owns and has not released is not taken silently (``decide``):
 
 * the same node (its ``--node-id``, kept in its data directory) takes it back: a restart,
-  whose WAL is right there to replay;
+  whose WAL is right there to replay. "The same" includes the WAL: every data directory gets
+  a random id when it is first used (``WAL_ID_FILE``, written and fsynced once) and every
+  claim records it (``Owner.wal_id``). The same node id on another data directory (its disk
+  lost, a fresh one mounted) is refused like another node while the recorded owner ran with
+  ``--durability wal`` and has not released the location (``lost_wal``): the records it
+  acknowledged and had not flushed were on the directory that is gone, and taking the
+  location would drop them silently. The ways out are the other node's: the old data
+  directory back, or ``--take-over force`` for that one start, which gives them up and logs
+  what it gave up. A delta-durability owner has nothing on disk, so its node id alone
+  suffices on any data directory; an owner recorded before WAL ids has none (unknown): its
+  node id alone suffices, as it did then;
 * another node refuses to start (``OwnedElsewhere``, naming the owner and how to take over),
   unless told to take over. Then it asks the owner to hand over: a commit carrying app id
   ``HANDOVER_APP_ID`` at the owner's epoch (a different app id: it never conflicts with the
@@ -59,6 +69,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from .local_sync import fsync_path
+
 OWNER_APP_ID = "durable-streams-owner"
 """The app id of the ownership epoch (``txn`` version = epoch)."""
 HANDOVER_APP_ID = "durable-streams-handover"
@@ -69,6 +81,8 @@ HANDOVER_KEY = "durable_streams.handover"
 """``commitInfo`` key of a handover request: the JSON of the ``Owner`` asking."""
 NODE_ID_FILE = "node-id"
 """In the data directory: the node id a server uses when none is given."""
+WAL_ID_FILE = "wal-id"
+"""In the data directory: the identity of the write-ahead log it holds (made once, with it)."""
 
 TakeOver = Literal["no", "ask", "force"]
 OwnerState = Literal["serving", "releasing", "released"]
@@ -86,6 +100,10 @@ class Owner:
     pid: int
     durability: str
     state: OwnerState = "serving"
+    wal_id: str | None = None
+    """The WAL identity of its data directory (``WAL_ID_FILE``). ``None``: unknown, an owner
+    recorded before WAL ids (or by a tool without a data directory), which ``decide`` treats
+    as it did before them: the same node id is taken for the same data directory."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -112,6 +130,8 @@ class Node:
     url: str = ""
     data_dir: str = ""
     durability: str = "wal"
+    wal_id: str = ""
+    """Its data directory's WAL identity (``wal_id_for``); empty: none (tools, tests)."""
     take_over: TakeOver = "no"
     take_over_timeout_s: float = 30.0
     poll_interval_s: float = 1.0
@@ -127,25 +147,39 @@ class Node:
             pid=os.getpid(),
             durability=self.durability,
             state=state,
+            wal_id=self.wal_id or None,
         )
 
 
 def node_id_for(data_dir: Path, given: str | None) -> str:
     """``given``, or the id kept in ``data_dir`` (made once, so a restart is the same node)."""
-    if given:
-        return given
-    path = data_dir / NODE_ID_FILE
+    return given or _kept_id(data_dir / NODE_ID_FILE, 12)
+
+
+def wal_id_for(data_dir: Path) -> str:
+    """The identity of ``data_dir``'s write-ahead log: made when the directory is first used,
+    then kept as long as the directory (a restart on it is a restart with its WAL)."""
+    return _kept_id(data_dir / WAL_ID_FILE, 32)
+
+
+def _kept_id(path: Path, length: int) -> str:
+    """The id in ``path``; made at random if there is none, written and fsynced (file and
+    directory) before it is used, so that a crash cannot change it afterwards."""
     try:
         kept = path.read_text(encoding="utf-8").strip()
     except FileNotFoundError:
         kept = ""
     if kept:
         return kept
-    made = uuid.uuid4().hex[:12]
-    data_dir.mkdir(parents=True, exist_ok=True)
+    made = uuid.uuid4().hex[:length]
+    path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".tmp")
-    partial.write_text(made + "\n", encoding="utf-8")
+    with open(partial, "w", encoding="utf-8") as handle:
+        handle.write(made + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
     os.replace(partial, path)
+    fsync_path(path.parent)
     return made
 
 
@@ -170,11 +204,31 @@ Decision = Literal["claim", "ask", "force", "refuse"]
 
 def decide(node: Node, epoch: int, current: Owner | None) -> Decision:
     """What ``node`` does at start with a location at ``epoch`` whose newest owner is ``current``."""
-    if epoch == 0 or current is None or current.state == "released" or current.node_id == node.node_id:
+    if epoch == 0 or current is None or current.state == "released" or restart_of(node, current):
         return "claim"  # (never owned, or owned by a release before epochs, or let go, or ours)
     if node.take_over == "force":
         return "force"
     return "ask" if node.take_over == "ask" else "refuse"
+
+
+def same_wal(node: Node, owner: Owner) -> bool:
+    """Whether ``owner`` wrote the WAL of ``node``'s data directory: the same node id, and the
+    same WAL id where both are known (see ``Owner.wal_id``: unknown counts as the same)."""
+    if owner.node_id != node.node_id:
+        return False
+    return owner.wal_id is None or not node.wal_id or owner.wal_id == node.wal_id
+
+
+def lost_wal(node: Node, owner: Owner) -> bool:
+    """``owner`` is ``node`` on another data directory, whose WAL may hold records it
+    acknowledged (it ran with WAL durability) that this one does not."""
+    return owner.node_id == node.node_id and owner.durability == "wal" and not same_wal(node, owner)
+
+
+def restart_of(node: Node, owner: Owner) -> bool:
+    """``node`` may take ``owner``'s location back as its own: its node id, and nothing of
+    ``owner``'s left behind on another data directory (``lost_wal``)."""
+    return owner.node_id == node.node_id and not lost_wal(node, owner)
 
 
 def refusal(current: Owner, storage_uri: str) -> OwnedElsewhere:
@@ -184,6 +238,18 @@ def refusal(current: Owner, storage_uri: str) -> OwnedElsewhere:
         "--take-over to ask it to hand over (it flushes what it acknowledged, then lets go); "
         "--take-over force takes the location even if that server does not answer, giving up any "
         "acknowledged records its write-ahead log holds that are not yet in Delta.",
+        current,
+    )
+
+
+def wal_lost_refusal(node: Node, current: Owner, storage_uri: str) -> OwnedElsewhere:
+    return OwnedElsewhere(
+        f"storage {storage_uri} is owned by this node ({node.node_id!r}) with another write-ahead log: "
+        f"{current.describe()}, WAL id {current.wal_id}, ran with WAL durability and has not released it, "
+        f"but this data dir ({node.data_dir}) holds WAL id {node.wal_id}. The records that node acknowledged "
+        "and had not flushed into Delta are in the WAL of that data dir only. Start with that data dir "
+        f"({current.data_dir} on {current.host}) to replay them; if it is lost, start with --take-over force "
+        "to give them up for this start (the records in Delta are kept).",
         current,
     )
 
