@@ -13,6 +13,7 @@ and a single server's storage location opened by a cluster node.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -112,3 +113,57 @@ def test_a_single_servers_location_opens_as_one_shard(
         204,
     )
     assert history(f"{node.url}/v1/stream/kept") == list(range(11))
+
+
+def test_a_plain_reader_meets_no_dropped_connection_while_a_shard_moves(
+    server_factory: Callable[..., ServerProcess], tmp_path: Path
+) -> None:
+    """Readers with a plain HTTP client (following redirects, asking nothing again) through
+    both nodes while one drains a shard to the other: every answer is a 200 or a 503 with
+    ``Retry-After``, never a refused or dropped connection (a drain is announced in the lease
+    before its server stops, so no router still sends a client to it: ``cluster.node``).
+    Without the announcement, the joining node's router redirected readers to the stopping
+    server until its next look at the leases."""
+    storage = ["--storage-uri", str(tmp_path / "root"), "--shards", "2", "--lease-ttl-s", "5"]  # (a tick of 1 s)
+    first = start_node(server_factory, storage, "n0", tmp_path)
+    until(serving([first], 2))
+    names = [name_in_shard(shard, 2, "read") for shard in range(2)]  # (whichever shard moves)
+    for name in names:
+        assert requests.put(f"{first.url}/v1/stream/{name}", headers=JSON, timeout=30).status_code == 201
+        for n in range(5):
+            answer = requests.post(f"{first.url}/v1/stream/{name}", data=b'{"n": %d}' % n, headers=JSON, timeout=30)
+            assert answer.status_code in (200, 204), answer.text
+    joined = start_node(server_factory, storage, "n1", tmp_path)
+    answers: dict[str, int] = {}
+    dropped: list[str] = []
+    stop = threading.Event()
+
+    def read(url: str) -> None:
+        while not stop.is_set():
+            try:
+                answer = requests.get(url, params={"offset": "-1"}, timeout=30)
+            except requests.ConnectionError as exc:
+                dropped.append(f"{url}: {exc}")
+                continue
+            key = str(answer.status_code)
+            answers[key] = answers.get(key, 0) + 1
+            if answer.status_code == 200:
+                assert [item["n"] for item in answer.json()] == list(range(5))
+            else:
+                assert answer.status_code == 503 and answer.headers["Retry-After"] == "1", answer.text
+
+    urls = [f"{node.url}/v1/stream/{name}" for node in (first, joined) for name in names]
+    readers = [threading.Thread(target=read, args=(url,), daemon=True) for url in urls]
+    for reader in readers:
+        reader.start()
+    until(
+        lambda: len(joined.shards_held()) == 1 and serving([first, joined], 2)(),
+        timeout_s=120,
+        message=lambda: f"{first.describe()} {joined.describe()} {answers}",
+    )
+    time.sleep(1)  # (reads after the move, through both nodes)
+    stop.set()
+    for reader in readers:
+        reader.join(timeout=60)
+    assert not dropped, f"{len(dropped)} connections dropped or refused ({answers}): {dropped[:3]}"
+    assert answers.get("200", 0) > 100, answers

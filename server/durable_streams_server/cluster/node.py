@@ -20,14 +20,22 @@ One thread (``Supervisor.run``) ticks every ``tick_s`` (a fifth of the lease ttl
    replaying its WAL); one stopped for a drain has its lease released once it exited.
 5. **Balance**: with ``live`` nodes, each should hold ``ceil(shards / live)`` shards. A node
    below that takes free shards and those ``leases.may_take`` allows; a node above it drains
-   one serving shard at a time (its server flushes and releases the location, then the lease
-   is released), and another node takes it. A starting shard is never drained: its server may
-   be taking the location over from a dead owner. A node that takes a lease asks the
+   one serving shard at a time, and another node takes it. A starting shard is never drained:
+   its server may be taking the location over from a dead owner.
+
+A drain first **announces** itself: the lease is written ``draining`` (no URL), and the
+shard's server keeps serving for ``drain_notice_s`` (two ticks) before it is asked to stop.
+Every router reads the leases once a tick, so by then none still sends a client to a server
+that is about to close its socket: they answer 503 with ``Retry-After`` instead, which every
+client asks again, where a redirect to a closing server would meet a refused or dropped
+connection. Then the server flushes what it acknowledged and releases its location, and the
+lease is released. Shutdown announces every held shard the same way. A node that takes a lease asks the
    location's owner to hand over, even when the lease was free (``_acquire``).
 
 Every shard server is started from this thread (``workers``: the kernel kills it when this
-thread ends). On shutdown the node stops its servers (each flushes and releases its
-location), then releases their leases.
+thread ends). On shutdown the node announces its drains, stops its servers (each flushes
+and releases its location), then releases their leases; the renewer and the watchdog run
+until that is done, so a slow flush never outlives its lease.
 """
 
 from __future__ import annotations
@@ -97,6 +105,10 @@ class Supervisor:
         self._released_at: dict[int, float] = {}
         self._beat = 0
         self._stop = threading.Event()
+        self._closed = threading.Event()
+        """Set once shutdown is over: the renewer and the watchdog run until then."""
+        self._announced: dict[int, float] = {}
+        """Shards whose drain was announced (``draining`` written), and when."""
         self._thread = threading.Thread(target=self.run, name="cluster-supervisor", daemon=True)
         self._watchdog = threading.Thread(target=self._watch, name="cluster-lease-watchdog", daemon=True)
         self._renewer = threading.Thread(target=self._renew_loop, name="cluster-lease-renewer", daemon=True)
@@ -114,9 +126,15 @@ class Supervisor:
         self._watchdog.start()
         self._renewer.start()
 
+    @property
+    def drain_notice_s(self) -> float:
+        """How long a drain is announced before the shard's server is stopped (module docstring)."""
+        return 2 * self.settings.tick_s
+
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
+        self._closed.set()
         self._watchdog.join()
         self._renewer.join()
         self._probe.close()
@@ -133,13 +151,13 @@ class Supervisor:
     def _renew_loop(self) -> None:
         """Renewals on a thread of their own: a slow store delays the tick's reads, never a
         renewal behind them (each renewal waits only for the store's answer to itself)."""
-        while not self._stop.wait(self.settings.tick_s):
+        while not self._closed.wait(self.settings.tick_s):
             self._renew()
 
     def _watch(self) -> None:
         """Kill a shard's server the moment its lease's validity ends, whatever the tick is
         doing (a renewal may hang on the store for its whole timeout); the tick then drops it."""
-        while not self._stop.wait(WATCHDOG_S):
+        while not self._closed.wait(WATCHDOG_S):
             now = time.monotonic()
             for shard, held in list(self._held.items()):
                 server = self._servers.get(shard)
@@ -215,6 +233,7 @@ class Supervisor:
                 self._held[shard] = Held(record, etag, Held.valid_from(sent, record.ttl_ms))
 
     def _lose(self, shard: int, why: str) -> None:
+        self._announced.pop(shard, None)
         server = self._servers.pop(shard, None)
         if server is not None:
             server.kill()
@@ -253,6 +272,14 @@ class Supervisor:
             held = self._held.get(shard)
             if held is None:
                 continue
+            announced = self._announced.get(shard)
+            if announced is not None and server.stopping_since is None:
+                if server.exited:  # it died during the notice: started again below, like any exit
+                    self._announced.pop(shard)
+                else:
+                    if time.monotonic() - announced >= self.drain_notice_s:
+                        server.stop()
+                    continue
             if server.stopping_since is not None:
                 if server.exited or time.monotonic() - server.stopping_since > DRAIN_TIMEOUT_S:
                     server.kill()
@@ -272,7 +299,7 @@ class Supervisor:
                 log.info("shard serving", extra={"shard": shard, "url": server.url})
 
     def _balance(self) -> None:
-        if any(server.stopping_since is not None for server in self._servers.values()):
+        if self._announced or any(server.stopping_since is not None for server in self._servers.values()):
             return  # one drain at a time
         shards, live = self.layout.shards, self.live_nodes
         target = target_count(shards, len(live))
@@ -281,8 +308,7 @@ class Supervisor:
             if not serving:
                 return  # (a starting server may be taking its location over: it is not interrupted)
             shard = max(serving)
-            self._write_held(shard, self._held[shard].record.next_beat(state="draining", url=None))
-            self._servers[shard].stop()
+            self._announce_drain(shard)
             log.info("shard draining", extra={"shard": shard, "target": target, "live_nodes": len(live)})
             return
         now = time.monotonic()
@@ -297,6 +323,13 @@ class Supervisor:
             if seen is not None and not may_take(seen, self.settings.node_id, now, adopt_wal=self.settings.adopt_wal):
                 continue
             self._acquire(shard, seen)
+
+    def _announce_drain(self, shard: int) -> None:
+        """Write ``shard``'s lease ``draining`` (routers stop sending clients to its server); its
+        server is stopped ``drain_notice_s`` later (``_serve``)."""
+        self._write_held(shard, self._held[shard].record.next_beat(state="draining", url=None))
+        if shard in self._held:
+            self._announced[shard] = time.monotonic()
 
     def _should_drain(self, target: int) -> bool:
         """Above the balanced share; or at it while a live node holds less than the floor share,
@@ -371,6 +404,7 @@ class Supervisor:
         with self._lease_lock:
             held = self._held.pop(shard)
             self._servers.pop(shard, None)
+            self._announced.pop(shard, None)
             self._released_at[shard] = time.monotonic()
             free = replace(held.record.next_beat(), holder=None, node_url=None, url=None, state="released")
             if self.objects.replace(lease_key(shard), free.to_bytes(), held.etag) is not None:
@@ -391,6 +425,15 @@ class Supervisor:
         self.routes = tuple(routes)
 
     def _shut_down(self) -> None:
+        for shard in list(self._servers):
+            if shard in self._held and shard not in self._announced:
+                try:
+                    self._announce_drain(shard)
+                except ObjectStoreError as exc:
+                    log.warning("drain announcement failed at shutdown", extra={"shard": shard, "error": str(exc)})
+        self._publish()
+        if self._announced:
+            time.sleep(max(0.0, max(self._announced.values()) + self.drain_notice_s - time.monotonic()))
         for server in self._servers.values():
             server.stop()
         deadline = time.monotonic() + DRAIN_TIMEOUT_S
