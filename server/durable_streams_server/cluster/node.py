@@ -7,6 +7,8 @@ One thread (``Supervisor.run``) ticks every ``tick_s`` (a fifth of the lease ttl
 
 1. **Beat**: rewrite this node's object (``_cluster/nodes/<id>.json``), so others count it
    live; a node whose object has not changed for a ttl of the reader's clock is not live.
+   One process per node id (``membership``): a node that finds its object written by
+   another process claims nothing more.
 2. **Renew** every held lease (``leases``) -- on a thread of its own, every tick, so a slow
    store read in the other steps never delays a renewal; a lease lost to a newer version, or
    not renewed before its validity ends, has its shard server killed at once (a watchdog
@@ -40,18 +42,19 @@ until that is done, so a slow flush never outlives its lease.
 
 from __future__ import annotations
 
-import json
 import logging
+import secrets
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import httpx
 
 from .leases import Held, LeaseFormatError, LeaseRecord, Observed, may_take, target_count
+from .membership import Membership
 from .objects import ConditionalObjects, ObjectStoreError
-from .shards import Layout, lease_key, node_key
+from .shards import Layout, lease_key
 from .workers import ShardServer, ShardServerSpec
 
 log = logging.getLogger("durable_streams_server.cluster")
@@ -78,6 +81,8 @@ class NodeSettings:
     durability: str
     lease_ttl_s: float = 5.0
     adopt_wal: bool = False
+    incarnation: str = field(default_factory=lambda: secrets.token_hex(8))
+    """This node process's random id, written in its node object (``membership``)."""
 
     @property
     def tick_s(self) -> float:
@@ -96,14 +101,14 @@ class Supervisor:
         self.spec = spec
         self.routes: tuple[Route, ...] = tuple(Route("unavailable") for _ in range(layout.shards))
         self.live_nodes: tuple[str, ...] = (settings.node_id,)
+        self.membership = Membership(
+            objects, settings.node_id, settings.advertise_url, settings.incarnation, settings.lease_ttl_s
+        )
         self._seen: dict[int, Observed] = {}
         self._unreadable: dict[int, str] = {}  # shard -> the etag of a lease object that is not a lease
-        self._nodes_seen: dict[str, Observed] = {}
         self._held: dict[int, Held] = {}
         self._servers: dict[int, ShardServer] = {}
-        self._node_etag: str | None = None
         self._released_at: dict[int, float] = {}
-        self._beat = 0
         self._stop = threading.Event()
         self._closed = threading.Event()
         """Set once shutdown is over: the renewer and the watchdog run until then."""
@@ -184,35 +189,7 @@ class Supervisor:
                     self._lose(shard, "its lease could not be renewed in time")
 
     def _beat_node(self) -> None:
-        self._beat += 1
-        body = json.dumps({"node_id": self.settings.node_id, "url": self.settings.advertise_url, "beat": self._beat})
-        key = node_key(self.settings.node_id)
-        etag = self.objects.replace(key, body.encode(), self._node_etag) if self._node_etag else None
-        if etag is None:
-            current = self.objects.get(key)
-            if current is None:
-                etag = self.objects.create(key, body.encode())
-            else:
-                etag = self.objects.replace(key, body.encode(), current.etag)
-        self._node_etag = etag
-        now = time.monotonic()
-        live = [self.settings.node_id]
-        for key in self.objects.list_keys(node_key("")[: -len(".json")]):
-            node_id = key.rsplit("/", 1)[-1].removesuffix(".json")
-            if node_id == self.settings.node_id:
-                continue
-            found = self.objects.get(key)
-            if found is None:
-                continue
-            record = LeaseRecord(
-                shard=-1, holder=node_id, state="serving", ttl_ms=int(self.settings.lease_ttl_s * 1000)
-            )
-            seen = self._nodes_seen.get(node_id)
-            seen = Observed(record, found.etag, now) if seen is None else seen.seen_again(record, found.etag, now)
-            self._nodes_seen[node_id] = seen
-            if not seen.expired(now):
-                live.append(node_id)
-        self.live_nodes = tuple(sorted(live))
+        self.live_nodes = self.membership.beat()
 
     def _renew(self) -> None:
         for shard in list(self._held):
@@ -299,6 +276,8 @@ class Supervisor:
                 log.info("shard serving", extra={"shard": shard, "url": server.url})
 
     def _balance(self) -> None:
+        if self.membership.usurped is not None:
+            return  # another process runs with this node id: claim nothing (``membership``)
         if self._announced or any(server.stopping_since is not None for server in self._servers.values()):
             return  # one drain at a time
         shards, live = self.layout.shards, self.live_nodes
@@ -446,3 +425,7 @@ class Supervisor:
                 self._release(shard)
             except ObjectStoreError as exc:
                 log.warning("lease release failed at shutdown", extra={"shard": shard, "error": str(exc)})
+        try:
+            self.membership.stopped()
+        except ObjectStoreError as exc:
+            log.warning("node object not marked stopped at shutdown", extra={"error": str(exc)})

@@ -2,7 +2,8 @@
 
 The node reads (or, first on a new root, creates) the root's cluster record
 (``shards.Layout``), then serves its router (``router``) with uvicorn; the router's
-lifespan runs the supervisor (``node``), which starts a shard server per held shard.
+lifespan runs the supervisor (``node``), which starts a shard server per held shard. A node
+whose id another live process runs with refuses to start (``membership``).
 
 A root that already holds a single server's location (its table, ``streams/_delta_log``,
 and no cluster record) is adopted as a cluster of one shard, the root itself: its table,
@@ -20,8 +21,9 @@ import uvicorn
 from ..config import ServerConfig
 from ..storage.delta_log import TABLE_NAME
 from ..storage.ownership import node_id_for
+from .membership import IdInUse, wait_until_id_free
 from .node import NodeSettings, Supervisor
-from .objects import ConditionalObjects, open_objects
+from .objects import ConditionalObjects, ObjectStoreError, open_objects
 from .router import ClusterRouter
 from .secret import cluster_secret
 from .shards import LAYOUT_KEY, Layout, LayoutError
@@ -74,6 +76,10 @@ def run_node(args: argparse.Namespace, argv: list[str], config: ServerConfig) ->
         raise SystemExit(f"--storage-uri {config.storage_uri}: {exc}") from None
     url = advertise_url(args)
     node_id = node_id_for(config.data_dir, config.node_id)
+    try:
+        wait_until_id_free(objects, node_id, args.lease_ttl_s)
+    except (IdInUse, ObjectStoreError) as exc:
+        raise SystemExit(f"--node-id {node_id}: {exc}") from None
     settings = NodeSettings(
         node_id=node_id,
         advertise_url=url,
