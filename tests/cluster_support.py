@@ -15,8 +15,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import requests
+import urllib3
 from servers import ServerProcess
 
 from durable_streams_server.http.shard_guard import shard_key
@@ -119,18 +121,55 @@ def name_in_shard(shard: int, shards: int, prefix: str) -> str:
     raise AssertionError("no name found")
 
 
-def history(url: str, moving_s: float = 60) -> list[int]:
-    """Every message of the JSON stream at ``url`` (following redirects), read to its end. A 503
-    (the stream's shard moving between nodes, as rebalancing does after a node returns) is asked
-    again, as a client does, for up to ``moving_s`` seconds; any other refusal fails."""
-    values: list[int] = []
-    offset = "-1"
+IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
+
+
+def send(
+    method: str, url: str, *, http: requests.Session | None = None, moving_s: float = 60, **kwargs: Any
+) -> requests.Response:
+    """One request through a cluster node, asked again as the project's client asks it
+    (``client._http``: ``_send_following``) while the shard is moving: a 503, and a 307 whose
+    target does not answer (the shard moved after the router last read its lease), which says
+    "moving" too. Redirects are followed here, hop by hop, so a node that does not answer
+    (hop 0) fails at once, and so does an append whose connection dropped after it was sent
+    (it may have landed: asking again could store it twice). Retried for ``moving_s``."""
+    session = http or requests.Session()
+    session.trust_env = False
+    kwargs.setdefault("timeout", 30)
     deadline = time.monotonic() + moving_s
     while True:
-        answer = requests.get(url, params={"offset": offset}, timeout=30)
-        if answer.status_code == 503 and time.monotonic() < deadline:
-            time.sleep(0.2)
-            continue
+        answer = _follow(session, method, url, kwargs)
+        if answer is not None and (answer.status_code != 503 or time.monotonic() >= deadline):
+            return answer
+        assert time.monotonic() < deadline, f"{method} {url}: its shard's server did not answer in {moving_s} s"
+        time.sleep(0.2)
+
+
+def _follow(session: requests.Session, method: str, url: str, kwargs: dict[str, Any]) -> requests.Response | None:
+    """The answer after following redirects; ``None`` when a redirect's target did not answer."""
+    answer = session.request(method, url, allow_redirects=False, **kwargs)
+    for _ in range(5):
+        if answer.status_code not in (307, 308):
+            return answer
+        target = answer.headers["Location"]
+        try:
+            answer = session.request(method, target, allow_redirects=False, **{**kwargs, "params": None})
+        except requests.ConnectionError as exc:
+            refused = isinstance(exc.args[0] if exc.args else None, urllib3.exceptions.MaxRetryError) and isinstance(
+                exc.args[0].reason, urllib3.exceptions.NewConnectionError
+            )
+            if method in IDEMPOTENT or refused:
+                return None
+            raise
+    raise AssertionError(f"{method} {url}: more than 5 redirects")
+
+
+def history(url: str, moving_s: float = 60) -> list[int]:
+    """Every message of the JSON stream at ``url`` (through a node: ``send``), read to its end."""
+    values: list[int] = []
+    offset = "-1"
+    while True:
+        answer = send("GET", url, params={"offset": offset}, moving_s=moving_s)
         assert answer.status_code == 200, answer.text
         values += [item["n"] for item in answer.json()]
         offset = answer.headers["Stream-Next-Offset"]

@@ -14,7 +14,6 @@ rebuilt from their full tail reports).
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import Any
 
 import pytest
 import requests
-from cluster_support import JSON, Node, name_in_shard, serving, start_node, until
+from cluster_support import JSON, Node, name_in_shard, send, serving, start_node, until
 from servers import MotoServer, ServerProcess
 from webhook_receiver import WebhookReceiver
 
@@ -65,14 +64,9 @@ class Client:
         self.http.trust_env = False
 
     def send(self, method: str, url: str, **kwargs: Any) -> requests.Response:
-        """One request, asked again while it answers 503 (a shard moving, as rebalancing does
-        while the nodes settle; the request was not served), as a client does."""
-        deadline = time.monotonic() + 180  # (a move on a loaded machine: shard servers start slowly)
-        while True:
-            answer = self.http.request(method, url, timeout=30, **kwargs)
-            if answer.status_code != 503 or time.monotonic() > deadline:
-                return answer
-            time.sleep(0.2)
+        """One request, asked again while its shard moves (``cluster_support.send``; a move on a
+        loaded machine starts shard servers slowly)."""
+        return send(method, url, http=self.http, moving_s=180, **kwargs)
 
     def put_stream(self, path: str) -> None:
         answer = self.send("PUT", self.base + path, headers=JSON)

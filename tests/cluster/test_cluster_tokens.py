@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import requests
-from cluster_support import JSON, Node, name_in_shard, serving, start_node, until
+from cluster_support import JSON, Node, name_in_shard, send, serving, start_node, until
 from security_support import bearer, new_token, write_tokens
 from servers import ServerProcess
 
@@ -73,14 +73,7 @@ class Client:
         self.http.headers.update(bearer(TOKENS[token]))
 
     def send(self, method: str, path: str, **kwargs: Any) -> requests.Response:
-        answers: list[requests.Response] = []
-
-        def answered() -> bool:
-            answers.append(self.http.request(method, self.base + path, timeout=60, **kwargs))
-            return answers[-1].status_code != 503
-
-        until(answered, timeout_s=60)
-        return answers[-1]
+        return send(method, self.base + path, http=self.http, timeout=60, **kwargs)
 
     def status(self, method: str, path: str, **kwargs: Any) -> int:
         return self.send(method, path, **kwargs).status_code

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from cluster_support import JSON, Node, history, name_in_shard, serving, start_node, until
+from cluster_support import JSON, Node, history, name_in_shard, send, serving, start_node, until
 from servers import MotoServer, ServerProcess
 
 from durable_streams_server.protocol.shard_keys import shard_of_key
@@ -74,30 +74,13 @@ def _status(url: str) -> int | None:
 
 
 def _delete(url: str) -> int:
-    """A DELETE's status, asked again while the stream's shard is moving, as the Python client
-    does (``client._http``): a 503, or a 307 to a shard server that no longer answers (its node
-    lost or gave up the shard after the router last read the lease; a loaded machine can delay
-    a lease's renewal past its 3 s ttl here) both say "moving"."""
-
-    def attempt() -> int:
-        answer = requests.delete(url, timeout=30, allow_redirects=False)
-        if answer.status_code != 307:
-            return answer.status_code
-        try:
-            return requests.delete(answer.headers["Location"], timeout=30).status_code
-        except requests.ConnectionError:
-            return 503
-
-    answers: list[int] = []
-    until(lambda: answers.append(attempt()) or answers[-1] != 503, timeout_s=60)
-    return answers[-1]
+    """A DELETE's status once its shard is not moving (``cluster_support.send``)."""
+    return send("DELETE", url).status_code
 
 
-def _settled_status(url: str) -> int | None:
-    """A read's status once the stream's shard is not moving (503, or a server gone: ``None``)."""
-    answers: list[int | None] = []
-    until(lambda: answers.append(_status(url)) or answers[-1] not in (503, None), timeout_s=60)
-    return answers[-1]
+def _settled_status(url: str) -> int:
+    """A read's status once the stream's shard is not moving (``cluster_support.send``)."""
+    return send("GET", url, params={"offset": "-1"}).status_code
 
 
 def _wait_status(url: str, status: int) -> None:
