@@ -151,6 +151,16 @@ class DeltaLog:
                 self._sync.commit_made(self._table.version())
             return self._table.transaction_version(APP_ID) or 0
 
+    def landed(self, through_lsn: int) -> bool:
+        """After a failed commit attempt: whether one of this owner's epoch covering ``through_lsn``
+        landed; ``Fenced`` if a newer owner claimed the table, whose commits continue the LSNs
+        (``flusher``). The epoch is checked after the LSN is read, on that snapshot or a newer
+        one: naming this epoch still, it says every commit the LSN counts is this owner's."""
+        lsn = self.refreshed_lsn()
+        with self._lock:
+            self._check_owner()
+        return lsn >= through_lsn
+
     def vacuum(self, retention_hours: int) -> int:
         """Delete unreferenced data files older than ``retention_hours``; return how many.
 

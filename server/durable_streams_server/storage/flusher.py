@@ -13,8 +13,13 @@ Object-store outages
 A failed Delta commit (object_store has already retried it internally) is retried with
 backoff, forever and without giving up on the batch: the commit is idempotent, because
 a retry after a failure first refreshes the table and skips the commit when its LSN is
-already there (the failed attempt may have landed after all). The batch keeps its
-states snapshot, so a retry writes exactly what the first attempt would have. While
+already there (the failed attempt may have landed after all). "Already there" means a
+commit of this owner's epoch (``DeltaLog.landed``): the refreshed snapshot naming a newer
+owner fences this server first, since a new owner continues the LSNs from Delta and its
+commits may pass the cut of a batch that never landed; such a batch is never marked
+durable, shown to readers or acknowledged. A retry also stops before it starts once this
+server is fenced (``owner_watch`` may notice while the flusher waits to retry). The batch
+keeps its states snapshot, so a retry writes exactly what the first attempt would have. While
 commits fail, ``Admission`` knows (``commit_failed``) and refuses what it must; in
 delta mode every waiting request is answered at once with 503 ``COMMIT_IN_DOUBT`` (see
 ``storage`` for what that means to clients). An attempt without an answer for
@@ -149,13 +154,15 @@ class DeltaFlusher:
         started = time.perf_counter()
         admission = self._admission
         admission.retry_delay = _FIRST_RETRY_S
-        while not await self._commit(records, states, cut, in_doubt=admission.commit_error is not None):
-            if admission.fenced is not None:
+        while True:
+            if admission.fenced is not None:  # (before every attempt: it may come while waiting to retry)
                 log.critical(
                     "records not flushed: a newer owner fenced this server",
                     extra={"lsn_from": records[0].lsn, "lsn_to": cut, "in_wal": self._wal_writer is not None},
                 )
                 return False
+            if await self._commit(records, states, cut, in_doubt=admission.commit_error is not None):
+                break
             if self._closing:
                 log.error(
                     "final flush failed; "
@@ -186,7 +193,8 @@ class DeltaFlusher:
         self, records: list[Record[Header]], states: Mapping[int, StreamState], cut: int, in_doubt: bool
     ) -> bool:
         """One commit attempt. After a failure the last attempt may have landed anyway
-        (the error can come after the log entry was written), so look before committing.
+        (the error can come after the log entry was written), so look before committing:
+        for a commit of this owner's epoch (``DeltaLog.landed``; a newer owner fences).
 
         In delta mode requests wait for the attempt, and an object store that does not
         answer (rather than refusing) can keep it busy for minutes of client-side
@@ -213,7 +221,7 @@ class DeltaFlusher:
     def _commit_blocking(
         self, records: list[Record[Header]], states: Mapping[int, StreamState], cut: int, in_doubt: bool
     ) -> None:
-        if not in_doubt or self._delta.refreshed_lsn() < cut:
+        if not in_doubt or not self._delta.landed(cut):
             self._delta.commit(records, states, cut)
 
     def _commit_failed(self, error: Exception, cut: int) -> None:
