@@ -213,11 +213,19 @@ that does not answer at all fails a lookup at once, so a wrong URL is reported w
 
 def not_processed(exc: BaseException) -> bool:
     """Whether the failure proves the server did not act on the request: no connection was made,
-    or the server refused it for now (``429``, or ``503`` with ``Retry-After``). Only these are
-    retried for requests that are not idempotent (plain appends)."""
+    or the server refused it for now (``429``, or ``503`` with ``Retry-After`` and no in-doubt
+    code). Only these are retried for requests that are not idempotent (plain appends)."""
     if isinstance(exc, NotConnected | RateLimited):
         return True
+    if isinstance(exc, ServerError) and exc.code in IN_DOUBT_CODES:
+        return False
     return isinstance(exc, ServerError) and exc.status == 503 and exc.retry_after is not None
+
+
+IN_DOUBT_CODES = frozenset({"COMMIT_IN_DOUBT", "RELAY_IN_DOUBT"})
+"""Error codes of answers that say the request may have been stored (``COMMIT_IN_DOUBT``: a
+Delta commit that failed may land later; ``RELAY_IN_DOUBT``: a cluster node lost the shard
+server's answer), whatever their status and ``Retry-After``: never proof it was not processed."""
 
 
 _BY_STATUS: dict[int, type[HTTPStatusError]] = {

@@ -284,3 +284,21 @@ def test_transport_excludes_the_requests_settings_and_is_closed_by_its_owner() -
     with Client(BASE, transport=transport):
         pass
     assert not transport.closed
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "code"), [(503, {"Retry-After": "1"}, "COMMIT_IN_DOUBT"), (502, {}, "RELAY_IN_DOUBT")]
+)
+def test_a_plain_append_answered_in_doubt_is_not_sent_again(status: int, headers: dict[str, str], code: str) -> None:
+    """An answer that says the append may have been stored (a Delta commit that may still land; a
+    cluster node that lost the shard server's answer) is no proof it was not: a plain append is
+    not resent (it could be stored twice), even with ``Retry-After``."""
+    body = b'{"error": {"code": "%s", "message": "may have been stored"}}' % code.encode()
+    transport = FakeTransport.script(Reply(status, headers, body), ok(0))
+    clock = FakeClock()
+    backoff = Backoff(initial_s=0.1, max_s=1.0, deadline_s=30, clock=clock.clock, sleep=clock.sleep)
+    stream = Client(BASE, transport=transport, backoff=backoff).stream("v1/stream/orders", content_type=JSON)
+    with pytest.raises(ServerError) as raised:
+        stream.append(b'{"n": 1}')
+    assert raised.value.code == code
+    assert len(transport.requests) == 1 and clock.sleeps == []

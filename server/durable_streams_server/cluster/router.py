@@ -44,7 +44,7 @@ from ..http.ui import page
 from ..protocol.errors import NotFound
 from ..protocol.shard_keys import shard_of_key
 from .node import Supervisor
-from .proxy import Relay, must_relay
+from .proxy import Relay, RelayFailure, must_relay
 
 CLUSTER_PATH = "/v1/cluster"
 _PER_SHARD = ("status", "consumers", "internal")
@@ -69,9 +69,10 @@ class ClusterRouter:
             status, headers, body = self.answer(scope)
             location = headers.get("Location") if status == 307 else None
             if location is not None and must_relay(scope, _reserved(scope)):
-                if await self.relay.relay(scope, receive, send, location):
+                failure = await self.relay.relay(scope, receive, send, location)
+                if failure is None:
                     return
-                status, headers, body = _unavailable("its server did not answer")
+                status, headers, body = _relay_failed(failure)
             else:
                 await _drain(receive)  # (a keep-alive connection stays usable after an unread body)
             await _respond(send, status, headers, body)
@@ -147,6 +148,14 @@ def _error(status: int, code: str, message: str) -> tuple[int, dict[str, str], o
 
 def _unavailable(why: str) -> tuple[int, dict[str, str], object]:
     return 503, {"Retry-After": "1"}, {"error": {"code": "SHARD_UNAVAILABLE", "message": why}}
+
+
+def _relay_failed(failure: RelayFailure) -> tuple[int, dict[str, str], object]:
+    """What a relay that got no answer says (``proxy``: sent or not)."""
+    if not failure.sent:
+        return _unavailable(f"its server did not answer ({failure.error})")
+    message = f"the shard's server took the request but its answer was lost ({failure.error}): it may have been stored"
+    return 502, {}, {"error": {"code": "RELAY_IN_DOUBT", "message": message}}
 
 
 def _route(scope: Scope) -> str | None:

@@ -78,8 +78,9 @@ requests depends on the durability mode:
   that: it was never acknowledged). Readers never see it before it commits, since
   visibility follows durability. A producer retrying the same (id, epoch, seq) after the
   outage therefore meets either its committed record (duplicate: 204) or, after a
-  restart that lost it, no record (accepted): exactly one copy either way. Plain appends
-  retried by the client may duplicate, as after any timeout. Until a commit succeeds
+  restart that lost it, no record (accepted): exactly one copy either way. A plain append
+  resent after it may duplicate, as after any timeout: the Python client does not resend one
+  (its ``errors.IN_DOUBT_CODES``), though the answer carries ``Retry-After``. Until a commit succeeds
   again, new writes are refused up-front (``DELTA_UNAVAILABLE``).
 
 Refusals happen in ``check_writable`` (``admission``), which the engine calls before it
