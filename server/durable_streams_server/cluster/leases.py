@@ -26,7 +26,9 @@ location with the next ownership epoch, and a stale owner's commit is refused by
 itself. A lease that expires on a node that acknowledged from its local WAL
 (``durability == "wal"``) is not taken by another node (``may_take``): its acknowledged
 records may exist only on that node's disk, so the shard waits for that node to come back,
-or for an operator to give the records up (``adopt_wal``).
+or for an operator to give the records up (``adopt_wal``): a node started with ``--take-over
+force`` may take the WAL leases that were expired when it started, each once
+(``WalAdoption``); a WAL lease that expires later is never taken silently.
 """
 
 from __future__ import annotations
@@ -127,3 +129,34 @@ def may_take(seen: Observed, node_id: str, now: float, *, adopt_wal: bool) -> bo
 def target_count(shards: int, live_nodes: int) -> int:
     """How many shards each of ``live_nodes`` nodes should hold (the balanced share, rounded up)."""
     return -(-shards // max(1, live_nodes))
+
+
+class WalAdoption:
+    """Which expired WAL leases a node started with ``--take-over force`` may take (``may_take``'s
+    ``adopt_wal``): the operator meant the shards whose WAL holder was dead at the node's start,
+    not every WAL lease that expires while the node runs.
+
+    A shard is a candidate if the first version of its lease this node read (at its start) was
+    held by another node with ``durability == "wal"``; it stays one only while that very
+    version is current (a holder that beats again was alive), and is given up once used."""
+
+    def __init__(self, enabled: bool) -> None:
+        self._enabled = enabled
+        self._looked: set[int] = set()
+        self._candidates: dict[int, str] = {}  # shard -> the etag of the version seen first
+
+    def note(self, shard: int, seen: Observed, node_id: str) -> None:
+        """``seen`` is ``shard``'s lease as just read (the first read of it makes it a candidate or not)."""
+        if shard not in self._looked:
+            self._looked.add(shard)
+            record = seen.record
+            if self._enabled and not record.free and record.holder != node_id and record.durability == "wal":
+                self._candidates[shard] = seen.etag
+        elif self._candidates.get(shard, seen.etag) != seen.etag:
+            del self._candidates[shard]  # written again: its holder was alive after this node started
+
+    def allows(self, shard: int, seen: Observed) -> bool:
+        return self._candidates.get(shard) == seen.etag
+
+    def used(self, shard: int) -> None:
+        self._candidates.pop(shard, None)

@@ -51,7 +51,7 @@ from typing import Literal
 
 import httpx
 
-from .leases import Held, LeaseFormatError, LeaseRecord, Observed, may_take, target_count
+from .leases import Held, LeaseFormatError, LeaseRecord, Observed, WalAdoption, may_take, target_count
 from .membership import Membership
 from .objects import ConditionalObjects, ObjectStoreError
 from .shards import Layout, lease_key
@@ -106,6 +106,7 @@ class Supervisor:
         )
         self._seen: dict[int, Observed] = {}
         self._unreadable: dict[int, str] = {}  # shard -> the etag of a lease object that is not a lease
+        self._adoption = WalAdoption(settings.adopt_wal)
         self._held: dict[int, Held] = {}
         self._servers: dict[int, ShardServer] = {}
         self._released_at: dict[int, float] = {}
@@ -240,9 +241,9 @@ class Supervisor:
                 continue
             self._unreadable.pop(shard, None)
             seen = self._seen.get(shard)
-            self._seen[shard] = (
-                Observed(record, found.etag, now) if seen is None else seen.seen_again(record, found.etag, now)
-            )
+            seen = Observed(record, found.etag, now) if seen is None else seen.seen_again(record, found.etag, now)
+            self._seen[shard] = seen
+            self._adoption.note(shard, seen, self.settings.node_id)
 
     def _serve(self) -> None:
         for shard, server in list(self._servers.items()):
@@ -299,7 +300,9 @@ class Supervisor:
             if now - self._released_at.get(shard, -1e9) < self.settings.lease_ttl_s:
                 continue  # (just given up for another node to take)
             seen = self._seen.get(shard)
-            if seen is not None and not may_take(seen, self.settings.node_id, now, adopt_wal=self.settings.adopt_wal):
+            if seen is not None and not may_take(
+                seen, self.settings.node_id, now, adopt_wal=self._adoption.allows(shard, seen)
+            ):
                 continue
             self._acquire(shard, seen)
 
@@ -358,8 +361,11 @@ class Supervisor:
         # that failed). Asking costs nothing when the location is free or this node's; past the
         # timeout a delta-durability owner's location is claimed and a WAL owner's refused
         # (its records are on its disk), as for an expired lease. "force" only for a WAL
-        # holder's expired lease, which ``may_take`` allows only with ``adopt_wal``.
+        # holder's expired lease, which ``may_take`` allows only for the leases expired at this
+        # node's start, with ``--take-over force`` (``WalAdoption``).
         take_over = "force" if taken and previous is not None and previous.durability == "wal" else "ask"
+        if take_over == "force":
+            self._adoption.used(shard)  # (once: ``WalAdoption``)
         log.info(
             "shard acquired",
             extra={"shard": shard, "from": previous.holder if taken and previous else None, "take_over": take_over},
