@@ -13,7 +13,7 @@ SCALE  ?= small
 WORKERS ?= 3
 SERIAL_WORKERS ?= 2
 
-.PHONY: serve test install install-test lint unit conformance bench bench-server bench-spark bench-render bench-scale bench-cluster clean
+.PHONY: serve test install install-test lint docs unit conformance bench bench-server bench-spark bench-render bench-scale bench-cluster clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,13 +48,17 @@ lint: install-test
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# The documentation site (docs/, mkdocs.yml): a dead link, a missing page or an unknown anchor fails.
+docs: install-test
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
+
 # The tests marked `serial` (the conformance runs: Vitest times each of its tests out at 5 s) run
 # first, apart from the rest, SERIAL_WORKERS at a time; then the rest on WORKERS pytest-xdist
 # workers, one test file per worker at a time, in the order tests/conftest.py gives (files with a
 # slow test first: no worker idles at the end). Three workers on this 2-core machine: the tests
 # spend much of their time waiting on servers, JVMs, timers and disks (14:24 instead of 18:05).
 # Both parts always run; the target fails if either did.
-test: lint
+test: lint docs
 	$(BIN)/python -m pytest -m serial -n $(SERIAL_WORKERS); serial=$$?; \
 	$(BIN)/python -m pytest -m "not serial" -n $(WORKERS) --dist loadfile --no-loadscope-reorder; rest=$$?; \
 	test $$serial -eq 0 && test $$rest -eq 0
@@ -87,4 +91,4 @@ bench-cluster: install-test
 	$(BIN)/python bench/cluster_bench.py
 
 clean:
-	rm -rf $(VENV) tests/conformance/node_modules tests/emulators/node_modules tests/delta_spark/site .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) site tests/conformance/node_modules tests/emulators/node_modules tests/delta_spark/site .pytest_cache .mypy_cache .ruff_cache

@@ -66,6 +66,8 @@ setup(
             "ruff>=0.6",
             "mypy>=1.10",
             "pyyaml>=6",  # the README's alert rule is parsed by its test
+            "mkdocs>=1.6,<2",  # the documentation site (docs/, mkdocs.yml), built --strict by make test
+            "mkdocs-material>=9.5,<10",
             "websockets>=13",  # the status page's browser tests drive Chromium over the DevTools Protocol
             "pyspark>=4.0",
             "pandas>=2,<3",
