@@ -29,13 +29,15 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _wait_until_listening(port: int, proc: subprocess.Popen[bytes], log_path: Path, timeout_s: float = 30) -> None:
+def _wait_until_listening(
+    port: int, proc: subprocess.Popen[bytes], log_path: Path, timeout_s: float = 30, host: str = "127.0.0.1"
+) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"process exited with {proc.returncode}; log:\n{log_path.read_text()[-4000:]}")
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            with socket.create_connection((host, port), timeout=0.2):
                 return
         except OSError:
             time.sleep(0.05)
@@ -54,10 +56,14 @@ class ServerProcess:
     starts: int = 0
     env: Mapping[str, str] = field(default_factory=dict)
     """Extra environment variables for the server process (e.g. DURABLE_STREAMS_AUTH_TOKENS)."""
+    host: str = "127.0.0.1"
+    """The address it serves (``--host``), reached from the test process."""
+    command_prefix: Sequence[str] = ()
+    """Run it through this (e.g. ``ip netns exec <namespace>``: tests/faults/netns.py)."""
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def stream_url(self, name: str) -> str:
         return f"{self.url}/v1/stream/{name}"
@@ -69,9 +75,11 @@ class ServerProcess:
     def start(self) -> ServerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         command = [
+            *self.command_prefix,
             sys.executable,
             "-m",
             "durable_streams_server",
+            *(["--host", self.host] if self.host != "127.0.0.1" else []),
             "--port",
             str(self.port),
             "--data-dir",
@@ -85,7 +93,7 @@ class ServerProcess:
                 command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env={**os.environ, **self.env}
             )
         self.starts += 1
-        _wait_until_listening(self.port, self.proc, self.log_path)
+        _wait_until_listening(self.port, self.proc, self.log_path, host=self.host)
         return self
 
     def kill(self) -> None:
@@ -118,10 +126,13 @@ class MotoServer:
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path = Path("moto.log")
+    host: str = "127.0.0.1"
+    command_prefix: Sequence[str] = ()
+    """Run it through this (e.g. ``ip netns exec <namespace>``: tests/faults/netns.py)."""
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def start(self, log_dir: Path) -> MotoServer:
         self.log_path = log_dir / f"moto-{self.port}.log"
@@ -129,9 +140,9 @@ class MotoServer:
         if not moto.exists():
             raise RuntimeError("moto_server is missing: install the test extras (pip install -e '.[test]')")
         with open(self.log_path, "ab") as log:
-            command = [str(moto), "-H", "127.0.0.1", "-p", str(self.port)]
+            command = [*self.command_prefix, str(moto), "-H", self.host, "-p", str(self.port)]
             self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-        _wait_until_listening(self.port, self.proc, self.log_path)
+        _wait_until_listening(self.port, self.proc, self.log_path, host=self.host)
         return self
 
     def stop(self) -> None:
