@@ -4,7 +4,11 @@
 ``durable-streams-server`` command runs it on uvicorn.
 """
 
-from .config import ServerConfig
-from .server import create_app
+from .allocators import native_allocator_env
+
+native_allocator_env()  # (before anything imports deltalake: its allocator reads it then)
+
+from .config import ServerConfig  # noqa: E402
+from .server import create_app  # noqa: E402
 
 __all__ = ["ServerConfig", "create_app"]

@@ -8,11 +8,20 @@ busy machine: RSS after reading everything back was 1,020-1,040 MiB with Arrow's
 pool (mimalloc), ~960 MiB with jemalloc, 900-965 MiB with jemalloc and two glibc arenas. So:
 
 - Arrow allocates from **jemalloc** (decoded Parquet, message buffers, Delta writes), which
-  returns freed pages to the system after a short decay; ``ARROW_DEFAULT_MEMORY_POOL`` set
-  by the operator wins.
+  returns freed pages to the system at once (``ARROW_DECAY_MS``: a flush's columns are copied
+  twice while they are sorted, and with Arrow's default decay of a second the copies freed
+  stayed resident through the commit, ~2x the batch); ``ARROW_DEFAULT_MEMORY_POOL`` set by
+  the operator wins.
 - glibc keeps at most **two arenas** (``M_ARENA_MAX``): the event loop, the worker threads
   and delta-rs's runtime share them instead of holding a 64 MiB heap each.
   ``MALLOC_ARENA_MAX`` set by the operator wins.
+- delta-rs (the ``deltalake`` module) allocates from a **jemalloc of its own** (tikv-jemallocator,
+  configured by ``_RJEM_MALLOC_CONF``, read once when ``deltalake`` is imported). Its default keeps
+  freed pages for 10 s of *its own* activity: after a burst of large commits (1 MiB appends at
+  100+ MiB/s, issue 41) they stayed resident, hundreds of MiB, until the next commits, and during
+  the burst each commit's Parquet buffers added to the last's. ``NATIVE_ALLOCATOR_ENV`` asks it
+  to hand freed pages back at once (``dirty_decay_ms:0``); the package sets it before it imports
+  ``deltalake`` (``native_allocator_env``, from ``__init__``), unless the operator set it.
 """
 
 from __future__ import annotations
@@ -26,6 +35,15 @@ from .engine.memory_guard import glibc
 _M_ARENA_MAX = -8
 """``mallopt`` parameter number (glibc's malloc.h)."""
 GLIBC_ARENAS = 2
+ARROW_DECAY_MS = 0
+NATIVE_ALLOCATOR_ENV = {"_RJEM_MALLOC_CONF": "dirty_decay_ms:0,muzzy_decay_ms:0"}
+
+
+def native_allocator_env() -> None:
+    """Set ``NATIVE_ALLOCATOR_ENV`` where the operator has not: before ``deltalake`` is imported
+    (afterwards it changes nothing)."""
+    for name, value in NATIVE_ALLOCATOR_ENV.items():
+        os.environ.setdefault(name, value)
 
 
 def tune_allocators() -> dict[str, str]:
@@ -33,6 +51,7 @@ def tune_allocators() -> dict[str, str]:
     applied: dict[str, str] = {}
     if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ and "jemalloc" in pa.supported_memory_backends():
         pa.set_memory_pool(pa.jemalloc_memory_pool())
+        pa.jemalloc_set_decay_ms(ARROW_DECAY_MS)
         applied["arrow_pool"] = "jemalloc"
     libc = glibc()  # (None elsewhere: musl has no arenas and no M_ARENA_MAX)
     if "MALLOC_ARENA_MAX" not in os.environ and libc is not None and libc.mallopt(_M_ARENA_MAX, GLIBC_ARENAS) == 1:

@@ -23,6 +23,7 @@ from starlette.types import ASGIApp
 
 from .config import ServerConfig
 from .engine.engine import Engine, EngineConfig
+from .engine.memory_writes import write_share
 from .engine.subscriptions import SubscriptionManager
 from .engine.wakes import SubscriptionSettings
 from .http.app import DurableStreamsApp
@@ -130,6 +131,7 @@ def http_limits(config: ServerConfig) -> HttpLimits:
         max_live_readers=config.max_live_readers,
         rate_limit_rps=config.rate_limit_rps,
         rate_limit_burst=config.rate_limit_burst,
+        write_bytes=write_share(config.memory_budget),
     )
 
 

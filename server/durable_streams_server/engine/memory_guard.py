@@ -19,7 +19,10 @@ the budget was configured with. When that
 shrinks the budget, its entries are let go least recently used first, as for any eviction
 (results never change: what is let go is read from Delta), and the freed pages are handed
 back to the system (glibc's ``malloc_trim`` and Arrow's pool), since a free alone may leave
-them resident. When the work outside shrinks, the allowance grows back.
+them resident. They are handed back too whenever the RSS has grown by ``budget // 16`` since
+the last time: work that came and went (a burst of 1 MiB appends, whose bodies glibc keeps in
+its heap once freed) leaves no resident pages behind it. When the work outside shrinks, the
+allowance grows back.
 
 So ``RSS <= baseline + budget`` holds whenever the work outside the budget fits in
 ``budget - floor``; beyond that the caches are at their floor and RSS is the floor plus
@@ -94,13 +97,18 @@ class MemoryGuard:
         self._rss = rss
         self._release = release
         self._recent: deque[int] = deque(maxlen=window)
+        self.rss = 0
+        """The RSS at the last sample."""
+        self._low_rss = 0
+        """The lowest RSS since freed pages were last handed back (their RSS then)."""
         self._periodic = Periodic("memory-guard", interval_s, self._step, log)
 
     def sample(self) -> bool:
         """One step (see the module docstring); whether it let entries go."""
-        rss = self._rss()
+        rss = self.rss = self._rss()
         if not rss:
             return False
+        self._low_rss = min(self._low_rss, rss) if self._low_rss else rss
         if self.baseline is None or rss - self.memory.used < self.baseline:
             # The lowest size seen outside the budget: start-up's transient allocations
             # may be handed back after the first sample.
@@ -119,6 +127,11 @@ class MemoryGuard:
     async def close(self) -> None:
         await self._periodic.close()
 
+    def grown(self) -> bool:
+        """Whether the RSS has grown by ``budget // 16`` since freed pages were last handed back."""
+        return self.rss > self._low_rss + self.budget // 16
+
     async def _step(self) -> None:
-        if self.sample():
+        if self.sample() or self.grown():
             await asyncio.to_thread(self._release)
+            self._low_rss = self._rss()

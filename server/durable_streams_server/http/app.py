@@ -23,6 +23,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope
 
 from ..engine.engine import Engine
+from ..engine.memory_writes import WriteAdmission
 from ..engine.subscriptions import SubscriptionManager
 from ..protocol.errors import BadRequest, MethodNotAllowed, NotFound, ProtocolError, ServiceUnavailable
 from ..protocol.ids import (
@@ -190,6 +191,10 @@ class DurableStreamsApp:
         self.handlers = handlers = StreamHandlers(engine, self.limits, self.live_readers, self.cross_shard)
         self.extensions = ExtensionHandlers(handlers)
         assert self.storage is not None
+        storage = self.storage
+        if self.limits.write_bytes:  # (bodies wait, then 503, while writes in flight fill their share)
+            writes = WriteAdmission(self.limits.write_bytes, lambda: storage.unflushed_bytes)
+            handlers.writes = self.policy.writes = writes
         self.read_plans = ReadPlanHandlers(engine, self.storage.plans.access, self.storage.config.read_plan_ttl_s)
         self.time_lookups = TimeLookupHandlers(engine)
         subscriptions.start()

@@ -9,7 +9,9 @@ Each limit answers with the project's JSON error body and before anything is sto
 - more concurrent long-poll waits + SSE streams than ``max_live_readers``: 503 with
   ``Retry-After`` (``LiveReaders``) -- they hold a connection each for a long time;
 - more requests per second than ``rate_limit_rps`` from one token (or, without auth, one
-  client address): 429 with ``Retry-After`` (``RateLimiter``).
+  client address): 429 with ``Retry-After`` (``RateLimiter``);
+- request bodies while writes in flight fill ``write_bytes`` (the memory budget's share): they
+  wait, unread, then 503 with ``Retry-After`` (``engine.memory_writes.WriteAdmission``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ UNLIMITED_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 """Probes and scrapes touch no stream; rate-limiting them would only make a busy client
 look like an unhealthy server."""
 LIVE_RETRY_AFTER_S = 2
+WRITE_BYTES_KEY = "durable_streams.write_bytes"
+"""ASGI scope key: bytes of the request's body admitted by ``engine.memory_writes.WriteAdmission``,
+released when the request ends (``RequestPolicy.end``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +57,9 @@ class HttpLimits:
     max_live_readers: int
     rate_limit_rps: float
     rate_limit_burst: int
+    write_bytes: int = 0
+    """Bytes of writes in flight (bodies received + records not yet in Delta) the memory budget
+    admits (``engine.memory_writes``); 0: no limit."""
 
 
 class BodyDeadline:

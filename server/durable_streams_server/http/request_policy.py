@@ -11,7 +11,8 @@ gate (``gate.py``) or the fast path, from the connection's parser callbacks (``f
    error instead of routing (its route label: ``unrouted``).
 2. **observe** (``begin`` ... ``end``): the request is counted in flight from its start; at its
    end, however it ended, its live-reader slot (a long-poll's or an SSE stream's, taken by
-   the handler: ``limits.LiveReaders``) is released and it is observed with its route label,
+   the handler: ``limits.LiveReaders``) and the bytes of its body admitted by the memory budget
+   (``engine.memory_writes``) are released, and it is observed with its route label,
    status and duration (``ServerMetrics.observe_scope``).
 3. **decorate** (``decorate``, ``security_lines``): the security headers (CORS, ``nosniff`` ...)
    on every response, errors included; a header a response sets itself is left as it set it.
@@ -26,11 +27,12 @@ import time
 from starlette.responses import Response
 from starlette.types import Scope
 
+from ..engine.memory_writes import WriteAdmission
 from ..protocol.errors import ProtocolError
 from ..protocol.tokens import AuthConfig
 from .auth import authorize
 from .cluster_secret import presented
-from .limits import LiveReaders, RequestLimits
+from .limits import WRITE_BYTES_KEY, LiveReaders, RequestLimits
 from .metrics import ServerMetrics
 from .responses import EXPOSED_HEADERS, error_response
 from .shard_guard import ShardGuard
@@ -74,7 +76,7 @@ def security_lines(headers: Headers) -> bytes:
 class RequestPolicy:
     """The steps every request passes (module docstring), for one app."""
 
-    __slots__ = ("auth", "limits", "live_readers", "metrics", "shard_guard")
+    __slots__ = ("auth", "limits", "live_readers", "metrics", "shard_guard", "writes")
 
     def __init__(
         self,
@@ -89,6 +91,8 @@ class RequestPolicy:
         self.limits = limits
         self.metrics = metrics
         self.live_readers = live_readers
+        self.writes: WriteAdmission | None = None
+        """Admits request bodies (``StreamHandlers``); the bytes a request was admitted are released at its end."""
 
     def admit(self, scope: Scope) -> Response | None:
         """Shard, auth, then limits: the refusal to answer instead of routing, or ``None``: go on."""
@@ -111,4 +115,7 @@ class RequestPolicy:
         metrics = self.metrics
         metrics.in_flight -= 1
         self.live_readers.release(scope)
+        written = scope.pop(WRITE_BYTES_KEY, 0)
+        if written and self.writes is not None:
+            self.writes.release(written)
         metrics.observe_scope(scope, status, time.perf_counter() - started)

@@ -19,6 +19,7 @@ from starlette.types import Scope
 
 from ..engine import reads
 from ..engine.engine import Engine
+from ..engine.memory_writes import WriteAdmission
 from ..engine.stream import Stream
 from ..engine.types import AppendOutcome, AppendRequest, AppendResult, CreateRequest, ReadResult
 from ..protocol import bulk
@@ -29,7 +30,7 @@ from ..protocol.json_mode import frame
 from ..protocol.offsets import BEGINNING_SENTINEL, NOW_SENTINEL, Offset, encode_seq, parse_offset
 from . import arrow_ipc, multipart, sse
 from .fork_copies import CrossShardForks
-from .limits import BodyDeadline, HttpLimits, LiveReaders
+from .limits import WRITE_BYTES_KEY, BodyDeadline, HttpLimits, LiveReaders
 from .read_answers import (
     ANSWER_AFTER_WAKE,
     ANSWERED_AT_WAKE,
@@ -56,27 +57,36 @@ class StreamHandlers:
         """Forks of other shards' streams, on a cluster's shard server (``fork_copies``)."""
         self.limits = limits
         self.live_readers = live_readers
+        self.writes: WriteAdmission | None = None
+        """The memory budget's admission of request bodies (``engine.memory_writes``); ``None``: none."""
         self.answered_at_wake = 0
         """Long-polls answered at their wake (``read_answers.Parking``; tests check the path is taken)."""
 
     # -- shared -----------------------------------------------------------------------
 
     async def body(self, request: Request) -> bytes:
-        return await self.read_body(request.headers.get("content-length"), request.stream())
+        return await self.read_body(request.headers.get("content-length"), request.stream(), request.scope)
 
-    def received_body(self, body: bytes) -> bytes:
+    async def received_body(self, body: bytes, scope: Scope) -> bytes:
         """A body that had all arrived before the handler ran (the fast path's): ``read_body``'s
-        limit, and no deadline left to keep."""
+        limit and admission, and no deadline left to keep."""
         if len(body) > self.limits.max_body_bytes:
             raise self._too_large()
+        if self.writes is not None and body:
+            await self._admit(scope, len(body))
         return body
 
-    async def read_body(self, declared: str | None, chunks: AsyncIterator[bytes]) -> bytes:
+    async def read_body(self, declared: str | None, chunks: AsyncIterator[bytes], scope: Scope) -> bytes:
         """The whole body (``declared``: its Content-Length): 413 over the limit, 408 when
-        it does not arrive in time."""
+        it does not arrive in time. Its bytes are admitted (``writes``) before they are read:
+        the declared length at once, a body of unknown length as it arrives; the request's
+        end releases them (``request_policy.RequestPolicy.end``)."""
         limit = self.limits.max_body_bytes
-        if declared is not None and _DECIMAL_RE.fullmatch(declared) and int(declared) > limit:
+        admitted = int(declared) if declared is not None and _DECIMAL_RE.fullmatch(declared) else 0
+        if admitted > limit:
             raise self._too_large()
+        if self.writes is not None and admitted:
+            await self._admit(scope, admitted)  # (waits while writes in flight fill their share)
         parts: list[bytes] = []
         size = 0
         with BodyDeadline(self.limits.request_timeout_s):
@@ -84,8 +94,19 @@ class StreamHandlers:
                 size += len(chunk)
                 if size > limit:
                     raise self._too_large()
+                if self.writes is not None and size > admitted:
+                    await self._admit(scope, size - admitted)
+                    admitted = size
                 parts.append(chunk)
         return b"".join(parts)
+
+    async def _admit(self, scope: Scope, nbytes: int) -> None:
+        """Admit ``nbytes`` of the request's body, counted in its scope until it ends."""
+        writes = self.writes
+        assert writes is not None
+        if not writes.try_admit(nbytes):
+            await writes.admit(nbytes)
+        scope[WRITE_BYTES_KEY] = scope.get(WRITE_BYTES_KEY, 0) + nbytes
 
     def _too_large(self) -> PayloadTooLarge:
         """The one 413 of a body over the limit, whichever way it was read."""

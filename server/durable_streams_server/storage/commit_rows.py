@@ -74,7 +74,8 @@ def clustered(table: pa.Table) -> tuple[pa.Table, int]:
     order = [("kind", "ascending"), ("_order", "ascending"), ("seq", "ascending"), ("lsn", "ascending")]
     table = keyed.sort_by(order).drop_columns(["_order"])
     count = pc.sum(messages.cast(pa.int64())).as_py() or 0
-    message_bytes = pc.sum(pc.binary_length(pc.filter(keyed["data"], messages))).as_py() or 0
+    lengths = pc.binary_length(keyed["data"])  # (not of the data filtered: that would copy the messages)
+    message_bytes = pc.sum(pc.if_else(messages, lengths, 0)).as_py() or 0
     row_bytes = message_bytes // count if count else table.nbytes // table.num_rows
     others = -(-(table.num_rows - count) // MAX_OTHER_ROW_GROUPS)
     return table, max(1, FLUSH_ROW_GROUP_BYTES // max(1, row_bytes), others)

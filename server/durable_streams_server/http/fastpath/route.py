@@ -144,8 +144,8 @@ class FastPath:
 
             def read() -> Awaitable[bytes]:
                 if isinstance(body, bytes):
-                    return _received(handlers.received_body(body))
-                return handlers.read_body(headers.get("content-length"), body)
+                    return handlers.received_body(body, scope)
+                return handlers.read_body(headers.get("content-length"), body, scope)
 
             if method == "PUT":
                 status, answer = await handlers.create_stream(name, headers, scope, read)
@@ -193,7 +193,3 @@ def _read_headers(scope: Scope) -> bool | None:
         if name in FORWARDING:
             proxied = True
     return proxied
-
-
-async def _received(body: bytes) -> bytes:
-    return body
