@@ -19,7 +19,7 @@ from typing import BinaryIO
 
 from . import _cli_io as io
 from ._client import Client
-from .errors import DurableStreamsError, Gone, NotFound, Unauthorized
+from .errors import DurableStreamsError, Gone, NotConnected, NotFound, Unauthorized
 from .models import is_json
 from .producer import Producer
 
@@ -30,11 +30,23 @@ _TAIL_LINES = 10
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    _check_stream_path(args, parser)
+    base = _base_url(args, parser)
     try:
-        client = Client(_base_url(args, parser), token=args.token, timeout=args.timeout, verify=args.ca_cert)
+        client = Client(base, token=args.token, timeout=args.timeout, verify=args.ca_cert)
         with client:
             command: Callable[[Client, argparse.Namespace], int] = args.command
             return command(client, args)
+    except NotConnected:
+        print(
+            f"durable-streams: cannot connect to {base}: is the server running there? "
+            "(`make serve` or `durable-streams-server` starts one on http://127.0.0.1:4437)",
+            file=sys.stderr,
+        )
+        return 1
+    except NotFound as exc:
+        print(f"durable-streams: {exc}{_missing_hint(args)}", file=sys.stderr)
+        return 1
     except Unauthorized as exc:
         hint = "check --token / DURABLE_STREAMS_TOKEN" if args.token else "pass --token or set DURABLE_STREAMS_TOKEN"
         print(f"durable-streams: {exc} ({hint})", file=sys.stderr)
@@ -149,6 +161,25 @@ def _connection_options(parser: argparse.ArgumentParser, *, defaults: bool) -> N
         help="PEM file of the CA (or self-signed certificate) to trust for https:// (env DURABLE_STREAMS_CA_CERT)",
     )
     parser.add_argument("--timeout", type=float, default=default(90.0), help="seconds per request (default 90)")
+
+
+def _check_stream_path(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """A stream is named by a path of two segments at least: one segment names a bucket, and a
+    PUT there would create a bucket instead of a stream."""
+    stream = getattr(args, "stream", None)
+    if stream is None or "://" in stream or "/" in stream.strip("/"):
+        return
+    parser.error(
+        f"stream {stream!r}: name a stream by its path, v1/stream/{stream.strip('/')} on the base surface "
+        f"or <bucket>/{stream.strip('/')} on the bucketed surface (one segment names a bucket)"
+    )
+
+
+def _missing_hint(args: argparse.Namespace) -> str:
+    """What to do about a stream that does not exist, for the commands that need one."""
+    if args.command in (_append, _cat, _tail, _head, _snapshot, _bootstrap):
+        return f" (create it first: durable-streams create {args.stream} --content-type application/json)"
+    return ""
 
 
 def _base_url(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str:

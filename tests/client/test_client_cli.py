@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -13,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import requests
 from client_support import REPO_ROOT, cli, unique
 from servers import ServerProcess
 
@@ -74,6 +76,29 @@ def test_json_lines_and_full_urls_and_missing_server(ours: ServerProcess) -> Non
     assert bad.returncode == 1 and b"line 1 is not JSON" in bad.stderr
     nowhere = cli("cat", "v1/stream/x")
     assert nowhere.returncode == 2 and b"DURABLE_STREAMS_URL" in nowhere.stderr
+
+
+def test_a_newcomers_mistakes_get_errors_that_say_what_to_do(ours: ServerProcess, tmp_path: Path) -> None:
+    """A stream named by one segment (which names a bucket), an append to a stream that does not
+    exist, and a server that is not there: each an exit code of 1 or 2 and one line saying what
+    to do, with nothing created."""
+    name = unique("one-segment")
+    one_segment = cli("create", name, url=ours.url)
+    assert one_segment.returncode == 2, one_segment.stderr
+    assert f"v1/stream/{name}".encode() in one_segment.stderr and b"names a bucket" in one_segment.stderr
+    assert requests.head(f"{ours.url}/{name}", timeout=10).status_code == 404  # (no bucket either)
+    listed = cli("ls", name, url=ours.url)
+    assert listed.returncode == 1 and b"404" in listed.stderr  # (and no bucket was created)
+    missing = cli("append", f"v1/stream/{name}", url=ours.url, stdin=b"{}")
+    assert missing.returncode == 1
+    assert f"create it first: durable-streams create v1/stream/{name}".encode() in missing.stderr, missing.stderr
+    with contextlib.closing(socket.socket()) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    refused = cli("head", "v1/stream/x", url=f"http://127.0.0.1:{port}")
+    assert refused.returncode == 1
+    assert refused.stderr.decode().strip().startswith(f"durable-streams: cannot connect to http://127.0.0.1:{port}")
+    assert b"Max retries" not in refused.stderr and len(refused.stderr.splitlines()) == 1, refused.stderr
 
 
 def test_tail_follow_prints_lines_as_they_arrive(ours: ServerProcess) -> None:
