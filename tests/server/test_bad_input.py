@@ -242,3 +242,18 @@ def test_default_limit_accepts_what_the_small_limit_rejects(server: ServerProces
     seed(http, url, TEXT)
     assert http.post(url, data=BIG, headers={"Content-Type": TEXT}).status_code == 204
     assert http.get(url, params={"offset": "-1"}).content == b"hello world" + BIG
+
+
+def test_a_refusal_says_what_was_wrong_and_what_is_valid(limited: ServerProcess, http: requests.Session) -> None:
+    """A re-create names the settings that differ (the stream's value and the one asked); a
+    malformed offset names the offsets that are valid."""
+    url = limited.stream_url(f"explain-{uuid.uuid4().hex}")
+    assert http.put(url, headers={"Content-Type": JSON, "Stream-TTL": "3600"}).status_code == 201
+    other = http.put(url, headers={"Content-Type": TEXT, "Stream-TTL": "3600"})
+    assert other.status_code == 409
+    message = other.json()["error"]["message"]
+    assert "content type is 'application/json', the request asks 'text/plain'" in message, message
+    assert "Stream-TTL" not in message, message  # (only what differs)
+    bad = http.get(url, params={"offset": "12"})
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "INVALID_OFFSET"
+    assert "-1 (the start), now (the tail)" in bad.json()["error"]["message"], bad.text

@@ -245,8 +245,11 @@ class Engine:
         if existing is not None:
             if existing.soft_deleted:
                 raise Conflict(f"stream {request.name!r} was deleted and still has forks", code="STREAM_DELETED")
-            if not forks.same_config(existing, request, forks.recorded_source(existing, self.by_uid)):
-                raise Conflict(f"stream {request.name!r} already exists with a different configuration")
+            differences = forks.config_differences(existing, request, forks.recorded_source(existing, self.by_uid))
+            if differences:
+                raise Conflict(
+                    f"stream {request.name!r} already exists with a different configuration: {'; '.join(differences)}"
+                )
             return CreateOutcome(False, existing, existing.tail)
         located = bucket_of(request.name)
         if located is not None:

@@ -10,7 +10,7 @@ translation), exported by the source's shard (``protocol.fork_export``; the HTTP
 sequence is the source's earliest retained one (``Stream.base_seq``): its reads, waits,
 read plans and retention need nothing else. It keeps its source's path, fork offset and
 sub-offset, so a repeated PUT compares its configuration as a local fork's does
-(``forks.same_config``). Not carried: the inherited messages' append times (the copy's
+(``forks.config_differences``). Not carried: the inherited messages' append times (the copy's
 are its creation time) and their append batches (each inherited message is its own), so a
 JSON sub-offset fork *of a copy* at an inherited message can keep at most one value.
 

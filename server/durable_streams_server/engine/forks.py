@@ -46,7 +46,7 @@ class RecordedSource:
 
 
 def recorded_source(fork: Stream, by_uid: Mapping[int, Stream]) -> ForkSource | None:
-    """What ``same_config`` compares a repeated PUT of ``fork`` against."""
+    """What ``config_differences`` compares a repeated PUT of ``fork`` against."""
     if fork.fork_source is not None:
         return RecordedSource(fork.fork_source, fork.content_type, fork.ttl_s, fork.expires_at, fork.expires_at_ms)
     return by_uid.get(fork.fork_of) if fork.fork_of is not None else None
@@ -61,21 +61,26 @@ def effective_expiry(request: CreateRequest, source: ForkSource | None) -> tuple
     return None, source.expires_at, source.expires_at_ms
 
 
-def same_config(stream: Stream, request: CreateRequest, source: ForkSource | None) -> bool:
-    """Whether a repeated PUT asks for what ``stream`` was created with. A fork compares the
-    values it resolved at creation (inherited content type and expiry included) against
-    ``source``, its fork source."""
-    requested_type = request.content_type or (source.content_type if source else DEFAULT_CONTENT_TYPE)
-    ttl_s, _, expires_at_ms = effective_expiry(request, source)
-    return (
-        normalize_content_type(requested_type) == stream.media_type
-        and ttl_s == stream.ttl_s
-        and expires_at_ms == stream.expires_at_ms
-        and request.closed == stream.closed
-        and request.fork_from == (source.name if source else None)
-        and (request.fork_offset is None or request.fork_offset.encode() == stream.fork_offset)
-        and (request.fork_sub_offset or 0) == stream.fork_sub_offset
+def config_differences(stream: Stream, request: CreateRequest, source: ForkSource | None) -> list[str]:
+    """What a repeated PUT asks for that ``stream`` was not created with (empty: the same). A
+    fork compares the values it resolved at creation (inherited content type and expiry
+    included) against ``source``, its fork source. Each entry names the setting, the stream's
+    value and the one asked for."""
+    requested_type = normalize_content_type(
+        request.content_type or (source.content_type if source else DEFAULT_CONTENT_TYPE)
     )
+    ttl_s, _, expires_at_ms = effective_expiry(request, source)
+    fork_offset = request.fork_offset.encode() if request.fork_offset is not None else stream.fork_offset
+    compared: list[tuple[str, object, object]] = [
+        ("content type", stream.media_type, requested_type),
+        ("Stream-TTL", stream.ttl_s, ttl_s),
+        ("Stream-Expires-At (ms)", stream.expires_at_ms, expires_at_ms),
+        ("closed", stream.closed, request.closed),
+        ("forked from", source.name if source else None, request.fork_from),
+        ("fork offset", stream.fork_offset, fork_offset),
+        ("fork sub-offset", stream.fork_sub_offset, request.fork_sub_offset or 0),
+    ]
+    return [f"{name} is {have!r}, the request asks {asked!r}" for name, have, asked in compared if have != asked]
 
 
 def resolve_fork_point(

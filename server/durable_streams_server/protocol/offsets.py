@@ -45,11 +45,17 @@ def encode_seq(seq: int) -> str:
     return f"{seq:016d}_0000000000000000"
 
 
+MALFORMED = (
+    "; an offset is -1 (the start), now (the tail), or a token from Stream-Next-Offset: "
+    "two 16-digit numbers joined by '_' (0000000000000000_0000000000000000)"
+)
+
+
 def parse_offset(token: str) -> Offset:
     """Parse a concrete offset token (not a sentinel); raise ``BadRequest`` if malformed."""
     if len(token) != 2 * _WIDTH + 1 or token[_WIDTH] != "_":
-        raise BadRequest(f"malformed offset {token!r}", code="INVALID_OFFSET")
+        raise BadRequest(f"malformed offset {token!r}{MALFORMED}", code="INVALID_OFFSET")
     seq_part, within_part = token[:_WIDTH], token[_WIDTH + 1 :]
     if not (seq_part.isdigit() and within_part.isdigit() and seq_part.isascii() and within_part.isascii()):
-        raise BadRequest(f"malformed offset {token!r}", code="INVALID_OFFSET")
+        raise BadRequest(f"malformed offset {token!r}{MALFORMED}", code="INVALID_OFFSET")
     return Offset(int(seq_part), int(within_part))
