@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -69,6 +70,21 @@ class History:
             self._from[key] = self._read(stream, offset)
         return self._from[key]
 
+    def settled(self, stream: str, timeout_s: float = 30) -> tuple[Message, ...]:
+        """The whole history once two reads 0.5 s apart agree (a request held up by the fault,
+        a relay or a resumed process, may still land after the writers stopped)."""
+        deadline = time.monotonic() + timeout_s
+        last = self._read(stream, "-1")
+        while True:
+            assert not isinstance(last, str), last
+            time.sleep(0.5)
+            again = self._read(stream, "-1")
+            if again == last or time.monotonic() > deadline:
+                assert again == last, f"{stream}: still growing {timeout_s} s after the writers stopped"
+                self._from[(stream, "-1")] = last
+                return last
+            last = again
+
     def _read(self, stream: str, offset: str) -> tuple[Message, ...] | str:
         messages: list[Message] = []
         url = f"{self.node_url}/v1/stream/{stream}"
@@ -96,9 +112,7 @@ def check(
     final: dict[str, tuple[Message, ...]] = {}
     problems: list[str] = []
     for stream in workload.streams:
-        found = history.after(stream, "-1")
-        assert not isinstance(found, str), found
-        final[stream] = found
+        final[stream] = history.settled(stream)
     counts = Counter(message for messages in final.values() for message in messages)
     row = Row(scenario, 0, 0, 0, 0, round(seconds_to_serve_again, 2), failures=workload.failures())
 

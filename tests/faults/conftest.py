@@ -49,7 +49,12 @@ def _storage(moto: MotoServer, durability: str) -> list[str]:
 
 
 def _wait_served(cluster: FaultCluster) -> FaultCluster:
-    until(cluster.served, timeout_s=120, message=lambda: str(cluster.views()))
+    """Every shard served, and every node holding one (no rebalancing move still to come)."""
+    until(
+        lambda: cluster.served() and all(node.shards_held() for node in cluster.nodes),
+        timeout_s=120,
+        message=lambda: str(cluster.views()),
+    )
     return cluster
 
 
