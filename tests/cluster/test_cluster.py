@@ -62,6 +62,9 @@ def test_any_node_answers_any_url(
 ) -> None:
     nodes = _cluster(server_factory, moto, tmp_path, 3, 3, "wal")
     assert sorted(len(node.shards_held()) for node in nodes) == [1, 1, 1]
+    for node in nodes:  # (a load balancer's probe: every node is ready, and can reach every shard)
+        ready = requests.get(f"{node.url}/readyz", timeout=10)
+        assert ready.status_code == 200 and ready.json()["serving"] == 3, ready.text
     for shard in range(3):
         name = name_in_shard(shard, 3, "any")
         assert requests.put(f"{nodes[0].url}/v1/stream/{name}", headers=JSON, timeout=30).status_code == 201

@@ -19,7 +19,8 @@ any ``__ds`` path; the home learns the other shards' streams from their tail rep
 (``engine.remote_streams``), sent through this router to the cluster's internal endpoints
 (``/v1/internal/...?shard=k``, relayed to shard ``k``'s server like the status JSON).
 
-``GET /healthz`` is the node's liveness; ``GET /v1/cluster`` describes the cluster as this
+``GET /healthz`` is the node's liveness, ``GET /readyz`` its readiness for a load balancer
+(``_readiness``); ``GET /v1/cluster`` describes the cluster as this
 node sees it (its live nodes, and every shard's state, server and holder).
 
 The status page (``/ui``) is served by the router itself, so it works at any node; its JSON
@@ -58,6 +59,8 @@ class ClusterRouter:
         self.supervisor = supervisor
         self.on_started = on_started
         self.relay = Relay()
+        self.accepting = False
+        """Between the lifespan's startup and its shutdown (``/readyz``)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -84,8 +87,10 @@ class ClusterRouter:
                 self.supervisor.start()
                 if self.on_started is not None:
                     self.on_started()
+                self.accepting = True
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                self.accepting = False
                 await self.relay.close()
                 await asyncio.to_thread(self.supervisor.stop)
                 await send({"type": "lifespan.shutdown.complete"})
@@ -96,6 +101,8 @@ class ClusterRouter:
         path = route_path(scope)
         if path == "/healthz":
             return 200, {}, {"status": "ok", "node_id": self.supervisor.settings.node_id}
+        if path == "/readyz":
+            return self._readiness()
         if path == CLUSTER_PATH:
             return 200, {}, self.describe()
         shards = self.supervisor.layout.shards
@@ -107,6 +114,20 @@ class ClusterRouter:
                 404, "NOT_FOUND", f"no stream at {path} (the router serves streams, /healthz, {CLUSTER_PATH})"
             )
         return self._to_shard(scope, shard_of_key(key, shards))
+
+    def _readiness(self) -> tuple[int, dict[str, str], object]:
+        """Whether a load balancer should send this node requests: from its start to its shutdown
+        it answers every URL (a shard that is moving with a 503 of its own); ``serving`` counts the
+        shards it can send a request to now."""
+        node_id = self.supervisor.settings.node_id
+        serving = sum(1 for route in self.supervisor.routes if route.state == "serving")
+        if not self.accepting:
+            return 503, {"Retry-After": "1"}, {"status": "stopping", "node_id": node_id, "serving": serving}
+        return (
+            200,
+            {},
+            {"status": "ready", "node_id": node_id, "serving": serving, "shards": len(self.supervisor.routes)},
+        )
 
     def _to_shard(self, scope: Scope, shard: int) -> tuple[int, dict[str, str], object]:
         """The 307 to the same URL at ``shard``'s server, or 503 while it has none."""
