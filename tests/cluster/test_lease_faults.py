@@ -3,17 +3,24 @@
 - Two processes with one node id: the second refuses to start, naming the id and the first's URL.
 - ``--take-over force`` adopts the WAL leases that were expired when the node started, not
   one that expires later.
+- A lease renewal that landed but whose answer was lost keeps the lease (its shard server
+  lives); a store slow enough that renewing 4 leases in a row outgrows their validity fences
+  no shard (renewals run concurrently). Both through ``StoreProxy``, in front of moto.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import threading
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from cluster_support import serving, start_node, until
-from servers import ServerProcess
+from cluster_support import Node, children, serving, start_node, until
+from servers import MotoServer, ServerProcess, free_port
 
 pytestmark = pytest.mark.slow
 
@@ -57,3 +64,110 @@ def test_take_over_force_adopts_the_wal_leases_expired_at_the_start_only(
     assert forced.shards_held() == [held]
     view = forced.describe()["shards"][kept]  # type: ignore[index]
     assert (view["state"], view["holder"]) == ("unavailable", "n1")
+
+
+class StoreProxy:
+    """A loopback HTTP proxy in front of moto, one request per connection: a request whose
+    target holds ``slow_part`` waits ``delay_s`` before it is forwarded; while ``drop_puts`` > 0,
+    a PUT whose target holds ``drop_part`` is forwarded (it lands) and its answer is dropped."""
+
+    def __init__(self, moto: MotoServer) -> None:
+        self.moto, self.port = moto, free_port()
+        self.slow_part, self.delay_s = "/_cluster/", 0.0
+        self.drop_part, self.drop_puts = "/_cluster/leases/", 0
+        self.dropped: list[str] = []
+        self._loop = asyncio.new_event_loop()
+
+    def storage(self, uri: str) -> list[str]:
+        return [arg.replace(self.moto.endpoint, f"http://127.0.0.1:{self.port}") for arg in self.moto.server_args(uri)]
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[StoreProxy]:
+        thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        thread.start()
+        started = asyncio.run_coroutine_threadsafe(
+            asyncio.start_server(self._relay, "127.0.0.1", self.port), self._loop
+        )
+        server = started.result(10)
+        try:
+            yield self
+        finally:  # (the loop runs on: nodes still running may have requests on their way)
+            self._loop.call_soon_threadsafe(server.close)
+
+    async def _relay(self, client_in: asyncio.StreamReader, client_out: asyncio.StreamWriter) -> None:
+        try:
+            head = (await client_in.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+            method, target = head[0].split(" ")[:2]
+            fields = [line for line in head[1:] if line and not line.lower().startswith("connection:")]
+            size = sum(int(line.split(":")[1]) for line in fields if line.lower().startswith("content-length:"))
+            body = await client_in.readexactly(size)
+            if self.slow_part in target:
+                await asyncio.sleep(self.delay_s)
+            drop = method == "PUT" and self.drop_part in target and self.drop_puts > 0
+            if drop:
+                self.drop_puts -= 1
+            store_in, store_out = await asyncio.open_connection("127.0.0.1", self.moto.port)
+            store_out.write("\r\n".join([head[0], *fields, "Connection: close", "", ""]).encode("latin-1") + body)
+            await store_out.drain()
+            answer = await store_in.read(-1)
+            store_out.close()
+            if drop:
+                self.dropped.append(target)
+            else:
+                client_out.write(answer)
+                await client_out.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            client_out.close()
+
+
+@pytest.fixture
+def store(moto: MotoServer) -> Iterator[StoreProxy]:
+    with StoreProxy(moto).running() as proxy:
+        yield proxy
+
+
+def _s3_node(factory: Callable[..., ServerProcess], store: StoreProxy, tmp: Path, shards: int) -> Node:
+    bucket = f"lease-faults-{uuid.uuid4().hex[:8]}"
+    store.moto.create_bucket(bucket)
+    storage = [*store.storage(f"s3://{bucket}/root"), "--shards", str(shards), "--lease-ttl-s", "3"]
+    node = start_node(factory, storage, "n0", tmp, "--compaction-interval-s", "0")
+    until(serving([node], shards), timeout_s=180)
+    return node
+
+
+def _shard_servers(node: Node) -> list[int]:
+    assert node.process.proc is not None
+    return sorted(children(node.process.proc.pid))
+
+
+def test_a_renewal_that_landed_unanswered_keeps_its_lease(
+    server_factory: Callable[..., ServerProcess], store: StoreProxy, tmp_path: Path
+) -> None:
+    """Without the re-read, the next renewal's If-Match (the old ETag) failed: the node counted
+    the lease lost and killed the healthy shard server (another pid served the shard after)."""
+    node = _s3_node(server_factory, store, tmp_path, 1)
+    servers = _shard_servers(node)
+    store.drop_puts = 1
+    until(lambda: bool(store.dropped), timeout_s=30)
+    time.sleep(2 * 3)  # two lease ttls: renewals go on from the version that landed
+    assert node.shards_held() == [0]
+    assert _shard_servers(node) == servers
+    assert serving([node], 1)()
+
+
+def test_a_slow_store_fences_no_shard_of_four(
+    server_factory: Callable[..., ServerProcess], store: StoreProxy, tmp_path: Path
+) -> None:
+    """Each cluster-object request takes a third of the ttl. Without concurrent renewals, 4 in a
+    row took 4/3 of the ttl, past the validity (4/5 of it): every shard server was fenced."""
+    node = _s3_node(server_factory, store, tmp_path, 4)
+    servers = _shard_servers(node)
+    assert len(servers) == 4
+    store.delay_s = 3 / 3
+    time.sleep(4 * 3)  # four lease ttls of a slow store
+    assert node.shards_held() == [0, 1, 2, 3]
+    assert _shard_servers(node) == servers
+    store.delay_s = 0
+    assert serving([node], 4)()

@@ -9,8 +9,9 @@ One thread (``Supervisor.run``) ticks every ``tick_s`` (a fifth of the lease ttl
    live; a node whose object has not changed for a ttl of the reader's clock is not live.
    One process per node id (``membership``): a node that finds its object written by
    another process claims nothing more.
-2. **Renew** every held lease (``leases``) -- on a thread of its own, every tick, so a slow
-   store read in the other steps never delays a renewal; a lease lost to a newer version, or
+2. **Renew** every held lease (``leases``) -- on threads of their own, every tick, each lease
+   by one request of its own (``renewals``), so a slow store read in the other steps never
+   delays a renewal, nor does one shard's renewal another's; a lease lost to a newer version, or
    not renewed before its validity ends, has its shard server killed at once (a watchdog
    thread checks validity every 0.1 s).
 3. **Look**: read every shard's lease, and publish the routing table (``Route`` per shard)
@@ -54,6 +55,7 @@ import httpx
 from .leases import Held, LeaseFormatError, LeaseRecord, Observed, WalAdoption, may_take, target_count
 from .membership import Membership
 from .objects import ConditionalObjects, ObjectStoreError
+from .renewals import LeaseLocks, Renewer, replace_lease
 from .shards import Layout, lease_key
 from .workers import ShardServer, ShardServerSpec
 
@@ -117,10 +119,10 @@ class Supervisor:
         """Shards whose drain was announced (``draining`` written), and when."""
         self._thread = threading.Thread(target=self.run, name="cluster-supervisor", daemon=True)
         self._watchdog = threading.Thread(target=self._watch, name="cluster-lease-watchdog", daemon=True)
-        self._renewer = threading.Thread(target=self._renew_loop, name="cluster-lease-renewer", daemon=True)
-        self._lease_lock = threading.Lock()
-        """Held while a held lease is written (renewed, changed, released), so the renewer and
-        the tick never race each other's conditional writes on one lease."""
+        self._renewer = Renewer(lambda: list(self._held), self._renew, settings.tick_s, self._closed)
+        self._lease_lock = LeaseLocks()
+        """A shard's lock is held while its lease is written (renewed, changed, released), so the
+        renewer and the tick never race each other's conditional writes on one lease."""
         self._probe = httpx.Client()
 
     @property
@@ -154,12 +156,6 @@ class Supervisor:
             self._stop.wait(max(0.0, self.settings.tick_s - (time.monotonic() - started)))
         self._shut_down()
 
-    def _renew_loop(self) -> None:
-        """Renewals on a thread of their own: a slow store delays the tick's reads, never a
-        renewal behind them (each renewal waits only for the store's answer to itself)."""
-        while not self._closed.wait(self.settings.tick_s):
-            self._renew()
-
     def _watch(self) -> None:
         """Kill a shard's server the moment its lease's validity ends, whatever the tick is
         doing (a renewal may hang on the store for its whole timeout); the tick then drops it."""
@@ -183,32 +179,32 @@ class Supervisor:
                 log.exception("cluster step failed unexpectedly", extra={"step": step.__name__.lstrip("_")})
 
     def _fence_expired(self) -> None:
-        with self._lease_lock:
-            now = time.monotonic()
-            for shard, held in list(self._held.items()):
-                if now >= held.valid_until:
+        for shard in list(self._held):
+            with self._lease_lock(shard):
+                held = self._held.get(shard)
+                if held is not None and time.monotonic() >= held.valid_until:
                     self._lose(shard, "its lease could not be renewed in time")
 
     def _beat_node(self) -> None:
         self.live_nodes = self.membership.beat()
 
-    def _renew(self) -> None:
-        for shard in list(self._held):
-            with self._lease_lock:
-                held = self._held.get(shard)
-                if held is None:
-                    continue
-                sent = time.monotonic()
-                record = held.record.next_beat()
-                try:
-                    etag = self.objects.replace(lease_key(shard), record.to_bytes(), held.etag)
-                except ObjectStoreError as exc:
-                    log.warning("lease renewal failed", extra={"shard": shard, "error": str(exc)})
-                    continue
-                if etag is None:
-                    self._lose(shard, "another node replaced its lease")
-                    continue
-                self._held[shard] = Held(record, etag, Held.valid_from(sent, record.ttl_ms))
+    def _renew(self, shard: int) -> None:
+        """Renew one held lease (on the renewer's pool: ``renewals``)."""
+        with self._lease_lock(shard):
+            held = self._held.get(shard)
+            if held is None:
+                return
+            sent = time.monotonic()
+            record = held.record.next_beat()
+            try:
+                etag = replace_lease(self.objects, shard, record, held.etag)
+            except ObjectStoreError as exc:
+                log.warning("lease renewal failed", extra={"shard": shard, "error": str(exc)})
+                return
+            if etag is None:
+                self._lose(shard, "another node replaced its lease")
+                return
+            self._held[shard] = Held(record, etag, Held.valid_from(sent, record.ttl_ms))
 
     def _lose(self, shard: int, why: str) -> None:
         self._announced.pop(shard, None)
@@ -376,23 +372,23 @@ class Supervisor:
         return self.spec.start(shard, self.layout.shard_uri(self.settings.storage_uri, shard), take_over=take_over)
 
     def _write_held(self, shard: int, record: LeaseRecord) -> None:
-        with self._lease_lock:
+        with self._lease_lock(shard):
             held = self._held[shard]
             sent = time.monotonic()
-            etag = self.objects.replace(lease_key(shard), record.to_bytes(), held.etag)
+            etag = replace_lease(self.objects, shard, record, held.etag)
             if etag is None:
                 self._lose(shard, "another node replaced its lease")
                 return
             self._held[shard] = Held(record, etag, Held.valid_from(sent, record.ttl_ms))
 
     def _release(self, shard: int) -> None:
-        with self._lease_lock:
+        with self._lease_lock(shard):
             held = self._held.pop(shard)
             self._servers.pop(shard, None)
             self._announced.pop(shard, None)
             self._released_at[shard] = time.monotonic()
             free = replace(held.record.next_beat(), holder=None, node_url=None, url=None, state="released")
-            if self.objects.replace(lease_key(shard), free.to_bytes(), held.etag) is not None:
+            if replace_lease(self.objects, shard, free, held.etag) is not None:
                 log.info("shard released", extra={"shard": shard})
 
     def _publish(self) -> None:
