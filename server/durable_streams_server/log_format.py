@@ -58,3 +58,6 @@ def configure_logging(level: str, fmt: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # httpx logs every request at info: the cluster's lease, interest and report requests (one
+    # every few seconds per shard) and webhook deliveries. Quiet by default; shown with debug.
+    logging.getLogger("httpx").setLevel(root.level if root.level <= logging.DEBUG else max(logging.WARNING, root.level))

@@ -65,7 +65,6 @@ def advertise_url(args: argparse.Namespace) -> str:
 
 
 def run_node(args: argparse.Namespace, argv: list[str], config: ServerConfig) -> None:
-    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))  # a line per lease request
     if not config.storage_uri:
         raise SystemExit("--cluster needs --storage-uri: the storage root every node of the cluster shares")
     try:
