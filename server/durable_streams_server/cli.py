@@ -198,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
         parser,
         "--memory-budget",
         "bytes of tail caches + history cache + in-flight reads together (least recently used let go first); "
-        "0: no limit",
+        "a quarter of it bounds writes in flight (bodies wait, then 503 + Retry-After); 0: no limit",
     )
     _add_config(
         parser,

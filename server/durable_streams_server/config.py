@@ -116,7 +116,8 @@ class ServerConfig:
     history_cache_bytes: int = 64 * 1024 * 1024
     memory_budget: int = 512 * 1024 * 1024
     """Bytes of tail caches + history cache + in-flight reads together, least recently used
-    let go first; an eighth of it bounds history reads parked between responses. 0: no limit."""
+    let go first; an eighth of it bounds history reads parked between responses, a quarter
+    the bytes of writes in flight (``engine.memory_writes``). 0: no limit."""
     memory_guard: Literal["on", "off"] = "on"
     """on: the caches hold less while other work needs memory, so RSS stays within
     ``memory_budget`` of the size at start (``engine.memory_guard``)."""

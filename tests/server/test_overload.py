@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import http.client
+import json
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -128,3 +131,38 @@ def test_admission_waits_in_order_and_refuses_after_its_wait() -> None:
         "c in (60)",
         "d refused OVERLOADED 1",
     ]
+
+
+def test_a_body_without_room_is_refused_with_retry_after_and_the_connection_stays_open(
+    server_factory: Callable[..., ServerProcess],
+) -> None:
+    """A 4 MiB budget admits 1 MiB of writes in flight: a client that declared 1 MiB and sends it
+    slowly holds that room, so another 1 MiB body waits unread and, after the admission's wait,
+    gets 503 ``OVERLOADED`` with ``Retry-After`` on a connection that stays usable: the same
+    connection then appends once the room is back."""
+    server = server_factory("--memory-budget", str(4 * MIB))
+    path = "/v1/stream/overload"
+    assert requests.put(server.url + path, headers=overload_memory.OCTETS, timeout=30).status_code == 201
+    slow = socket.create_connection(("127.0.0.1", server.port))
+    slow.sendall(
+        f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n"
+        f"Content-Length: {MIB}\r\n\r\n".encode()
+        + b"s" * 1024
+    )
+    time.sleep(0.5)  # (admitted: its body is being read)
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    started = time.monotonic()
+    conn.request("POST", path, body=b"w" * MIB, headers=overload_memory.OCTETS)
+    response = conn.getresponse()
+    error = json.loads(response.read())["error"]
+    assert response.status == 503 and response.getheader("Retry-After") == "1", (response.status, error)
+    assert error["code"] == "OVERLOADED" and time.monotonic() - started >= 5
+    slow.sendall(b"s" * (MIB - 1024))  # the slow body ends: its room comes back
+    assert slow.recv(4096).startswith(b"HTTP/1.1 204")
+    slow.close()
+    conn.request("POST", path, body=b"w" * MIB, headers=overload_memory.OCTETS)
+    response = conn.getresponse()
+    response.read()
+    assert response.status == 204
+    conn.close()
+    assert [len(message) for message in overload_memory.read_back(server.port, path, MIB)] == [MIB, MIB]

@@ -16,9 +16,10 @@ longest first) until they fit. A read that would take the in-flight total past t
 waits until earlier reads finish; one read always proceeds, so reads never deadlock, and
 a reservation larger than the budget is cut to it.
 
-Not held here, and so on top of the budget: records not yet in Delta (unflushed messages
-stay in memory until their commit: bounded by the flush interval, and by ``max_wal_bytes``
-while Delta is unreachable), per-stream bookkeeping, the bytes of responses already
+Not held here, and so on top of the budget: writes in flight -- bodies being received and
+records not yet in Delta (unflushed messages stay in memory until their commit) -- which
+``memory_writes.WriteAdmission`` bounds with a share of the same ``--memory-budget``;
+per-stream bookkeeping, the bytes of responses already
 handed to the HTTP layer, and the history reader's parked cursors, which storage bounds
 with its own share of the budget (``history_parked_bytes``).
 """
