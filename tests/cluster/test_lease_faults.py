@@ -6,12 +6,16 @@
 - A lease renewal that landed but whose answer was lost keeps the lease (its shard server
   lives); a store slow enough that renewing 4 leases in a row outgrows their validity fences
   no shard (renewals run concurrently). Both through ``StoreProxy``, in front of moto.
+- A hung shard server (SIGSTOP, the node running on) is killed after a lease ttl of
+  unanswered probes and started again: the shard is served again, every acknowledged append there.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 import threading
 import time
 import uuid
@@ -19,7 +23,19 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from cluster_support import Node, children, serving, start_node, until
+import requests
+from cluster_support import (
+    JSON,
+    Node,
+    ProducerAppender,
+    check_history,
+    children,
+    history,
+    name_in_shard,
+    serving,
+    start_node,
+    until,
+)
 from servers import MotoServer, ServerProcess, free_port
 
 pytestmark = pytest.mark.slow
@@ -171,3 +187,37 @@ def test_a_slow_store_fences_no_shard_of_four(
     assert _shard_servers(node) == servers
     store.delay_s = 0
     assert serving([node], 4)()
+
+
+def _server_of(node: Node, shard: int, shards: int) -> int:
+    """The pid of ``node``'s server for ``shard``."""
+    for pid in _shard_servers(node):
+        if f"\0--cluster-shard\0{shard}/{shards}\0" in Path(f"/proc/{pid}/cmdline").read_text():
+            return pid
+    raise AssertionError(f"no server for shard {shard}")
+
+
+def test_a_hung_shard_server_is_killed_and_its_shard_served_again(
+    server_factory: Callable[..., ServerProcess], tmp_path: Path
+) -> None:
+    """Without the probes the stopped server kept its lease (the node renewed it) and the shard
+    was never served again: the appender got no acknowledgement after the SIGSTOP."""
+    storage = ["--storage-uri", str(tmp_path / "root"), "--shards", "2", "--lease-ttl-s", "2"]
+    node = start_node(server_factory, storage, "n0", tmp_path)
+    until(serving([node], 2), timeout_s=120)
+    url = f"{node.url}/v1/stream/{name_in_shard(1, 2, 'hung')}"
+    assert requests.put(url, headers=JSON, timeout=30).status_code == 201
+    appender = ProducerAppender(url, "p-hung", 100_000)
+    appender.start()
+    until(lambda: len(appender.acknowledged) >= 20, timeout_s=60)
+
+    hung = _server_of(node, 1, 2)
+    os.kill(hung, signal.SIGSTOP)
+    stopped_at, count = time.monotonic(), len(appender.acknowledged)
+    until(lambda: len(appender.acknowledged) >= count + 20, timeout_s=60)
+    assert _server_of(node, 1, 2) != hung
+    served_again_s = time.monotonic() - stopped_at
+    appender.stopping.set()
+    appender.join(timeout=60)
+    check_history(appender.acknowledged, history(url))
+    assert served_again_s < 2 * 2 + 10, served_again_s  # a ttl of silence, then a server's start

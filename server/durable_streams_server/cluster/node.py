@@ -19,6 +19,7 @@ One thread (``Supervisor.run``) ticks every ``tick_s`` (a fifth of the lease ttl
    read (not a lease record) is never taken: its holder is unknown, so the shard stays
    unavailable, logged as an error, until an operator removes the object.
 4. **Serve**: a shard whose server is ready is published ``serving`` at the server's URL; a
+   server that has not answered a probe for a lease ttl is killed (``probes``); a
    server that exited by itself is started again (the same node takes its location back,
    replaying its WAL); one stopped for a drain has its lease released once it exited.
 5. **Balance**: with ``live`` nodes, each should hold ``ceil(shards / live)`` shards. A node
@@ -55,6 +56,7 @@ import httpx
 from .leases import Held, LeaseFormatError, LeaseRecord, Observed, WalAdoption, may_take, target_count
 from .membership import Membership
 from .objects import ConditionalObjects, ObjectStoreError
+from .probes import Liveness
 from .renewals import LeaseLocks, Renewer, replace_lease
 from .shards import Layout, lease_key
 from .workers import ShardServer, ShardServerSpec
@@ -124,6 +126,7 @@ class Supervisor:
         """A shard's lock is held while its lease is written (renewed, changed, released), so the
         renewer and the tick never race each other's conditional writes on one lease."""
         self._probe = httpx.Client()
+        self._liveness = Liveness(self._probe)
 
     @property
     def held(self) -> tuple[int, ...]:
@@ -145,6 +148,7 @@ class Supervisor:
         self._closed.set()
         self._watchdog.join()
         self._renewer.join()
+        self._liveness.close()
         self._probe.close()
 
     # --- the loop --------------------------------------------------------------------------
@@ -170,7 +174,15 @@ class Supervisor:
     def tick(self) -> None:
         """One pass of the steps (module docstring); a step the store fails is logged and the
         others still run (the routes are published from what is known)."""
-        for step in (self._fence_expired, self._beat_node, self._look, self._serve, self._balance, self._publish):
+        for step in (
+            self._fence_expired,
+            self._beat_node,
+            self._look,
+            self._probe_servers,
+            self._serve,
+            self._balance,
+            self._publish,
+        ):
             try:
                 step()
             except ObjectStoreError as exc:
@@ -240,6 +252,19 @@ class Supervisor:
             seen = Observed(record, found.etag, now) if seen is None else seen.seen_again(record, found.etag, now)
             self._seen[shard] = seen
             self._adoption.note(shard, seen, self.settings.node_id)
+
+    def _probe_servers(self) -> None:
+        """Kill a serving shard server that has not answered for a lease ttl (``probes``); ``_serve``
+        then starts it again, as any server that exited."""
+        answering = {
+            shard: server
+            for shard, server in self._servers.items()
+            if shard in self._held
+            and self._held[shard].record.state in ("serving", "draining")
+            and server.stopping_since is None
+            and not server.exited
+        }
+        self._liveness.kill_hung(answering, self.settings.lease_ttl_s)
 
     def _serve(self) -> None:
         for shard, server in list(self._servers.items()):
