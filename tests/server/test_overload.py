@@ -122,6 +122,12 @@ def test_admission_waits_in_order_and_refuses_after_its_wait() -> None:
         late = asyncio.create_task(body("d", 50))
         await late
         assert writes.refused == 1 and writes.waiting == 0
+        stalled = WriteAdmission(100, lambda: 90, stalled=lambda: True)  # (Delta commits failing)
+        stalled.try_admit(5)
+        try:
+            await stalled.admit(10)
+        except ServiceUnavailable as error:
+            events.append(f"stalled: refused at once {error.code}")
         return events
 
     assert asyncio.run(scenario()) == [
@@ -130,6 +136,7 @@ def test_admission_waits_in_order_and_refuses_after_its_wait() -> None:
         "b in (70)",
         "c in (60)",
         "d refused OVERLOADED 1",
+        "stalled: refused at once OVERLOADED",
     ]
 
 

@@ -18,7 +18,8 @@ the batch being committed included). A body is admitted before it is read (``adm
 (nothing reads them: the connection's reading is paused by uvicorn's flow control, so the
 client slows down rather than the server growing). Room comes back as requests end and as the
 flusher commits (``poll_s``). A body still waiting after ``wait_s`` is refused with 503
-``OVERLOADED`` and a ``Retry-After``: the client retries later, as after any 503. One body is
+``OVERLOADED`` and a ``Retry-After``: the client retries later, as after any 503 (at once while
+storage makes no progress, ``stalled``: Delta commits failing, no room coming soon). One body is
 always admitted when nothing else is in flight, so a body larger than the share still passes
 (alone). A refused or waiting write has changed nothing.
 
@@ -40,10 +41,21 @@ RETRY_AFTER_S = 1
 
 
 class WriteAdmission:
-    def __init__(self, limit: int, queued: Callable[[], int], *, wait_s: float = 10.0, poll_s: float = 0.02) -> None:
+    def __init__(
+        self,
+        limit: int,
+        queued: Callable[[], int],
+        *,
+        stalled: Callable[[], bool] = lambda: False,
+        wait_s: float = 10.0,
+        poll_s: float = 0.02,
+    ) -> None:
         self.limit = limit
         """Bytes of writes in flight (received + queued for Delta); 0: no limit."""
         self.queued = queued
+        self.stalled = stalled
+        """Whether storage makes no progress now (Delta commits failing): no room is coming soon,
+        so a body that does not fit is refused at once instead of waiting."""
         self.wait_s = wait_s
         self.poll_s = poll_s
         self.receiving = 0
@@ -76,6 +88,9 @@ class WriteAdmission:
         comes within ``wait_s``."""
         if self.try_admit(nbytes):
             return
+        if self.stalled():
+            self.refused += 1
+            raise self.overloaded()
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
         entry = (nbytes, waiter)

@@ -193,7 +193,9 @@ class DurableStreamsApp:
         assert self.storage is not None
         storage = self.storage
         if self.limits.write_bytes:  # (bodies wait, then 503, while writes in flight fill their share)
-            writes = WriteAdmission(self.limits.write_bytes, lambda: storage.unflushed_bytes)
+            writes = WriteAdmission(
+                self.limits.write_bytes, lambda: storage.unflushed_bytes, stalled=lambda: storage.degraded is not None
+            )
             handlers.writes = self.policy.writes = writes
         self.read_plans = ReadPlanHandlers(engine, self.storage.plans.access, self.storage.config.read_plan_ttl_s)
         self.time_lookups = TimeLookupHandlers(engine)
