@@ -1,8 +1,13 @@
 """Parquet footers of the table's data files, cached (data files are immutable), least
 recently used dropped beyond ``max_entries`` or ``max_bytes``. Thread-safe; ``get`` blocks
-on a miss. ``message_row_groups`` reads what a footer's statistics say of one stream's
-messages, and ``message_files`` what the Delta log's statistics of each file say (history
-reads and read plans both choose files and row groups with them).
+on a miss. A footer is cached by the file's path and, where the caller knows it (the add
+action's ``size_bytes``), its size: it serves every later read of the file, across requests
+and table versions (files are written once under unique names, never rewritten: compaction
+writes new ones), and a file of another size under the same path would be read anew.
+
+``message_row_groups`` reads what a footer's statistics say of one stream's messages, and
+``message_files`` what the Delta log's statistics of each file say (history reads and read
+plans both choose files and row groups with them).
 
 A footer's size is counted as its serialized bytes; decoded, pyarrow's ``FileMetaData`` takes
 several times that (~1.5 MiB for a 200 KB footer of ~160 row groups), so ``max_bytes`` keeps
@@ -37,12 +42,13 @@ class FooterCache:
         self._footers: OrderedDict[str, _Footer] = OrderedDict()
         self._bytes = 0
 
-    def get(self, path: str) -> pq.FileMetaData:
-        return self._entry(path).metadata
+    def get(self, path: str, size: int | None = None) -> pq.FileMetaData:
+        """The footer of the file at ``path`` of ``size`` bytes (``None``: whatever its size)."""
+        return self._entry(path, size).metadata
 
-    def row_groups(self, path: str) -> RowGroupStats:
+    def row_groups(self, path: str, size: int | None = None) -> RowGroupStats:
         """The file's row-group statistics, decoded once (``message_row_groups`` reads them)."""
-        entry = self._entry(path)
+        entry = self._entry(path, size)
         if entry.stats is None:
             stats = RowGroupStats.of(entry.metadata)
             with self._lock:
@@ -52,17 +58,19 @@ class FooterCache:
                 entry.stats = stats
         return entry.stats
 
-    def _entry(self, path: str) -> _Footer:
+    def _entry(self, path: str, size: int | None) -> _Footer:
         with self._lock:
             entry = self._footers.get(path)
-            if entry is not None:
+            if entry is not None and entry.matches(size):
                 self._footers.move_to_end(path)
                 return entry
         metadata = pq.read_metadata(self._open(path))
         with self._lock:
             entry = self._footers.get(path)
-            if entry is None:
-                entry = self._footers[path] = _Footer(metadata)
+            if entry is None or not entry.matches(size):
+                if entry is not None:
+                    self._bytes -= self._footers.pop(path).nbytes
+                entry = self._footers[path] = _Footer(metadata, size)
                 self._bytes += metadata.serialized_size
             self._evict()
         return entry
@@ -81,11 +89,17 @@ class FooterCache:
 
 
 class _Footer:
-    __slots__ = ("metadata", "stats")
+    __slots__ = ("metadata", "size", "stats")
 
-    def __init__(self, metadata: pq.FileMetaData) -> None:
+    def __init__(self, metadata: pq.FileMetaData, size: int | None) -> None:
         self.metadata = metadata
+        self.size = size
+        """The file's size where the caller knew it (its add action's ``size_bytes``)."""
         self.stats: RowGroupStats | None = None
+
+    def matches(self, size: int | None) -> bool:
+        """Whether this is the footer of a file of ``size`` bytes (as far as either knows)."""
+        return size is None or self.size is None or size == self.size
 
     @property
     def nbytes(self) -> int:

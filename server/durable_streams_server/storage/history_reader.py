@@ -17,6 +17,14 @@ point are never fetched. A read that starts in the middle of a row group streams
 the row group's start (Parquet cannot seek inside a column chunk without a page index,
 which pyarrow does not use), so its cost is the response plus at most one row group.
 
+**Object stores.** A table's files on an object store are read through ``data_files.FileBytes``
+(``files``): the bytes fetched (footer reads, column chunks; a file of at most 1 MiB whole,
+in one GET) are kept by the file's path and size, bounded (``max_file_bytes``), and serve
+every later read of any stream, across requests, table versions and refreshes: data files
+are immutable. Files open with their size from the Delta log (no HEAD request). A fresh
+owner, whose every read goes to Delta, thus fetches each small flush file once rather than
+for every read (issue 41). Local tables are read through the OS page cache.
+
 **Cursors.** A read that stops inside its plan parks its position ``(uid, next seq)``: the
 open batch iterator, the row groups still to read and the rows decoded beyond the response.
 The next read from exactly that seq resumes there, so a catch-up reads every byte once
@@ -32,8 +40,9 @@ first message it still lacks; rows are never skipped: messages still missing aft
 refresh are an error (``MissingHistory``). Old snapshots stay correct to read: history is
 immutable, and what purges remove is never asked for (reads below retention get 410).
 
-``bytes_read`` counts the bytes fetched from data files (footers included): tests and
-metrics see what a read cost. All methods block; callers run them on worker threads.
+``bytes_read`` counts the bytes fetched from data files (footers included; on an object
+store, not what the cache answered): tests and metrics see what a read cost. All methods
+block; callers run them on worker threads.
 """
 
 from __future__ import annotations
@@ -44,7 +53,7 @@ import threading
 from collections import OrderedDict, deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -52,7 +61,7 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.fs import DeltaStorageHandler
 
-from .data_files import local_root, open_local
+from .data_files import FileBytes, local_root, open_local
 from .footers import FooterCache, message_files, message_row_groups
 from .table_schema import KIND_MESSAGE, SCHEMA
 
@@ -63,6 +72,8 @@ _BUFFER_BYTES = 1 << 20
 """Read buffer of a row group's column chunks: Parquet pages are fetched as they are decoded."""
 _MAX_BATCH_ROWS = 65_536
 _MAX_FOOTERS = 4096
+MAX_FILE_BYTES = 64 << 20
+"""Object-store tables: bytes of data files kept for later reads (``data_files.FileBytes``)."""
 _ATTEMPTS = 3
 MAX_OPENS_PER_READ = 32
 """Row groups one read opens at most once it has a message: a stream spread over thousands
@@ -129,7 +140,14 @@ class _Cursor:
 
 
 class HistoryReader:
-    def __init__(self, uri: str, storage_options: Mapping[str, str], *, max_parked_bytes: int = 64 << 20) -> None:
+    def __init__(
+        self,
+        uri: str,
+        storage_options: Mapping[str, str],
+        *,
+        max_parked_bytes: int = 64 << 20,
+        max_file_bytes: int = MAX_FILE_BYTES,
+    ) -> None:
         self.uri = uri
         self.storage_options = dict(storage_options)
         self.max_parked_bytes = max_parked_bytes
@@ -145,6 +163,10 @@ class HistoryReader:
         self._parked: OrderedDict[tuple[int, int], _Cursor] = OrderedDict()
         self._handler = DeltaStorageHandler(uri, self.storage_options)
         self._local_root = local_root(uri)
+        self._sizes: dict[str, int] = {}
+        """The size of each data file of the file index (its add action's ``size_bytes``)."""
+        self.files = FileBytes(max_file_bytes)
+        """Object-store tables: the data files' bytes read, kept for the next reads."""
 
     def count(self, nbytes: int) -> None:
         with self._lock:
@@ -223,28 +245,32 @@ class HistoryReader:
         else:
             self._table.update_incremental()
             self.refreshes += 1
-        columns = ["path", "min.stream_uid", "max.stream_uid", "min.seq", "max.seq", "min.kind", "max.kind"]
-        self._files = pa.table(self._table.get_add_actions(flatten=True)).select(columns)
+        columns = ["path", "size_bytes", "min.stream_uid", "max.stream_uid", "min.seq", "max.seq"]
+        self._files = pa.table(self._table.get_add_actions(flatten=True)).select([*columns, "min.kind", "max.kind"])
         self._version += 1
+        sizes = dict(zip(self._files["path"].to_pylist(), self._files["size_bytes"].to_pylist(), strict=True))
+        if self._local_root is None:  # (a file known by its size opens without a HEAD request)
+            handler = DeltaStorageHandler.from_table(self._table._table, self.storage_options, sizes)
+            self._handler = cast(DeltaStorageHandler, handler)
+        self._sizes = sizes
 
     def _groups(self, path: str, uid: int, start: int, max_bytes: int) -> list[_Group]:
         """The row groups of a file that may hold messages of ``uid`` from ``start``, by first seq."""
         groups = []
-        for group in message_row_groups(self._footers.row_groups(path), uid, start):
+        for group in message_row_groups(self._footers.row_groups(path, self._sizes.get(path)), uid, start):
             row_bytes = max(1, group.data_bytes // max(1, group.rows))
             rows = min(_MAX_BATCH_ROWS, max(1, max_bytes // row_bytes))
             groups.append(_Group(path, group.index, group.first_seq, rows))
         return sorted(groups, key=lambda group: (group.first_seq, group.index))
 
     def _footer(self, path: str) -> pq.FileMetaData:
-        return self._footers.get(path)
+        return self._footers.get(path, self._sizes.get(path))
 
-    def _open(self, path: str) -> pa.PythonFile:
+    def _open(self, path: str) -> pa.NativeFile:
         if self._local_root is not None:
-            raw = open_local(self._local_root, path)
-        else:
-            raw = self._handler._handler.open_input_file(path)
-        return pa.PythonFile(_CountingFile(raw, self), mode="r")
+            return pa.PythonFile(_CountingFile(open_local(self._local_root, path), self), mode="r")
+        handler = self._handler._handler
+        return self.files.open(path, self._sizes.get(path), lambda: handler.open_input_file(path), self.count)
 
     def _next_batch(self, cursor: _Cursor, seq: int) -> pa.RecordBatch | None:
         """The next batch of the plan; ``None`` once it is exhausted."""
