@@ -53,9 +53,15 @@ def _wait_served(cluster: FaultCluster) -> FaultCluster:
     until(
         lambda: cluster.served() and all(node.shards_held() for node in cluster.nodes),
         timeout_s=120,
-        message=lambda: str(cluster.views()),
+        message=lambda: f"{cluster.views()}\n" + "\n".join(_log_tail(node) for node in cluster.nodes),
     )
     return cluster
+
+
+def _log_tail(node: Node) -> str:
+    """The end of a node's log (its shard servers write theirs into it too)."""
+    lines = [line for line in node.process.log_text().splitlines() if "HTTP/1.1" not in line]
+    return f"--- {node.node_id}:\n" + "\n".join(lines[-25:])
 
 
 @pytest.fixture

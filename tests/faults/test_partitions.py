@@ -16,9 +16,12 @@ cut_from_storage           delta       its storage link down: it cannot renew; i
 cut_from_peers_and_clients delta       its front link down: it renews its leases, so its
                                        shards stay its own, unreachable until healed
 cut_from_everything        delta       both links down: its shards move, as above
-wal_node_cut_off           wal         both links down: its shards stay its own (their
-                                       acknowledged records are in its WAL) until it is
+wal_node_cut_off_front_    wal         both links down: its shards stay its own (their
+storage                                acknowledged records are in its WAL) until it is
                                        back, answering 503 meanwhile; nothing is lost
+wal_node_cut_off_storage   wal         its storage link down, its clients still there: it
+                                       acknowledges from its WAL until its leases' validity
+                                       ends; then as above
 =========================  ==========  ===================================================
 """
 
@@ -59,11 +62,14 @@ def test_cut_from_everything(network: Network, netns_cluster: Callable[[str], Fa
     assert_clean(row)
 
 
-def test_a_wal_node_cut_off_keeps_its_shards(network: Network, netns_cluster: Callable[[str], FaultCluster]) -> None:
+@pytest.mark.parametrize("links", [("front", "storage"), ("storage",)], ids=["from_everything", "from_storage"])
+def test_a_wal_node_cut_off_keeps_its_shards(
+    network: Network, netns_cluster: Callable[[str], FaultCluster], links: tuple[Link, ...]
+) -> None:
     cluster = netns_cluster("wal")
     victim, other = cluster.nodes[VICTIM], cluster.nodes[0]
     held = victim.shards_held()
-    cut, heal = _partition(network, "front", "storage")
+    cut, heal = _partition(network, *links)
     seen: list[object] = []
 
     def heal_after_looking() -> None:
@@ -71,7 +77,7 @@ def test_a_wal_node_cut_off_keeps_its_shards(network: Network, netns_cluster: Ca
         seen.extend(view["shards"][shard] for shard in held)  # type: ignore[index]
         heal()
 
-    row = run_scenario("wal_node_cut_off", cluster, cut, heal_after_looking)
+    row = run_scenario(f"wal_node_cut_off_{'_'.join(links)}", cluster, cut, heal_after_looking)
     assert_clean(row)
     assert all(shard["state"] == "unavailable" and shard["holder"] == "n1" for shard in seen), seen  # type: ignore[index]
     assert victim.shards_held() == held
