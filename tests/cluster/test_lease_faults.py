@@ -8,6 +8,8 @@
   no shard (renewals run concurrently). Both through ``StoreProxy``, in front of moto.
 - A hung shard server (SIGSTOP, the node running on) is killed after a lease ttl of
   unanswered probes and started again: the shard is served again, every acknowledged append there.
+- A WAL shard server whose drain did not end cleanly (stopped, then killed with its SIGTERM
+  pending) keeps its lease: its node serves it again, then hands it over properly.
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ from cluster_support import (
     until,
 )
 from servers import MotoServer, ServerProcess, free_port
+
+from durable_streams_server.cluster.leases import LeaseRecord
+from durable_streams_server.cluster.objects import open_objects
+from durable_streams_server.cluster.shards import lease_key
 
 pytestmark = pytest.mark.slow
 
@@ -221,3 +227,50 @@ def test_a_hung_shard_server_is_killed_and_its_shard_served_again(
     appender.join(timeout=60)
     check_history(appender.acknowledged, history(url))
     assert served_again_s < 2 * 2 + 10, served_again_s  # a ttl of silence, then a server's start
+
+
+def _lease(root: Path, shard: int) -> LeaseRecord | None:
+    found = open_objects(str(root), {}).get(lease_key(shard))
+    return LeaseRecord.from_bytes(found.body) if found is not None else None
+
+
+def _sigterm_pending(pid: int) -> bool:
+    status = Path(f"/proc/{pid}/status").read_text()
+    pending = int(next(line for line in status.splitlines() if line.startswith("ShdPnd:")).split()[1], 16)
+    return bool(pending & (1 << (signal.SIGTERM - 1)))
+
+
+def test_a_wal_drain_that_did_not_end_cleanly_keeps_its_lease(
+    server_factory: Callable[..., ServerProcess], tmp_path: Path
+) -> None:
+    """Without the fix the node released the lease of the killed server at once; the joining
+    node took it, asked the location's owner (the dead server, its WAL records unflushed) to
+    hand over, timed out and refused to start: the shard stayed down until its owner happened
+    to take the free lease again (never, when the owner is at its share)."""
+    root = tmp_path / "root"
+    storage = ["--storage-uri", str(root), "--shards", "2", "--lease-ttl-s", "2"]
+    storage += ["--durability", "wal", "--flush-interval-ms", "600000"]  # (everything stays in the WAL)
+    first = start_node(server_factory, storage, "n0", tmp_path)
+    until(serving([first], 2), timeout_s=120)
+    url = f"{first.url}/v1/stream/{name_in_shard(1, 2, 'drain')}"  # (shard 1: the one drained first)
+    assert requests.put(url, headers=JSON, timeout=30).status_code == 201
+    for n in range(20):
+        assert requests.post(url, data=b'{"n": %d}' % n, headers=JSON, timeout=30).status_code in (200, 204)
+    server = _server_of(first, 1, 2)
+
+    joined = start_node(server_factory, storage, "n1", tmp_path)
+    until(lambda: (lease := _lease(root, 1)) is not None and lease.state == "draining", timeout_s=60)
+    os.kill(server, signal.SIGSTOP)  # it never handles the SIGTERM its drain sends...
+    until(lambda: _sigterm_pending(server), timeout_s=30)
+    os.kill(server, signal.SIGKILL)  # ...and dies unflushed, its location still its own
+
+    def next_state() -> tuple[str | None, str]:
+        lease = _lease(root, 1)
+        assert lease is not None
+        return lease.holder, lease.state
+
+    until(lambda: next_state() != ("n0", "draining"), timeout_s=60)
+    assert next_state() == ("n0", "starting")  # kept, its server started again (not released)
+    until(serving([first, joined], 2), timeout_s=120)  # (then a proper handover, the drain again)
+    assert history(f"{joined.url}/v1/stream/{name_in_shard(1, 2, 'drain')}") == list(range(20))
+    assert "start refused" not in joined.process.log_text()

@@ -14,14 +14,17 @@ One thread (``Supervisor.run``) ticks every ``tick_s`` (a fifth of the lease ttl
    delays a renewal, nor does one shard's renewal another's; a lease lost to a newer version, or
    not renewed before its validity ends, has its shard server killed at once (a watchdog
    thread checks validity every 0.1 s).
-3. **Look**: read every shard's lease, and publish the routing table (``Route`` per shard)
-   that the router reads without locks (one attribute, replaced whole). A lease that cannot be
+3. **Look**: read every shard's lease, and publish the routing table (``routes``) that the
+   router reads without locks (one attribute, replaced whole). A lease that cannot be
    read (not a lease record) is never taken: its holder is unknown, so the shard stays
    unavailable, logged as an error, until an operator removes the object.
 4. **Serve**: a shard whose server is ready is published ``serving`` at the server's URL; a
    server that has not answered a probe for a lease ttl is killed (``probes``); a
    server that exited by itself is started again (the same node takes its location back,
-   replaying its WAL); one stopped for a drain has its lease released once it exited.
+   replaying its WAL); one stopped for a drain has its lease released once it exited -- except
+   a WAL-durability server that did not exit cleanly (killed at the drain's timeout, or
+   failed): its records may be on this node's disk only and its location still names it, so
+   the lease is kept and the server started again (``_may_let_go``); the drain comes again.
 5. **Balance**: with ``live`` nodes, each should hold ``ceil(shards / live)`` shards. A node
    below that takes free shards and those ``leases.may_take`` allows; a node above it drains
    one serving shard at a time, and another node takes it. A starting shard is never drained:
@@ -38,7 +41,8 @@ lease is released. Shutdown announces every held shard the same way. A node that
 
 Every shard server is started from this thread (``workers``: the kernel kills it when this
 thread ends). On shutdown the node announces its drains, stops its servers (each flushes
-and releases its location), then releases their leases; the renewer and the watchdog run
+and releases its location), then releases their leases (but the lease of a WAL-durability
+server that did not exit cleanly, left to expire: only this node takes it back); the renewer and the watchdog run
 until that is done, so a slow flush never outlives its lease.
 """
 
@@ -46,10 +50,10 @@ from __future__ import annotations
 
 import logging
 import secrets
+import signal
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Literal
 
 import httpx
 
@@ -58,23 +62,17 @@ from .membership import Membership
 from .objects import ConditionalObjects, ObjectStoreError
 from .probes import Liveness
 from .renewals import LeaseLocks, Renewer, replace_lease
+from .routes import Route, routing_table
 from .shards import Layout, lease_key
 from .workers import ShardServer, ShardServerSpec
 
 log = logging.getLogger("durable_streams_server.cluster")
 
-RouteState = Literal["serving", "unavailable"]
 DRAIN_TIMEOUT_S = 60.0
 WATCHDOG_S = 0.1
-
-
-@dataclass(frozen=True)
-class Route:
-    """Where a shard is served now (``url``), or that it is not (moving, starting, no owner)."""
-
-    state: RouteState
-    url: str | None = None
-    holder: str | None = None
+CLEAN_EXITS = (0, -signal.SIGTERM)
+"""A shard server's exit codes after its shutdown ran to its end (uvicorn raises the SIGTERM
+it handled again once shut down); a drain is only asked of a ready server, whose handler is set."""
 
 
 @dataclass(frozen=True)
@@ -282,7 +280,12 @@ class Supervisor:
             if server.stopping_since is not None:
                 if server.exited or time.monotonic() - server.stopping_since > DRAIN_TIMEOUT_S:
                     server.kill()
-                    self._release(shard)
+                    if self._may_let_go(shard, server):
+                        self._release(shard)
+                    else:  # (its records are on this node's disk: it serves them again, drains later)
+                        self._announced.pop(shard, None)
+                        self._servers[shard] = self._start_server(shard, take_over="no")
+                        self._write_held(shard, held.record.next_beat(state="starting", url=None))
                 continue
             if server.exited and held.record.state == "starting":
                 log.error("shard server failed to start", extra={"shard": shard, "code": server.proc.returncode})
@@ -296,6 +299,19 @@ class Supervisor:
             elif held.record.state == "starting" and server.ready(self._probe):
                 self._write_held(shard, held.record.next_beat(state="serving", url=server.url))
                 log.info("shard serving", extra={"shard": shard, "url": server.url})
+
+    def _may_let_go(self, shard: int, server: ShardServer) -> bool:
+        """Whether ``shard``'s lease may be released now that its stopped ``server`` is gone: not
+        if it acknowledged from this node's WAL and did not exit cleanly (it may not have flushed,
+        and the location still names it: a node taking the free lease would ask it to hand
+        over, time out and refuse, and the shard would stay down). Such a lease is kept."""
+        if self.settings.durability != "wal" or server.proc.returncode in CLEAN_EXITS:
+            return True
+        log.error(
+            "WAL shard server did not exit cleanly after its flush: its lease is kept",
+            extra={"shard": shard, "code": server.proc.returncode},
+        )
+        return False
 
     def _balance(self) -> None:
         if self.membership.usurped is not None:
@@ -417,18 +433,7 @@ class Supervisor:
                 log.info("shard released", extra={"shard": shard})
 
     def _publish(self) -> None:
-        now = time.monotonic()
-        routes = []
-        for shard in range(self.layout.shards):
-            held = self._held.get(shard)
-            seen = self._seen.get(shard)
-            record = held.record if held is not None else (seen.record if seen is not None else None)
-            live = held is not None or (seen is not None and not seen.expired(now))
-            if record is not None and live and record.state == "serving" and record.url:
-                routes.append(Route("serving", record.url, record.holder))
-            else:
-                routes.append(Route("unavailable", None, record.holder if record else None))
-        self.routes = tuple(routes)
+        self.routes = routing_table(self.layout.shards, self._held, self._seen, time.monotonic())
 
     def _shut_down(self) -> None:
         for shard in list(self._servers):
@@ -449,7 +454,8 @@ class Supervisor:
             except Exception:
                 server.kill()
             try:
-                self._release(shard)
+                if self._may_let_go(shard, server):  # (else it expires: only this node takes it back)
+                    self._release(shard)
             except ObjectStoreError as exc:
                 log.warning("lease release failed at shutdown", extra={"shard": shard, "error": str(exc)})
         try:
