@@ -157,6 +157,7 @@ def check(
         problems.append(f"messages never sent: {strangers[:10]}")
 
     reads = list(workload.reads)
+    row.counts["acknowledged_direct"] = sum(producer.direct for producer in workload.producers)
     row.counts["reads"] = len(reads)
     row.counts.update(f"reads_{read.reader.split('@')[0]}" for read in reads)
     injected, served = fault

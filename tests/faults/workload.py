@@ -7,7 +7,10 @@ Every message is a JSON object ``{"w": <writer>, "n": <its number>}``, unique in
   and the next node after any failure (a client with a list of endpoints). It follows a
   node's redirect itself (``durable-streams-redirects: follow``). What the server
   acknowledged must be there exactly once, in order; the seq in flight when it stops may be
-  there too (at most once).
+  there too (at most once). Each stream has two: one that asks a node every time, and a
+  ``sticky`` one that keeps sending to the shard server that acknowledged its last append
+  (a client that kept the redirect's target), asking a node again only after a failure: it
+  meets a server that lost its lease, or is cut off, stopped, or handing over.
 - ``PlainAppender``: plain appends (no producer headers) through one node, to each stream in
   turn, relayed by the node (no ``follow``: ``cluster.proxy``). A message is sent again,
   through the next node, while nothing was sent (its connect failed) or the answer is a 503
@@ -104,34 +107,39 @@ class Worker(threading.Thread):
 
 
 class Producer(Worker):
-    def __init__(self, writer: str, stream: str, nodes: list[str]) -> None:
+    def __init__(self, writer: str, stream: str, nodes: list[str], *, sticky: bool = False) -> None:
         super().__init__(writer)
-        self.writer, self.stream, self.nodes = writer, stream, nodes
+        self.writer, self.stream, self.nodes, self.sticky = writer, stream, nodes, sticky
         self.acknowledged: list[int] = []
         self.in_flight: int | None = None
         """The seq sent and not acknowledged when it stopped (it may be stored)."""
+        self.direct = 0
+        """Appends acknowledged by a shard server asked directly (``sticky``)."""
 
     def run(self) -> None:
         http, node, n = session(), 0, 0
+        target: str | None = None  # (sticky: the shard server that acknowledged the last append)
         while not self.stopping.is_set():
-            url = f"{self.nodes[node % len(self.nodes)]}/v1/stream/{self.stream}"
+            url = target or f"{self.nodes[node % len(self.nodes)]}/v1/stream/{self.stream}"
             headers = {**FOLLOWS, "Producer-Id": self.writer, "Producer-Epoch": "0", "Producer-Seq": str(n)}
             self.in_flight = n
             try:
                 answer = post(http, url, message(self.writer, n), headers)
             except (NotSent, InDoubt) as exc:
                 self.note(type(exc).__name__)
-                node += 1
+                node, target = node + 1, None
                 time.sleep(0.05)
                 continue
             if answer.status_code in (200, 204):
                 self.acknowledged.append(n)
+                self.direct += target is not None and answer.url == target
                 self.in_flight = None
                 n += 1
+                target = answer.url if self.sticky else None
                 time.sleep(PAUSE_S)
             else:
                 self.note(f"{answer.status_code} {_code(answer)}")
-                node += 1
+                node, target = node + 1, None
                 time.sleep(0.1)
 
 
@@ -270,8 +278,9 @@ class Workload:
         self.nodes, self.streams = nodes, streams
         self.reads: list[Read] = []
         self.producers = [
-            Producer(f"p{index}", stream, nodes[index % len(nodes) :] + nodes[: index % len(nodes)])
+            Producer(f"{kind}{index}", stream, nodes[index % len(nodes) :] + nodes[: index % len(nodes)], sticky=sticky)
             for index, stream in enumerate(streams)
+            for kind, sticky in (("p", False), ("s", True))
         ]
         self.appenders = [PlainAppender(f"a{index}", streams, nodes, index) for index in range(len(nodes))]
         self.readers = [
