@@ -32,7 +32,7 @@ import requests
 from fault_proxy import FaultProxy
 from servers import MotoServer, ServerProcess, session
 
-from durable_streams_server.storage.data_files import WHOLE_FILE_BYTES, FileBytes
+from durable_streams_server.storage import data_files
 
 JSON = {"Content-Type": "application/json"}
 STREAMS = 3
@@ -200,7 +200,7 @@ def parquet_file(path: Path, rows: int, row_group_rows: int) -> int:
     return path.stat().st_size
 
 
-def read_through(cache: FileBytes, name: str, size: int | None, store: Store) -> pa.Table:
+def read_through(cache: data_files.FileBytes, name: str, size: int | None, store: Store) -> pa.Table:
     """The file read as history reads read it: the footer, then each row group, buffered."""
     metadata = pq.read_metadata(cache.open(name, size, store.open))
     parquet = pq.ParquetFile(
@@ -216,8 +216,8 @@ def test_file_bytes_are_fetched_once_and_read_exactly(tmp_path: Path) -> None:
     read, each once; what is read is the file's own content."""
     small, large = tmp_path / "small.parquet", tmp_path / "large.parquet"
     sizes = {small: parquet_file(small, 500, 100), large: parquet_file(large, 60_000, 10_000)}
-    assert sizes[small] < WHOLE_FILE_BYTES < sizes[large]
-    cache = FileBytes(64 << 20)
+    assert sizes[small] < data_files.WHOLE_FILE_BYTES < sizes[large]
+    cache = data_files.FileBytes(64 << 20)
     for path, size in sizes.items():
         store = Store(path)
         for _ in range(3):
@@ -232,7 +232,7 @@ def test_file_bytes_are_fetched_once_and_read_exactly(tmp_path: Path) -> None:
 def test_file_bytes_are_bounded_keyed_by_size_and_fetched_once_by_concurrent_reads(tmp_path: Path) -> None:
     path, rewritten = tmp_path / "f.parquet", tmp_path / "g.parquet"
     size, other_size = parquet_file(path, 500, 100), parquet_file(rewritten, 400, 100)
-    cache = FileBytes(max_bytes=4 * size)
+    cache = data_files.FileBytes(max_bytes=4 * size)
     stores = {name: Store(path) for name in "abcde"}
     for name in "abcda":
         read_through(cache, name, size, stores[name])
@@ -249,12 +249,12 @@ def test_file_bytes_are_bounded_keyed_by_size_and_fetched_once_by_concurrent_rea
     assert read_through(cache, "a", other_size, other) == pq.read_table(rewritten)
     assert other.fetches == [(0, other_size)] and len(stores["a"].fetches) == 1
 
-    small = FileBytes(max_bytes=2 * size)  # a file over a quarter of the bound is not fetched whole
+    small = data_files.FileBytes(max_bytes=2 * size)  # a file over a quarter of the bound is not fetched whole
     store = Store(path)
     assert read_through(small, "f", size, store) == read_through(small, "f", size, store) == pq.read_table(path)
     assert (0, size) not in store.fetches and 0 < small.nbytes <= 2 * size
 
     slow = Store(path, delay_s=0.2)
-    shared = FileBytes(64 << 20)
+    shared = data_files.FileBytes(64 << 20)
     concurrently(*(lambda: read_through(shared, "s", size, slow) for _ in range(4)))
     assert slow.fetches == [(0, size)]
