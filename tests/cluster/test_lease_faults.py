@@ -8,6 +8,7 @@
   no shard (renewals run concurrently). Both through ``StoreProxy``, in front of moto.
 - A hung shard server (SIGSTOP, the node running on) is killed after a lease ttl of
   unanswered probes and started again: the shard is served again, every acknowledged append there.
+- A lease version is first seen when its read answers, not when the sweep of reads began.
 - A WAL shard server whose drain did not end cleanly (stopped, then killed with its SIGTERM
   pending) keeps its lease: its node serves it again, then hands it over properly.
 """
@@ -41,8 +42,10 @@ from cluster_support import (
 from servers import MotoServer, ServerProcess, free_port
 
 from durable_streams_server.cluster.leases import LeaseRecord
+from durable_streams_server.cluster.node import NodeSettings, Supervisor
 from durable_streams_server.cluster.objects import open_objects
-from durable_streams_server.cluster.shards import lease_key
+from durable_streams_server.cluster.shards import Layout, lease_key
+from durable_streams_server.cluster.workers import ShardServerSpec
 
 pytestmark = pytest.mark.slow
 
@@ -274,3 +277,28 @@ def test_a_wal_drain_that_did_not_end_cleanly_keeps_its_lease(
     until(serving([first, joined], 2), timeout_s=120)  # (then a proper handover, the drain again)
     assert history(f"{joined.url}/v1/stream/{name_in_shard(1, 2, 'drain')}") == list(range(20))
     assert "start refused" not in joined.process.log_text()
+
+
+def test_a_lease_version_is_first_seen_when_its_read_answered(store: StoreProxy, tmp_path: Path) -> None:
+    """Each cluster-object read takes 0.3 s. Without the fix every version of a sweep was
+    recorded as first seen at the sweep's start, before the later reads had answered (so a
+    version written during the sweep counted as older than it was: the SAFETY gap shrank)."""
+    bucket = f"lease-look-{uuid.uuid4().hex[:8]}"
+    store.moto.create_bucket(bucket)
+    uri = f"s3://{bucket}/root"
+    options = dict(store.moto.storage_options(), AWS_ENDPOINT_URL=f"http://127.0.0.1:{store.port}")
+    objects = open_objects(uri, options)
+    for shard in range(3):
+        record = LeaseRecord(shard=shard, holder="other", node_url="http://other", state="serving", beat=1)
+        assert objects.create(lease_key(shard), record.to_bytes()) is not None
+    settings = NodeSettings("n0", "http://127.0.0.1:1", uri, "delta", lease_ttl_s=5)
+    spec = ShardServerSpec("127.0.0.1", "http://127.0.0.1:1", tmp_path, "n0", 3, ())
+    supervisor = Supervisor(settings, Layout(3), objects, spec)
+    store.delay_s = 0.3
+    began = time.monotonic()
+    supervisor._look()
+    since = [supervisor._seen[shard].since - began for shard in range(3)]
+    assert all(since[shard] >= 0.3 * (shard + 1) for shard in range(3)), since
+    supervisor._liveness.close()
+    supervisor._probe.close()
+    objects.close()

@@ -225,11 +225,11 @@ class Supervisor:
         log.warning("shard lost", extra={"shard": shard, "reason": why})
 
     def _look(self) -> None:
-        now = time.monotonic()
         for shard in range(self.layout.shards):
             if shard in self._held:
                 continue
             found = self.objects.get(lease_key(shard))
+            now = time.monotonic()  # a version is first seen when its read answered (``leases``: SAFETY)
             if found is None:
                 self._seen.pop(shard, None)
                 self._unreadable.pop(shard, None)
