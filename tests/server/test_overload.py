@@ -79,6 +79,7 @@ def test_a_burst_of_large_appends_is_pushed_back_within_the_budget(
     )
     assert after <= idle + BUDGET, f"RSS {after / MIB:,.0f} MiB {SETTLE_S:g} s after the burst (idle {idle / MIB:,.0f})"
 
+    assert _metric(server, "durable_streams_writes_receiving_bytes") == 0
     for client, path in enumerate(paths):
         messages = overload_memory.read_back(server.port, path, MIB)
         acks = burst.acks[client]
@@ -173,3 +174,16 @@ def test_a_body_without_room_is_refused_with_retry_after_and_the_connection_stay
     assert response.status == 204
     conn.close()
     assert [len(message) for message in overload_memory.read_back(server.port, path, MIB)] == [MIB, MIB]
+    session = requests.Session()
+    for _ in range(50):  # small appends (the fast path's): admitted and released as the large ones
+        assert session.post(server.url + path, data=b"x" * 1000, headers=overload_memory.OCTETS).status_code == 204
+    assert _metric(server, "durable_streams_writes_receiving_bytes") == 0
+    assert _metric(server, "durable_streams_writes_refused_total") == 1
+    assert _metric(server, "durable_streams_writes_limit_bytes") == MIB
+
+
+def _metric(server: ServerProcess, name: str) -> float:
+    for line in requests.get(f"{server.url}/metrics", timeout=10).text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"/metrics has no {name}")

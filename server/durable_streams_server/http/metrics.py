@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from ..engine.engine import Engine
     from ..engine.subscriptions import SubscriptionManager
     from ..storage.committer import Storage
+    from .streams import StreamHandlers
     from .subscriptions import SubscriptionHandlers
 
 ROUTE_KEY = "durable_streams.route"
@@ -50,6 +51,7 @@ class MetricsSource(Protocol):
     engine: Engine | None
     live_readers: LiveReaders
     subscriptions: SubscriptionHandlers | None
+    handlers: StreamHandlers | None
 
 
 class ServerMetrics:
@@ -179,6 +181,27 @@ class _StateCollector:
             "Bytes allocated from Arrow's memory pool (message buffers, decoded Parquet, Delta writes)",
             pa.total_allocated_bytes(),
         )
+        writes = source.handlers.writes if source.handlers is not None else None
+        if writes is not None:
+            yield _gauge(
+                "durable_streams_writes_receiving_bytes",
+                "Bytes of request bodies admitted whose request has not ended (with unflushed bytes: writes in flight)",
+                writes.receiving,
+            )
+            yield _gauge(
+                "durable_streams_writes_limit_bytes",
+                "Bytes of writes in flight admitted at most (the memory budget's write share)",
+                writes.limit,
+            )
+            yield _gauge("durable_streams_writes_waiting", "Request bodies waiting, unread, for room", writes.waiting)
+            yield CounterMetricFamily(
+                "durable_streams_writes_waited", "Request bodies that waited for room", value=writes.waited
+            )
+            yield CounterMetricFamily(
+                "durable_streams_writes_refused",
+                "Request bodies refused (503 OVERLOADED) for want of room",
+                value=writes.refused,
+            )
         if source.subscriptions is not None:
             yield from _subscription_metrics(source.subscriptions.manager)
         storage = source.storage
