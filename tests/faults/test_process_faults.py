@@ -14,7 +14,9 @@ stop_node                      SIGSTOP of the node alone: its shard server runs 
                                leases expire and the others take its shard (asking the
                                running server to hand over); healed: SIGCONT
 stop_shard_server              SIGSTOP of one shard server alone: its node renews the
-                               lease, so the shard stays there, unanswered; SIGCONT
+                               lease, and kills the server that stopped answering after
+                               a lease ttl, then starts another; healed: SIGCONT (of
+                               the server, if it is still there)
 stop_node_and_shard_servers    SIGSTOP of the node and its shard servers (a VM that
                                froze): the others take its shard; SIGCONT, and the old
                                servers are killed as their leases ended
@@ -23,6 +25,7 @@ stop_node_and_shard_servers    SIGSTOP of the node and its shard servers (a VM t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from collections.abc import Callable
@@ -42,8 +45,10 @@ def _pid(node: Node) -> int:
 
 
 def _signal(pids: list[int], sent: signal.Signals) -> None:
+    """``sent`` to each of ``pids`` that is still there (a stopped server may have been killed)."""
     for pid in pids:
-        os.kill(pid, sent)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sent)
 
 
 def _kill(node: Node) -> None:
