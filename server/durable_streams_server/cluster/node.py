@@ -25,10 +25,10 @@ One thread (``Supervisor.run``) ticks every ``tick_s`` (a fifth of the lease ttl
    a WAL-durability server that did not exit cleanly (killed at the drain's timeout, or
    failed): its records may be on this node's disk only and its location still names it, so
    the lease is kept and the server started again (``_may_let_go``); the drain comes again.
-5. **Balance**: with ``live`` nodes, each should hold ``ceil(shards / live)`` shards. A node
-   below that takes free shards and those ``leases.may_take`` allows; a node above it drains
-   one serving shard at a time, and another node takes it. A starting shard is never drained:
-   its server may be taking the location over from a dead owner.
+5. **Balance** (the rule is ``balance``'s): a node below its share takes free shards and
+   those ``leases.may_take`` allows; a node above it drains one serving shard at a time, and
+   another node takes it; shards never move between nodes that hold their share. A starting
+   shard is never drained: its server may be taking the location over from a dead owner.
 
 A drain first **announces** itself: the lease is written ``draining`` (no URL), and the
 shard's server keeps serving for ``drain_notice_s`` (two ticks) before it is asked to stop.
@@ -57,6 +57,7 @@ from dataclasses import dataclass, field, replace
 
 import httpx
 
+from .balance import cold_start_wait, should_drain
 from .leases import Held, LeaseFormatError, LeaseRecord, Observed, WalAdoption, may_take, target_count
 from .membership import Membership
 from .objects import ConditionalObjects, ObjectStoreError
@@ -112,6 +113,7 @@ class Supervisor:
         self._held: dict[int, Held] = {}
         self._servers: dict[int, ShardServer] = {}
         self._released_at: dict[int, float] = {}
+        self._started_at = time.monotonic()
         self._stop = threading.Event()
         self._closed = threading.Event()
         """Set once shutdown is over: the renewer and the watchdog run until then."""
@@ -131,6 +133,7 @@ class Supervisor:
         return tuple(sorted(self._held))
 
     def start(self) -> None:
+        self._started_at = time.monotonic()
         self._thread.start()
         self._watchdog.start()
         self._renewer.start()
@@ -320,7 +323,11 @@ class Supervisor:
             return  # one drain at a time
         shards, live = self.layout.shards, self.live_nodes
         target = target_count(shards, len(live))
-        if self._should_drain(target):
+        now = time.monotonic()
+        anyone_holds = bool(self._held) or any(not seen.record.free for seen in self._seen.values())
+        if cold_start_wait(anyone_holds, len(self._held), now - self._started_at, self.settings.lease_ttl_s):
+            return  # (nodes started together see each other first: ``balance``)
+        if should_drain(shards, self.settings.node_id, self._held_by()):
             serving = [shard for shard, held in self._held.items() if held.record.state == "serving"]
             if not serving:
                 return  # (a starting server may be taking its location over: it is not interrupted)
@@ -328,7 +335,6 @@ class Supervisor:
             self._announce_drain(shard)
             log.info("shard draining", extra={"shard": shard, "target": target, "live_nodes": len(live)})
             return
-        now = time.monotonic()
         for shard in range(shards):
             if len(self._held) >= target:
                 return
@@ -350,26 +356,16 @@ class Supervisor:
         if shard in self._held:
             self._announced[shard] = time.monotonic()
 
-    def _should_drain(self, target: int) -> bool:
-        """Above the balanced share; or at it while a live node holds less than the floor share,
-        and this node is the one that holds the most (ties: the greatest id), so one node
-        gives a shard up at a time."""
-        mine = len(self._held)
-        if mine > target:
-            return True
-        if mine == 0 or mine < target:
-            return False
+    def _held_by(self) -> dict[str, int]:
+        """How many shards each live node holds, as this node last saw the leases."""
         counts = dict.fromkeys(self.live_nodes, 0)
         now = time.monotonic()
         for seen in self._seen.values():
             holder = seen.record.holder
             if holder in counts and not seen.record.free and not seen.expired(now):
                 counts[holder] += 1
-        counts[self.settings.node_id] = mine
-        floor = self.layout.shards // len(counts)
-        if min(counts.values()) >= floor:
-            return False
-        return max(counts.items(), key=lambda item: (item[1], item[0]))[0] == self.settings.node_id
+        counts[self.settings.node_id] = len(self._held)
+        return counts
 
     def _acquire(self, shard: int, seen: Observed | None) -> None:
         ttl_ms = int(self.settings.lease_ttl_s * 1000)
