@@ -12,7 +12,7 @@ import socket
 import threading
 from typing import Any
 
-from durable_streams_server.cluster.proxy import Relay, RelayFailure
+from durable_streams_server.cluster.proxy import Relay, RelayFailure, relay_read_timeout_s
 from durable_streams_server.cluster.router import _relay_failed
 from pyspark_durable_streams.client import errors
 
@@ -114,3 +114,10 @@ def test_a_shard_server_that_never_answers_meets_the_read_deadline() -> None:
     finally:
         listener.close()
     assert failure is not None and failure.sent and "ReadTimeout" in failure.error, failure
+
+
+def test_the_read_deadline_outlasts_a_healthy_servers_longest_silence() -> None:
+    """A long-poll waits up to ``--long-poll-timeout-ms`` and an SSE connection lives
+    ``--sse-reconnect-ms``, both silent while nothing is appended: the relay waits twice that."""
+    assert relay_read_timeout_s(30_000, 60_000) == 120.0
+    assert relay_read_timeout_s(300_000, 60_000) == 600.0

@@ -64,8 +64,15 @@ def must_relay(scope: Scope, reserved: bool) -> bool:
 
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 120.0
-"""The default silence allowed between two pieces of a relayed answer: twice the server's
-default long-poll wait (30 s) and SSE connection life (60 s) at most."""
+"""The silence allowed between two pieces of a relayed answer when none is given: twice the
+server's default SSE connection life (60 s), the longest silence a healthy shard server keeps
+(``relay_read_timeout_s``)."""
+
+
+def relay_read_timeout_s(long_poll_timeout_ms: int, sse_reconnect_ms: int) -> float:
+    """Twice the longest a healthy shard server stays silent on a request: a long-poll's wait,
+    or an SSE connection's life (the node's shard servers run with the node's own settings)."""
+    return 2 * max(long_poll_timeout_ms, sse_reconnect_ms) / 1000
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ from ..http.ui import page
 from ..protocol.errors import NotFound
 from ..protocol.shard_keys import shard_of_key
 from .node import Supervisor
-from .proxy import Relay, RelayFailure, must_relay
+from .proxy import READ_TIMEOUT_S, Relay, RelayFailure, must_relay
 
 CLUSTER_PATH = "/v1/cluster"
 _PER_SHARD = ("status", "consumers", "internal")
@@ -55,10 +55,16 @@ _PER_SHARD = ("status", "consumers", "internal")
 class ClusterRouter:
     """The node's ASGI app (module docstring); it starts and stops the node's supervisor."""
 
-    def __init__(self, supervisor: Supervisor, on_started: Callable[[], object] | None = None) -> None:
+    def __init__(
+        self,
+        supervisor: Supervisor,
+        on_started: Callable[[], object] | None = None,
+        *,
+        relay_read_timeout_s: float = READ_TIMEOUT_S,
+    ) -> None:
         self.supervisor = supervisor
         self.on_started = on_started
-        self.relay = Relay()
+        self.relay = Relay(relay_read_timeout_s)
         self.accepting = False
         """Between the lifespan's startup and its shutdown (``/readyz``)."""
 

@@ -24,6 +24,7 @@ from ..storage.ownership import node_id_for
 from .membership import IdInUse, wait_until_id_free
 from .node import NodeSettings, Supervisor
 from .objects import ConditionalObjects, ObjectStoreError, open_objects
+from .proxy import relay_read_timeout_s
 from .router import ClusterRouter
 from .secret import cluster_secret
 from .shards import LAYOUT_KEY, Layout, LayoutError
@@ -98,7 +99,8 @@ def run_node(args: argparse.Namespace, argv: list[str], config: ServerConfig) ->
         secret=secret,
     )
     log.info("cluster node starting", extra={"node_id": node_id, "url": url, "shards": layout.shards})
-    router = ClusterRouter(Supervisor(settings, layout, objects, spec))
+    read_timeout_s = relay_read_timeout_s(config.long_poll_timeout_ms, config.sse_reconnect_ms)
+    router = ClusterRouter(Supervisor(settings, layout, objects, spec), relay_read_timeout_s=read_timeout_s)
     uvicorn.run(
         router,
         host=args.host,
