@@ -5,8 +5,9 @@ every shard server) with one ``--auth-tokens-file``. Client requests all go to o
 (``front``); the shard servers check the client's token (a fork needs write on itself and
 read on its source, whatever shard the source is in), while what the shards send each other
 through the routers (a fork's export and unlink, tail reports, wake events appended to
-another shard's stream) carries the cluster secret instead, and a client's token, even an
-admin one, opens none of the internal routes. Checked as a user meets it: copied forks
+another shard's stream) goes to internal routes with the cluster secret instead; a client's
+token, even an admin one, opens none of the internal routes, and the secret opens no public
+one. Checked as a user meets it: copied forks
 allowed and refused by token, a pull-wake subscription woken from two shards with its wake
 stream in a third, and a copied fork's expiry unlinking it from its source as DELETE does.
 """

@@ -51,11 +51,27 @@ def test_internal_endpoints_answer_only_the_cluster(tmp_path: Path) -> None:
         waited = http.get(interest, params={"version": current.json()["version"], "wait_ms": "50"}, headers=inside)
         assert waited.json() == current.json()
 
-        # the credential passes where tokens are configured: the home appends wake events that way
+        # the credential opens no public route: the stream surface wants a token, credential or not
         stream = f"{url}/v1/stream/{_home_key(2)}/jobs"
+        token = {"Authorization": f"Bearer {TOKEN}"}
         assert http.put(stream, headers=JSON).status_code == 401
-        assert http.put(stream, headers=JSON | inside).status_code == 201
-        assert http.post(stream, data=b'{"n": 1}', headers=JSON | inside).status_code == 204
+        for method, body in (("PUT", None), ("POST", b'{"n": 0}'), ("GET", None), ("DELETE", None)):
+            refused = http.request(method, stream, data=body, headers=JSON | inside)
+            assert refused.status_code == 401, (method, refused.text)
+        assert http.put(stream, headers=JSON | token).status_code == 201
+        # wake events (the home's deliveries to a stream of another shard) take the internal route
+        wake = f"{url}/v1/internal/wake-events"
+        producer = {"Producer-Id": "ds-wake-s-1", "Producer-Epoch": "3", "Producer-Seq": "0"}
+        event = b'[{"type": "wake", "n": 1}]'
+        params = {"path": f"{_home_key(2)}/jobs"}
+        assert http.post(wake, params=params, data=event, headers=JSON | producer | token).status_code == 403
+        assert http.post(wake, params=params, data=event, headers=JSON | producer | inside).status_code == 204
+        again = http.post(wake, params=params, data=event, headers=JSON | producer | inside)
+        assert again.status_code == 204  # (a repeat is the producer's duplicate: stored once)
+        bad = http.post(wake, params=params, data=event, headers=JSON | inside)
+        assert bad.status_code == 400 and bad.json()["error"]["code"] == "INVALID_WAKE_EVENTS", bad.text
+        read = http.get(stream, params={"offset": "-1"}, headers=token)
+        assert read.json() == [{"type": "wake", "n": 1}], read.text
         matching = http.post(f"{url}/v1/internal/matching", json={"patterns": ["*/jobs"], "paths": []}, headers=inside)
         assert matching.status_code == 200, matching.text
         [(path, tail, created_ms)] = matching.json()["streams"]

@@ -9,8 +9,10 @@ credential (``http.cluster_secret``): the router relays ``/v1/internal/...?shard
 * ``matching`` asks every other shard, concurrently, for its base-surface streams an interest
   wants, with their tails (``http.internal``); one that does not answer makes the whole
   question fail with 503 and ``Retry-After``: a subscription is never created missing a shard.
-* ``append`` writes wake events to another shard's stream, retrying while the shard is moving
-  (503) or its server does not answer; the producer headers make a repeat a duplicate.
+* ``append`` writes wake events to another shard's stream through that shard's internal
+  route (``/v1/internal/wake-events``: the credential opens no public route), retrying while
+  the shard is moving (503) or its server does not answer; the producer headers make a repeat
+  a duplicate.
 * ``start``/``noted``: on every shard but the home, the ``reporter.TailReporter``.
 """
 
@@ -19,11 +21,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from typing import TYPE_CHECKING
-from urllib.parse import quote
 
 import httpx
 
-from ..engine.remote_streams import BASE_ROOT, InterestView
+from ..engine.remote_streams import InterestView
 from ..http.cluster_secret import CLUSTER_SECRET_HEADER
 from ..http.shard_guard import ShardGuard
 from ..protocol.errors import ProtocolError, ServiceUnavailable
@@ -84,7 +85,8 @@ class RouterPeers:
         )
 
     async def append(self, path: str, body: bytes, producer_id: str, epoch: int) -> None:
-        url = f"{self.guard.router_url}/{BASE_ROOT}{quote(path)}"
+        url = self.internal_url("wake-events")
+        params: dict[str, str | int] = {"shard": self.shard_of(path), "path": path}
         headers = {
             **self.headers,
             "Content-Type": "application/json",
@@ -96,7 +98,7 @@ class RouterPeers:
         deadline, delay = loop.time() + APPEND_PATIENCE_S, 0.1
         while True:
             try:
-                answer = await self.client.post(url, content=body, headers=headers)
+                answer = await self.client.post(url, params=params, content=body, headers=headers)
                 if answer.status_code in (200, 204):
                     return
                 why, status = f"it answered {answer.status_code}: {answer.text[:200]}", answer.status_code

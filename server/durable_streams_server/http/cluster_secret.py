@@ -3,9 +3,10 @@
 A node creates one random secret per storage root, once (``cluster.secret``), and hands it to
 the shard servers it starts through the environment (``CLUSTER_SECRET_ENV``). A request
 carrying it in ``CLUSTER_SECRET_HEADER`` comes from the cluster itself: it may use the
-internal endpoints (``internal``), and it passes where bearer tokens are configured (the home
-shard appends wake events to another shard's stream through the router). Compared in
-constant time; never logged, never part of an answer.
+internal routes (``internal``, ``fork_exports``), and only those: on the public surface it
+stands in for no token (``request_policy``), so whoever learns it can reach the cluster's
+internal endpoints, never write or delete a stream through the protocol. Compared in constant
+time; never logged, never part of an answer.
 """
 
 from __future__ import annotations

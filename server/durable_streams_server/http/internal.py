@@ -11,6 +11,12 @@ described in ``engine.remote_streams``.
          {"shard", "version", "full", "streams": [[path, tail, created_ms]...], "removed": [path...]}
     POST /v1/internal/matching                       this shard's streams an interest wants, with tails
          {"patterns": [...], "paths": [...]}  ->  {"shard", "streams": [[path, tail, created_ms]...]}
+    POST /v1/internal/wake-events?path=P             wake events appended to this shard's stream
+         (the JSON array of events; Producer-Id and    ``v1/stream/P`` as an idempotent producer (the
+         Producer-Epoch headers, seq 0)                home's wake deliveries: ``cluster.peers``)
+
+The credential opens these routes only: a request on the public surface is checked against the
+bearer tokens like any other, whatever it carries (``request_policy``).
 """
 
 from __future__ import annotations
@@ -20,9 +26,11 @@ import json
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..engine.remote_streams import InterestView, matching_streams
+from ..engine.remote_streams import BASE_ROOT, InterestView, matching_streams
 from ..engine.subscriptions import SubscriptionManager
+from ..engine.types import AppendRequest
 from ..protocol.errors import BadRequest, MethodNotAllowed, NotFound
+from ..protocol.headers import parse_producer
 from .cluster_secret import require
 from .shard_guard import ShardGuard
 
@@ -51,6 +59,10 @@ class InternalHandlers:
             view = _interest_of(await _body(request))
             streams = matching_streams(self.manager.engine, view)
             return JSONResponse({"shard": guard.shard, "streams": streams}, headers=NO_STORE)
+        if rest == "wake-events":
+            _allow(request, "POST")
+            await self._wake_events(request)
+            return Response(status_code=204, headers=NO_STORE)
         raise NotFound(f"no internal resource {request.url.path!r}", code="NOT_FOUND")
 
     async def _interest(self, request: Request) -> dict[str, object]:
@@ -61,6 +73,15 @@ class InternalHandlers:
             raise BadRequest("wait_ms must be an integer", code="INVALID_WAIT") from None
         view = await self.manager.reports.interest.after(version, max(wait_ms, 0) / 1000)
         return view.to_json()
+
+    async def _wake_events(self, request: Request) -> None:
+        path = request.query_params.get("path", "")
+        given = request.headers
+        producer = parse_producer(given.get("producer-id"), given.get("producer-epoch"), given.get("producer-seq"))
+        if not path or producer is None:
+            raise BadRequest("wake events need ?path= and the producer headers", code="INVALID_WAKE_EVENTS")
+        body = await request.body()
+        await self.manager.engine.append(BASE_ROOT + path, AppendRequest(body, None, producer, None, False))
 
     def _report(self, body: object) -> None:
         refusal = BadRequest(

@@ -5,8 +5,8 @@ gate (``gate.py``) or the fast path, from the connection's parser callbacks (``f
 
 1. **admit** (``RequestPolicy.admit``): on a cluster's shard server, a path of another shard
    is sent back to the node's router (307, ``shard_guard``); then auth when tokens are configured (401/403,
-   ``auth.authorize``; a request carrying the cluster-internal credential passes:
-   ``cluster_secret``), then the limits (431 for heads over ``--max-header-bytes``, 429 over
+   ``auth.authorize``; on the cluster-internal routes only, a request carrying the cluster's
+   credential passes: ``cluster_secret``), then the limits (431 for heads over ``--max-header-bytes``, 429 over
    the rate limit: ``limits.RequestLimits``). A refusal is answered with the protocol's JSON
    error instead of routing (its route label: ``unrouted``).
 2. **observe** (``begin`` ... ``end``): the request is counted in flight from its start; at its
@@ -35,6 +35,7 @@ from .cluster_secret import presented
 from .limits import WRITE_BYTES_KEY, LiveReaders, RequestLimits
 from .metrics import ServerMetrics
 from .responses import EXPOSED_HEADERS, error_response
+from .routes import match_route, route_path
 from .shard_guard import ShardGuard
 
 Headers = list[tuple[bytes, bytes]]
@@ -98,7 +99,7 @@ class RequestPolicy:
         """Shard, auth, then limits: the refusal to answer instead of routing, or ``None``: go on."""
         refusal: ProtocolError | None = self.shard_guard.refusal(scope) if self.shard_guard is not None else None
         guard = self.shard_guard
-        internal = guard is not None and presented(guard.secret, scope["headers"])
+        internal = guard is not None and _internal_route(scope) and presented(guard.secret, scope["headers"])
         if refusal is None and self.auth is not None and not internal:
             refusal = authorize(self.auth, scope)
         if refusal is None:
@@ -119,3 +120,13 @@ class RequestPolicy:
         if written and self.writes is not None:
             self.writes.release(written)
         metrics.observe_scope(scope, status, time.perf_counter() - started)
+
+
+INTERNAL_ROUTES = frozenset({"internal", "cluster"})
+"""The cluster's own routes, where its credential stands in for a token (each checks it itself:
+``cluster_secret.require``); on every other route the credential opens nothing."""
+
+
+def _internal_route(scope: Scope) -> bool:
+    found = match_route(route_path(scope))
+    return found is not None and found[0] in INTERNAL_ROUTES
