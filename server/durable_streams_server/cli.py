@@ -70,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="A Durable Streams protocol server storing streams in Delta Lake tables. "
         f"Every option can also be set with an environment variable {ENV_PREFIX}<OPTION> "
         "(e.g. DURABLE_STREAMS_PORT=8080, DURABLE_STREAMS_STORAGE_OPTION='k1=v1,k2=v2').",
+        allow_abbrev=False,  # (an option is named whole: a prefix never stands for another option)
     )
     _add(parser, "--host", "127.0.0.1", "address to bind")
     _add(parser, "--port", 4437, "port", type=int)
@@ -116,6 +117,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add(parser, "--shards", 4, "cluster mode: the number of shards of a new storage root (fixed after)", type=int)
     _add(parser, "--lease-ttl-s", 5.0, "cluster mode: a dead node's shards are taken after this", type=float)
+    _add(
+        parser,
+        "--cluster-secret-file",
+        None,
+        "cluster mode: the credential of the cluster's internal routes, one secret per line (the first is "
+        "presented, every one accepted: rotation); default: a random one the first node stores in the root",
+    )
     _add_config(parser, "--cluster-shard", "set by a cluster node for the shard servers it starts: k/N")
     _add_config(parser, "--cluster-router", "set by a cluster node for its shard servers: the node's URL")
     _add(parser, "--cluster-parent", 0, "set by a cluster node for its shard servers: the node's pid", type=int)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import httpx
 
 from ..engine.remote_streams import InterestView
-from ..http.cluster_secret import CLUSTER_SECRET_HEADER
+from ..http.cluster_secret import CLUSTER_SECRET_HEADER, presenting
 from ..http.shard_guard import ShardGuard
 from ..protocol.errors import ProtocolError, ServiceUnavailable
 from ..protocol.shard_keys import shard_of_key
@@ -47,7 +47,7 @@ class RouterPeers:
     def __init__(self, guard: ShardGuard) -> None:
         self.guard = guard
         self.home = shard_of_key(HOME_KEY, guard.shards)
-        self.headers = {CLUSTER_SECRET_HEADER: guard.secret or ""}
+        self.headers = {CLUSTER_SECRET_HEADER: presenting(guard.secret)}
         self.client = httpx.AsyncClient(trust_env=False, timeout=httpx.Timeout(MATCHING_TIMEOUT_S))
         self.reporter: TailReporter | None = None
 

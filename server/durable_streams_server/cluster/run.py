@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import logging
 from ipaddress import ip_address
+from pathlib import Path
 
 import uvicorn
 
@@ -26,7 +27,7 @@ from .node import NodeSettings, Supervisor
 from .objects import ConditionalObjects, ObjectStoreError, open_objects
 from .proxy import relay_read_timeout_s
 from .router import ClusterRouter
-from .secret import cluster_secret
+from .secret import SecretFileError, cluster_secret
 from .shards import LAYOUT_KEY, Layout, LayoutError
 from .workers import ShardServerSpec, passthrough_args
 
@@ -71,7 +72,10 @@ def run_node(args: argparse.Namespace, argv: list[str], config: ServerConfig) ->
     try:
         objects = open_objects(config.storage_uri, config.storage_options)
         layout = open_layout(objects, args.shards)
-        secret = cluster_secret(objects)
+        secret_file = Path(args.cluster_secret_file) if args.cluster_secret_file else None
+        secret = cluster_secret(objects, secret_file)
+    except SecretFileError as exc:
+        raise SystemExit(str(exc)) from None
     except (ValueError, LayoutError) as exc:
         raise SystemExit(f"--storage-uri {config.storage_uri}: {exc}") from None
     url = advertise_url(args)

@@ -42,6 +42,7 @@ NODE_OPTIONS = {
     "--take-over-timeout-s": 1,
     "--shards": 1,
     "--lease-ttl-s": 1,
+    "--cluster-secret-file": 1,
     "--cluster": 0,
 }
 """Options of a node that its shard servers get per shard instead (name: values taken)."""

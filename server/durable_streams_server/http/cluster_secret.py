@@ -21,12 +21,22 @@ CLUSTER_SECRET_HEADER = "durable-streams-cluster-secret"
 _HEADER = CLUSTER_SECRET_HEADER.encode()
 
 
+def presenting(secret: str | None) -> str:
+    """The secret a request of the cluster carries: the first of ``secret``'s lines."""
+    return (secret or "").split("\n", 1)[0]
+
+
 def presented(secret: str | None, headers: Sequence[tuple[bytes, bytes]]) -> bool:
-    """Whether the request's headers carry ``secret`` (never with no secret configured)."""
+    """Whether the request's headers carry one of ``secret``'s lines (never with no secret
+    configured). Every line is accepted, so a secret is rotated with no request refused: add
+    the new one second on every node, then first, then drop the old one (``cluster.secret``)."""
     if not secret:
         return False
     values = [value for name, value in headers if name == _HEADER]
-    return len(values) == 1 and hmac.compare_digest(values[0], secret.encode())
+    if len(values) != 1:
+        return False
+    matches = [hmac.compare_digest(values[0], line.encode()) for line in secret.split("\n") if line]
+    return any(matches)
 
 
 def require(secret: str | None, path: str, headers: Sequence[tuple[bytes, bytes]]) -> None:

@@ -31,7 +31,7 @@ from ..engine.types import CreateOutcome, CreateRequest
 from ..protocol import fork_export
 from ..protocol import headers as h
 from ..protocol.errors import ProtocolError, ServiceUnavailable
-from .cluster_secret import CLUSTER_SECRET_HEADER
+from .cluster_secret import CLUSTER_SECRET_HEADER, presenting
 from .shard_guard import ShardGuard, shard_of_path
 
 log = logging.getLogger("durable_streams_server.http")
@@ -71,7 +71,7 @@ class CrossShardForks:
         return self.guard.router_url + EXPORT_ROUTE + quote(source, safe="/")
 
     def _headers(self) -> dict[str, str]:
-        return {CLUSTER_SECRET_HEADER: self.guard.secret or "", "durable-streams-redirects": "relay"}
+        return {CLUSTER_SECRET_HEADER: presenting(self.guard.secret), "durable-streams-redirects": "relay"}
 
     # -- creating ---------------------------------------------------------------------
 
