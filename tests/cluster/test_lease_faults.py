@@ -19,6 +19,8 @@ import asyncio
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -41,11 +43,11 @@ from cluster_support import (
 )
 from servers import MotoServer, ServerProcess, free_port
 
-from durable_streams_server.cluster.leases import LeaseRecord
+from durable_streams_server.cluster.leases import Held, LeaseRecord
 from durable_streams_server.cluster.node import NodeSettings, Supervisor
 from durable_streams_server.cluster.objects import open_objects
 from durable_streams_server.cluster.shards import Layout, lease_key
-from durable_streams_server.cluster.workers import ShardServerSpec
+from durable_streams_server.cluster.workers import ShardServer, ShardServerSpec
 
 pytestmark = pytest.mark.slow
 
@@ -302,3 +304,26 @@ def test_a_lease_version_is_first_seen_when_its_read_answered(store: StoreProxy,
     supervisor._liveness.close()
     supervisor._probe.close()
     objects.close()
+
+
+def test_no_shard_server_is_started_on_a_lease_whose_validity_ended(tmp_path: Path) -> None:
+    """The watchdog kills a shard server the moment its lease's validity ends, which can fall
+    between a tick's fencing step and its serving step: the serving step then found an exited
+    server and started it again, on a lease no longer valid (killed again 0.1 s later)."""
+    uri = str(tmp_path / "root")
+    objects = open_objects(uri, {})
+    settings = NodeSettings("n0", "http://127.0.0.1:1", uri, "delta", lease_ttl_s=5)
+    spec = ShardServerSpec("127.0.0.1", "http://127.0.0.1:1", tmp_path, "n0", 1, ())
+    supervisor = Supervisor(settings, Layout(1), objects, spec)
+    record = LeaseRecord(shard=0, holder="n0", state="serving", ttl_ms=5000)
+    etag = objects.create(lease_key(0), record.to_bytes())
+    assert etag is not None
+    killed = subprocess.Popen([sys.executable, "-c", "pass"])
+    killed.wait()  # (as the watchdog left it)
+    supervisor._held[0] = Held(record, etag, valid_until=time.monotonic() - 0.01)
+    supervisor._servers[0] = ShardServer(0, "http://127.0.0.1:1", killed)
+    supervisor._serve()
+    try:
+        assert supervisor._servers[0].proc is killed, "a shard server was started on an expired lease"
+    finally:
+        supervisor._servers[0].kill()

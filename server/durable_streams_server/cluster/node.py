@@ -270,8 +270,8 @@ class Supervisor:
     def _serve(self) -> None:
         for shard, server in list(self._servers.items()):
             held = self._held.get(shard)
-            if held is None:
-                continue
+            if held is None or time.monotonic() >= held.valid_until:
+                continue  # (a lease whose validity ended is dropped at the next tick: nothing is started on it)
             announced = self._announced.get(shard)
             if announced is not None and server.stopping_since is None:
                 if server.exited:  # it died during the notice: started again below, like any exit
