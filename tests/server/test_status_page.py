@@ -44,8 +44,10 @@ def test_ui_paths_shadow_no_bucket_and_the_base_surface_keeps_a_stream_named_ui(
     server = server_factory()
     with pytest.raises(BadRequest):
         validate_bucket_id("ui")  # too short: no bucket can be named ui
-    page = http.get(f"{server.url}/ui", allow_redirects=False)
-    assert page.status_code == 308 and page.headers["Location"] == "ui/"
+    for path in ("/ui", "/"):  # (the root leads to the status page too)
+        page = http.get(f"{server.url}{path}", allow_redirects=False)
+        assert page.status_code == 308 and page.headers["Location"] == "ui/", path
+    assert http.get(f"{server.url}/").url == f"{server.url}/ui/"
     index = http.get(f"{server.url}/ui/")
     assert index.status_code == 200 and index.headers["Content-Type"].startswith("text/html")
     assert "default-src 'self'" in index.headers["Content-Security-Policy"]

@@ -43,8 +43,10 @@ def test_the_page_works_through_a_cluster_node(
         url = f"{node.url}/v1/stream/{name}"
         assert http.put(url, data=b'[{"shard":"mine"}]', headers=JSON).status_code == 201
 
-    page = http.get(f"{node.url}/ui", allow_redirects=False)
-    assert page.status_code == 308 and page.headers["Location"] == "ui/"
+    for path in ("/ui", "/"):  # (the root leads to the status page too)
+        page = http.get(f"{node.url}{path}", allow_redirects=False)
+        assert page.status_code == 308 and page.headers["Location"] == "ui/", path
+    assert http.get(f"{node.url}/").url == f"{node.url}/ui/"
     assert http.get(f"{node.url}/ui/app.js").headers["Content-Type"].startswith("text/javascript")
     assert http.post(f"{node.url}/ui/x").status_code == 405
     for shard, name in enumerate(names):

@@ -203,8 +203,8 @@ async def _page(scope: Scope, send: Send) -> None:
         await _respond(send, status, headers, body)
         return
     path = route_path(scope)
-    if path == "/ui":
-        await _respond(send, 308, {"Location": "ui/"}, {})
+    if path in ("/", "/ui"):
+        await _respond(send, 308, {"Location": "ui/"}, {})  # (relative: from / and from /ui alike)
         return
     try:
         response = page.asset(path[len("/ui/") :])

@@ -60,6 +60,7 @@ ROUTES: tuple[tuple[RouteName, str], ...] = (
     # The status page and its JSON (``ui``): ``ui`` is too short for a bucket id, so neither
     # shadows a bucket, and both lie outside the base surface ``/v1/stream/`` (after its route,
     # so its requests are not tried against them).
+    ("ui", "/"),  # (the server's root leads to its status page)
     ("ui", "/ui"),
     ("ui", "/ui/{asset:path}"),
     ("status", "/v1/status/{view:path}"),

@@ -73,7 +73,7 @@ class StatusPage:
         async def route() -> Response:
             if request.method not in ("GET", "HEAD"):
                 raise_method(request)
-            if "asset" not in request.path_params:  # ``/ui``: the page's relative links need ``/ui/``
+            if "asset" not in request.path_params:  # ``/`` or ``/ui``: the page's relative links need ``/ui/``
                 return Response(status_code=308, headers={"Location": "ui/", "Cache-Control": "no-store"})
             return page.asset(request.path_params["asset"])
 
