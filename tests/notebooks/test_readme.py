@@ -372,10 +372,18 @@ def test_cluster_example(moto: MotoServer, tmp_path: Path) -> None:
     bucket = f"readme-cluster-{uuid.uuid4().hex[:8]}"
     moto.create_bucket(bucket)
     port = free_port()
+    token = uuid.uuid4().hex
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text(json.dumps([{"name": "app", "token": token, "scope": "write"}]))
+    secret = tmp_path / "cluster-secret"
+    secret.write_text(uuid.uuid4().hex + uuid.uuid4().hex + "\n")
     command = substitute(
         block.text,
         {
+            "--host 0.0.0.0": "--host 127.0.0.1",  # (loopback only on a test machine)
             "http://host1:4437": f"http://127.0.0.1:{port}",
+            "/etc/ds/tokens.json": str(tokens),
+            "/etc/ds/cluster-secret": str(secret),
             "s3://bucket/streams": f"s3://{bucket}/streams",
             "/var/lib/ds": str(tmp_path / "node"),
             "--shards 12": "--shards 2",
@@ -384,7 +392,8 @@ def test_cluster_example(moto: MotoServer, tmp_path: Path) -> None:
     env = {**moto.storage_options(), "AWS_ALLOW_HTTP": "true", "DURABLE_STREAMS_PORT": str(port)}
     with _background(command, tmp_path / "node.log", port, env) as url:
         wait_for(lambda: all(shard["state"] == "serving" for shard in _cluster_view(url)["shards"]), timeout_s=60)
-        with Client(url) as client:
+        assert requests.get(f"{url}/v1/stream/one", timeout=10).status_code == 401  # (tokens are on)
+        with Client(url, token=token) as client:
             for name in ("one", "two", "three"):
                 stream = client.stream(f"v1/stream/{name}")
                 stream.create("text/plain")
@@ -416,16 +425,18 @@ def boto3_client(moto: MotoServer) -> Any:
 def _background(script: str, log: Path, port: int, env: dict[str, str]) -> Iterator[str]:
     """A README server command run by bash until the block ends (then SIGTERM); yields its URL."""
     with open(log, "wb") as out:
-        proc = subprocess.Popen(["bash", "-c", script], stdout=out, stderr=subprocess.STDOUT, env=shell_env(**env))
+        proc = subprocess.Popen(
+            ["bash", "-c", script], stdout=out, stderr=subprocess.STDOUT, env=shell_env(**env), start_new_session=True
+        )
     try:
         _wait_until_listening(port, proc, log)
         yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.send_signal(signal.SIGTERM)
+    finally:  # (the whole process group: bash, the server, a cluster node's shard servers)
+        os.killpg(proc.pid, signal.SIGTERM)
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
 
 
