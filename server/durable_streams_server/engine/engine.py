@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 
-from ..protocol import producers
+from ..protocol import preconditions, producers
 from ..protocol.errors import Conflict, Gone, NotFound
 from ..protocol.headers import DEFAULT_CONTENT_TYPE, is_json, normalize_content_type
 from ..protocol.json_mode import split_messages
@@ -324,6 +324,8 @@ class Engine:
             if not has_data and producer is None:
                 return AppendOutcome(AppendResult.ALREADY_CLOSED, stream.tail, True)
             raise Conflict("stream is closed", code="STREAM_CLOSED", headers=_closed_headers(stream))
+        condition = request.if_match  # (a conditional append: ``preconditions`` has the order of its checks)
+        expected = None if condition is None else preconditions.parse(condition, producer=producer is not None)
         if (
             has_data
             and request.content_type is not None
@@ -347,6 +349,8 @@ class Engine:
             and request.stream_seq.encode() <= stream.stream_seq.encode()
         ):
             raise Conflict("Stream-Seq must increase", code="SEQUENCE_REGRESSION")
+        if expected is not None:
+            preconditions.check(expected, stream.tail)  # (compared and written in one step: no await between)
         messages: tuple[bytes, ...] | MessageBatch = ()
         if request.batch is not None:
             messages = MessageBatch(request.batch)

@@ -44,6 +44,9 @@ class AppendRequest:
     batch: pa.BinaryArray | None = None
     """A bulk append's messages (checked by ``protocol.bulk``; ``body`` is then empty and
     ``content_type`` the one the request names for its messages)."""
+    if_match: str | None = None
+    """A conditional append's ``If-Match`` as sent (``protocol.preconditions``: the engine parses it
+    in its evaluation order)."""
 
 
 class AppendResult(Enum):

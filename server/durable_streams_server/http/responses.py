@@ -17,13 +17,13 @@ from ..protocol.errors import ProtocolError
 
 ALLOWED_METHODS = "GET, POST, PUT, DELETE, HEAD, OPTIONS"
 ALLOWED_HEADERS = (
-    "Content-Type, Authorization, If-None-Match, Stream-Seq, Stream-TTL, Stream-Expires-At, Stream-Closed, "
+    "Content-Type, Authorization, If-None-Match, If-Match, Stream-Seq, Stream-TTL, Stream-Expires-At, Stream-Closed, "
     "Producer-Id, Producer-Epoch, Producer-Seq, Stream-Forked-From, Stream-Fork-Offset, Stream-Fork-Sub-Offset"
 )
 EXPOSED_HEADERS = (
     "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, Stream-TTL, Stream-Expires-At, "
     "Stream-SSE-Data-Encoding, Producer-Epoch, Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, "
-    "Stream-Incarnation, Stream-Bulk-Append, ETag, Content-Type, Location"
+    "Stream-Incarnation, Stream-Bulk-Append, Stream-Conditional-Append, ETag, Content-Type, Location"
 )
 
 

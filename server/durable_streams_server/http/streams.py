@@ -22,7 +22,7 @@ from ..engine.engine import Engine
 from ..engine.memory_writes import WriteAdmission
 from ..engine.stream import Stream
 from ..engine.types import AppendOutcome, AppendRequest, AppendResult, CreateRequest, ReadResult
-from ..protocol import bulk
+from ..protocol import bulk, preconditions
 from ..protocol import headers as h
 from ..protocol.cursor import response_cursor
 from ..protocol.errors import BadRequest, PayloadTooLarge
@@ -183,11 +183,12 @@ class StreamHandlers:
                 raise BadRequest("Content-Type is required when appending data", code="MISSING_CONTENT_TYPE")
         elif not close:
             raise BadRequest("an append needs a body (or Stream-Closed: true to close)", code="EMPTY_BODY")
+        if_match = headers.get(preconditions.IF_MATCH)
         outcome = await self.engine.append(
-            name, AppendRequest(body, content_type, producer, headers.get(h.STREAM_SEQ), close)
+            name, AppendRequest(body, content_type, producer, headers.get(h.STREAM_SEQ), close, if_match=if_match)
         )
         status = 200 if outcome.result is AppendResult.STORED_FOR_PRODUCER else 204
-        return status, _append_headers(outcome)
+        return status, _append_headers(outcome, if_match is not None)
 
     async def _bulk_append(
         self, name: str, request: Request, body: bytes, bulk_type: str, producer: h.ProducerHeaders | None, close: bool
@@ -205,12 +206,15 @@ class StreamHandlers:
         same_type = h.normalize_content_type(content_type) == stream.media_type
         # (a mismatch is the engine's 409, whatever the messages are)
         bulk.check_messages(messages, json_stream=same_type and stream.is_json)
+        if_match = request.headers.get(preconditions.IF_MATCH)
         outcome = await self.engine.append(
             name,
-            AppendRequest(b"", content_type, producer, request.headers.get(h.STREAM_SEQ), close, batch=messages),
+            AppendRequest(
+                b"", content_type, producer, request.headers.get(h.STREAM_SEQ), close, batch=messages, if_match=if_match
+            ),
         )
         status = 200 if outcome.result is AppendResult.STORED_FOR_PRODUCER else 204
-        return Response(status_code=status, headers=_append_headers(outcome))
+        return Response(status_code=status, headers=_append_headers(outcome, if_match is not None))
 
     # -- DELETE / HEAD ------------------------------------------------------------------
 
@@ -227,6 +231,7 @@ class StreamHandlers:
             "Cache-Control": "no-store",
             "ETag": etag(stream, BEGINNING_SENTINEL, encode_seq(stream.visible_tail), stream.visible_closed),
             bulk.BULK_APPEND: bulk.ARROW_STREAM,
+            preconditions.CONDITIONAL_APPEND: preconditions.IF_MATCH,
         }
         if stream.ttl_s is not None:
             headers[h.STREAM_TTL] = str(stream.ttl_s)
@@ -386,10 +391,13 @@ def append_flags(headers: Mapping[str, str]) -> tuple[h.ProducerHeaders | None, 
     return producer, h.is_closed_flag(headers.get(h.STREAM_CLOSED))
 
 
-def _append_headers(outcome: AppendOutcome) -> dict[str, str]:
+def _append_headers(outcome: AppendOutcome, conditional: bool = False) -> dict[str, str]:
+    """A successful append's headers; a conditional one's (``conditional``) with the new tail's ``ETag``."""
     headers: dict[str, str] = {}
     if outcome.include_offset:
         headers[h.STREAM_NEXT_OFFSET] = encode_seq(outcome.tail)
+    if conditional:
+        headers["ETag"] = preconditions.etag(outcome.tail)
     if outcome.closed:
         headers[h.STREAM_CLOSED] = "true"
     if outcome.producer_epoch is not None:

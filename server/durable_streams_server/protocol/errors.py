@@ -15,6 +15,7 @@ try again. The HTTP layer turns one into a JSON body ``{"error": {"code": ...,
     ├── RequestTimeout         408  the request body did not arrive in time
     ├── Conflict               409  config mismatch, closed stream, sequence problems; a full bucket
     ├── Gone                   410  offset before the retained history / soft-deleted stream
+    ├── PreconditionFailed     412  a conditional append's If-Match did not name the tail
     ├── PayloadTooLarge        413
     ├── RangeNotSatisfiable    416  a file's byte range that starts past its end
     ├── UnsupportedMediaType   415
@@ -93,6 +94,11 @@ class Conflict(ProtocolError):
 class Gone(ProtocolError):
     status = 410
     default_code = "GONE"
+
+
+class PreconditionFailed(ProtocolError):
+    status = 412
+    default_code = "PRECONDITION_FAILED"
 
 
 class PayloadTooLarge(ProtocolError):

@@ -16,7 +16,9 @@ request what the app would:
 - which requests, all to a stream of the base surface (``DurableStreamsApp.stream_target``: not a
   sub-resource, not ``__ds``, a valid path, the app started): ``POST`` or ``PUT`` with one decimal
   ``Content-Length`` of at most ``FAST_MAX_BODY``, no ``Transfer-Encoding``, no bulk append header
-  (``protocol.bulk``: large bodies, their own handler); ``GET`` or ``HEAD`` without a body, not SSE
+  (``protocol.bulk``: large bodies, their own handler) -- conditional appends (``If-Match``,
+  ``protocol.preconditions``) included: ``plain_append`` reads the header and the engine checks it in
+  the append's one synchronous step on either path; ``GET`` or ``HEAD`` without a body, not SSE
   (a streamed response: its query string has no ``sse``) and not asking for a read plan.
   Everything else goes through the app;
 - behind a proxy, the client and scheme the app would see: forwarding headers are read as
