@@ -17,6 +17,7 @@ class AppendOptions(TypedDict, total=False):
     """The keyword options shared by the append methods."""
 
     seq: str | None
+    if_match: str | None
     close: bool
     retry: bool
     headers: Mapping[str, str] | None
@@ -44,6 +45,12 @@ def append_result(response: requests.Response, *, producer: bool = False) -> App
         producer_epoch=int(epoch) if epoch is not None and epoch.isdigit() else None,
         producer_seq=int(seq) if seq is not None and seq.isdigit() else None,
     )
+
+
+def if_match_value(offset: str) -> str:
+    """The ``If-Match`` of a conditional append at ``offset`` (a ``Stream-Next-Offset``), quoted;
+    an ``ETag`` passed as it came (quoted already) is sent as it is."""
+    return offset if offset.startswith('"') else f'"{offset}"'
 
 
 def body_bytes(data: bytes | str | None) -> bytes | None:

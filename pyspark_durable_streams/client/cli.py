@@ -19,9 +19,10 @@ from typing import BinaryIO
 
 from . import _cli_io as io
 from ._client import Client
-from .errors import DurableStreamsError, Gone, NotConnected, NotFound, Unauthorized
+from .errors import DurableStreamsError, Gone, NotConnected, NotFound, PreconditionFailed, Unauthorized
 from .models import is_json
 from .producer import Producer
+from .stream import Stream
 
 _CHUNK_BYTES = 1024 * 1024
 _TAIL_LINES = 10
@@ -98,6 +99,12 @@ def build_parser() -> argparse.ArgumentParser:
     append.add_argument("--epoch", type=int, default=0, help="producer epoch (raise it when reusing an id)")
     append.add_argument("--chunk-size", type=int, default=_CHUNK_BYTES, help="bytes per request for byte streams")
     append.add_argument("--progress", action=argparse.BooleanOptionalAction, help="progress bar (default: if a TTY)")
+    append.add_argument(
+        "--if-match",
+        metavar="OFFSET",
+        help="conditional append: the whole input in one request, stored only if the stream's tail is OFFSET "
+        "(a Stream-Next-Offset; with --close, closed in the same request); exit 1 naming the tail if not",
+    )
 
     cat = command("cat", _cat, "Print a stream from an offset up to its current end.")
     cat.add_argument("stream")
@@ -213,6 +220,8 @@ def _create(client: Client, args: argparse.Namespace) -> int:
 def _append(client: Client, args: argparse.Namespace) -> int:
     stream = client.stream(args.stream)
     source: BinaryIO = args.file
+    if args.if_match is not None:
+        return _append_if_match(stream, source, args)
     if is_json(stream.resolve_content_type()) and not args.json_lines:
         # A JSON document is one request: the server needs it whole to flatten a top-level array.
         result = stream.append(source.read())
@@ -237,6 +246,35 @@ def _append(client: Client, args: argparse.Namespace) -> int:
         )
     if args.close:
         stream.close()
+    return 0
+
+
+def _append_if_match(stream: Stream, source: BinaryIO, args: argparse.Namespace) -> int:
+    """``append --if-match``: one conditional request (not a producer's batches: a second request
+    would be refused, the tail having moved), the close in it with ``--close``."""
+    try:
+        if args.json_lines:
+            lines = [line.strip() for line in io.json_lines(io.validated_json_lines(source))]
+            if not lines:
+                raise io.BadInput("no JSON lines to append")
+            result = stream.append_many(lines, if_match=args.if_match, close=args.close)
+        else:
+            data = source.read()
+            if not data and not args.close:
+                raise io.BadInput("nothing to append (an empty input closes the stream only with --close)")
+            result = (
+                stream.close(data or None, if_match=args.if_match)
+                if args.close
+                else stream.append(data, if_match=args.if_match)
+            )
+    except PreconditionFailed as exc:
+        print(
+            f"durable-streams append: precondition failed: the stream's tail is {exc.current_offset}, "
+            f"not {args.if_match}; nothing appended",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"appended 1 request; next-offset {result.next_offset}", file=sys.stderr)
     return 0
 
 

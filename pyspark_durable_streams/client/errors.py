@@ -18,6 +18,7 @@
         │   ├── StreamClosed        409 + Stream-Closed: the stream no longer accepts appends
         │   └── SequenceGap         409 + Producer-Expected-Seq: a producer batch arrived early
         ├── Gone                    410  offset before the retained history: rebuild from /bootstrap
+        ├── PreconditionFailed      412  a conditional append's If-Match was not the tail (``current_offset``)
         ├── PayloadTooLarge         413
         ├── RateLimited             429  (``retry_after`` seconds when the server said)
         └── ServerError             5xx  (503: ``retry_after`` too)
@@ -46,6 +47,7 @@ __all__ = [
     "NotConnected",
     "NotFound",
     "PayloadTooLarge",
+    "PreconditionFailed",
     "ProducerClosed",
     "ProducerFenced",
     "RateLimited",
@@ -189,6 +191,19 @@ class Gone(HTTPStatusError):
     status = 410
 
 
+class PreconditionFailed(HTTPStatusError):
+    """A conditional append (``if_match=``) named an offset that is not the stream's tail: nothing was
+    stored. ``current_offset`` is the tail the server compared with (append there to try again)."""
+
+    status = 412
+
+    @property
+    def current_offset(self) -> str | None:
+        lowered = _lower(self.headers)
+        offset = lowered.get("stream-next-offset")
+        return offset if offset is not None else _unquoted(lowered.get("etag"))
+
+
 class PayloadTooLarge(HTTPStatusError):
     status = 413
 
@@ -235,6 +250,7 @@ _BY_STATUS: dict[int, type[HTTPStatusError]] = {
     404: NotFound,
     409: Conflict,
     410: Gone,
+    412: PreconditionFailed,
     413: PayloadTooLarge,
     429: RateLimited,
 }
@@ -275,6 +291,12 @@ def _parse_body(body: bytes) -> tuple[str | None, str]:
 
 def _lower(headers: Mapping[str, str]) -> dict[str, str]:
     return {name.lower(): value for name, value in headers.items()}
+
+
+def _unquoted(etag: str | None) -> str | None:
+    if etag is None or len(etag) < 2 or not (etag.startswith('"') and etag.endswith('"')):
+        return None
+    return etag[1:-1]
 
 
 def _int_header(headers: Mapping[str, str], name: str) -> int | None:

@@ -17,7 +17,7 @@ import requests
 
 from . import errors
 from ._http import HTTP, USE_DEFAULT, Backoff, Timeout, UseDefault, flag, header
-from .appends import AppendOptions, append_result, body_bytes, encode_json_batch
+from .appends import AppendOptions, append_result, body_bytes, encode_json_batch, if_match_value
 from .bootstrap import Bootstrap, follow
 from .delivery import append_retry_rule, retrying
 from .errors import ResponseError
@@ -135,12 +135,19 @@ class Stream:
         data: bytes | str,
         *,
         seq: str | None = None,
+        if_match: str | None = None,
         close: bool = False,
         retry: bool = False,
         headers: Mapping[str, str] | None = None,
         timeout: Timeout | UseDefault = USE_DEFAULT,
     ) -> AppendResult:
         """Append bytes (str is sent as UTF-8) as one message; ``close=True`` also closes the stream.
+
+        ``if_match`` makes it a conditional append (our server's extension, HEAD's
+        ``Stream-Conditional-Append``): stored only if the stream's tail is that offset (a
+        ``Stream-Next-Offset``, or an append's quoted ``ETag`` as it came), else
+        ``PreconditionFailed`` carrying the ``current_offset``. Success's ``next_offset`` is the
+        new tail, the ``if_match`` of a writer's next append. It is retried as a plain append is.
 
         ``seq`` is the protocol's ``Stream-Seq`` (lexicographic, strictly increasing). Retries
         (``delivery.append_retry_rule``): a failure that proves the append was not processed
@@ -152,7 +159,14 @@ class Stream:
         body = body_bytes(data)
         if not body:
             raise ValueError("an append needs data; use close() to close without appending")
-        options: AppendOptions = {"seq": seq, "close": close, "retry": retry, "headers": headers, "timeout": timeout}
+        options: AppendOptions = {
+            "seq": seq,
+            "if_match": if_match,
+            "close": close,
+            "retry": retry,
+            "headers": headers,
+            "timeout": timeout,
+        }
         return self._append_body(body, {"Content-Type": self.resolve_content_type()}, options)
 
     def _append_body(self, body: bytes, request: dict[str, str], options: AppendOptions) -> AppendResult:
@@ -162,7 +176,11 @@ class Stream:
             request["Stream-Seq"] = seq
         if close:
             request["Stream-Closed"] = "true"
-        rule = append_retry_rule(stream_seq=seq is not None, retry=retry)
+        if_match = options.get("if_match")
+        if if_match is not None:
+            request["If-Match"] = if_match_value(if_match)
+        # (a conditional append is retried as a plain one: only failures proving it was not processed)
+        rule = append_retry_rule(stream_seq=seq is not None and if_match is None, retry=retry)
         response = retrying(
             lambda: self._send("POST", (200, 204), body, request, headers, timeout), backoff=self._backoff, retry=rule
         )
@@ -175,7 +193,7 @@ class Stream:
         one request: all messages or none, each with its own offset, bytes and boundaries
         exactly kept. Elsewhere it falls back to plain appends: one JSON array for a JSON
         stream (also all or none), one request per message for other streams (then not
-        atomic; ``seq`` is refused there, ``close`` goes with the last message).
+        atomic; ``seq`` and ``if_match`` are refused there, ``close`` goes with the last message).
         """
         items = [body_bytes(message) or b"" for message in messages]
         if not items or not all(items):
@@ -186,10 +204,10 @@ class Stream:
             return self._append_body(bulk.body(items), bulk.headers(self.resolve_content_type()), options)
         if self.is_json:
             return self.append(b"[" + b",".join(items) + b"]", **options)
-        if options.get("seq") is not None:
+        if options.get("seq") is not None or options.get("if_match") is not None:
             raise ValueError(
-                f"append_many with seq: {self.url} takes no bulk appends, and one Stream-Seq cannot cover "
-                "a message per request"
+                f"append_many with seq or if_match: {self.url} takes no bulk appends, and one Stream-Seq or "
+                "If-Match cannot cover a message per request"
             )
         last: AppendOptions = {**options}
         options.pop("close", None)
@@ -232,18 +250,23 @@ class Stream:
         self,
         data: bytes | str | None = None,
         *,
+        if_match: str | None = None,
         headers: Mapping[str, str] | None = None,
         timeout: Timeout | UseDefault = USE_DEFAULT,
     ) -> AppendResult:
         """Close the stream (EOF for readers), appending ``data`` as the final message if given.
 
         Closing a closed stream without data succeeds again (so a close-only request is retried
-        on every transient failure); with data it raises ``StreamClosed``.
+        on every transient failure, conditional or not); with data it raises ``StreamClosed``.
+        ``if_match``: close (and append) only at that tail, as ``append``'s.
         """
         if data is not None:
-            return self.append(data, close=True, headers=headers, timeout=timeout)
+            return self.append(data, close=True, if_match=if_match, headers=headers, timeout=timeout)
+        request = {"Stream-Closed": "true"}
+        if if_match is not None:
+            request["If-Match"] = if_match_value(if_match)
         response = retrying(
-            lambda: self._send("POST", (200, 204), None, {"Stream-Closed": "true"}, headers, timeout),
+            lambda: self._send("POST", (200, 204), None, request, headers, timeout),
             backoff=self._backoff,
             retry=append_retry_rule(stream_seq=False, retry=True),
         )

@@ -243,3 +243,22 @@ def test_lag_shows_each_named_consumer_per_stream(ours: ServerProcess) -> None:
     (line,) = as_json.stdout.decode().splitlines()
     assert json.loads(line)["lag_bytes"] == 5 and json.loads(line)["consumer"] == consumer
     assert cli("lag", "--consumer", "nobody-at-all", url=ours.url).stdout.decode().splitlines()[1:] == []
+
+
+def test_append_if_match_appends_at_that_tail_only(ours: ServerProcess) -> None:
+    path = f"v1/stream/{unique('cli-if-match')}"
+    assert cli("create", path, "--content-type", "text/plain", "--data", "one\n", url=ours.url).returncode == 0
+    tail = "0000000000000001_0000000000000000"
+    appended = cli("append", path, "--if-match", tail, url=ours.url, stdin=b"two\n")
+    assert appended.returncode == 0, appended.stderr
+    assert b"next-offset 0000000000000002_0000000000000000" in appended.stderr
+    stale = cli("append", path, "--if-match", tail, url=ours.url, stdin=b"lost\n")
+    assert stale.returncode == 1
+    assert stale.stderr.decode().strip().splitlines() == [
+        "durable-streams append: precondition failed: the stream's tail is 0000000000000002_0000000000000000, "
+        f"not {tail}; nothing appended"
+    ]
+    closed = cli("append", path, "--if-match", "0000000000000002_0000000000000000", "--close", url=ours.url, stdin=b"")
+    assert closed.returncode == 0, closed.stderr
+    assert cli("cat", path, url=ours.url).stdout == b"one\ntwo\n"
+    assert json.loads(cli("head", path, "--json", url=ours.url).stdout)["closed"] is True
