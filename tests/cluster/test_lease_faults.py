@@ -46,6 +46,7 @@ from servers import MotoServer, ServerProcess, free_port
 from durable_streams_server.cluster.leases import Held, LeaseRecord
 from durable_streams_server.cluster.node import NodeSettings, Supervisor
 from durable_streams_server.cluster.objects import open_objects
+from durable_streams_server.cluster.renewals import replace_lease
 from durable_streams_server.cluster.shards import Layout, lease_key
 from durable_streams_server.cluster.workers import ShardServer, ShardServerSpec
 
@@ -327,3 +328,48 @@ def test_no_shard_server_is_started_on_a_lease_whose_validity_ended(tmp_path: Pa
         assert supervisor._servers[0].proc is killed, "a shard server was started on an expired lease"
     finally:
         supervisor._servers[0].kill()
+
+
+def test_a_late_landing_write_of_this_nodes_own_is_not_a_lost_lease(tmp_path: Path) -> None:
+    """A renewal whose answer was lost and which landed only after it was read back: the next
+    write's If-Match meets this node's own version, which it writes over (before: the lease was
+    taken for lost, its shard server killed, and a WAL lease left naming a node that no longer
+    held it). A version naming another node, or a released one, stays lost."""
+    objects = open_objects(str(tmp_path / "root"), {})
+    first = LeaseRecord(shard=0, holder="n0", state="serving", durability="wal", ttl_ms=5000)
+    stale = objects.create(lease_key(0), first.to_bytes())
+    assert stale is not None
+    late = objects.replace(lease_key(0), first.next_beat().to_bytes(), stale)  # (the write that landed late)
+    assert late is not None
+    written = replace_lease(objects, 0, first.next_beat().next_beat(), stale)
+    assert written is not None and written not in (stale, late)
+    found = objects.get(lease_key(0))
+    assert found is not None and LeaseRecord.from_bytes(found.body).beat == 2
+    other = LeaseRecord(shard=0, holder="n1", state="starting", durability="wal", ttl_ms=5000)
+    assert objects.replace(lease_key(0), other.to_bytes(), written) is not None
+    assert replace_lease(objects, 0, first.next_beat(), written) is None
+
+
+def test_a_node_takes_back_a_wal_lease_that_still_names_it_whatever_its_share(tmp_path: Path) -> None:
+    """A WAL lease this node lost (its renewal failed) still names it: no other node may take it
+    (the records may be on this node's disk), so this node must, even at its share; before, a node
+    at its share left it, and the shard was unavailable for good."""
+    uri = str(tmp_path / "root")
+    objects = open_objects(uri, {})
+    settings = NodeSettings("n0", "http://127.0.0.1:1", uri, "wal", lease_ttl_s=5)
+    spec = ShardServerSpec("127.0.0.1", "http://127.0.0.1:1", tmp_path, "n0", 2, ())
+    supervisor = Supervisor(settings, Layout(2), objects, spec)
+    supervisor.live_nodes = ("n0", "n1")  # (two shards, two nodes: its share is one)
+    lost = LeaseRecord(shard=0, holder="n0", state="serving", durability="wal", ttl_ms=5000, url="http://x")
+    assert objects.create(lease_key(0), lost.to_bytes()) is not None
+    held = LeaseRecord(shard=1, holder="n0", state="serving", durability="wal", ttl_ms=5000)
+    etag = objects.create(lease_key(1), held.to_bytes())
+    assert etag is not None
+    supervisor._held[1] = Held(held, etag, valid_until=time.monotonic() + 60)
+    supervisor._look()
+    supervisor._balance()
+    try:
+        assert sorted(supervisor._held) == [0, 1], "a WAL lease naming this node was left"
+    finally:
+        for server in supervisor._servers.values():
+            server.kill()

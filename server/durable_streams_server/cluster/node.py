@@ -336,9 +336,9 @@ class Supervisor:
             log.info("shard draining", extra={"shard": shard, "target": target, "live_nodes": len(live)})
             return
         for shard in range(shards):
-            if len(self._held) >= target:
-                return
             if shard in self._held or shard in self._unreadable:
+                continue
+            if len(self._held) >= target and not self._names_this_wal(shard):
                 continue
             if now - self._released_at.get(shard, -1e9) < self.settings.lease_ttl_s:
                 continue  # (just given up for another node to take)
@@ -348,6 +348,19 @@ class Supervisor:
             ):
                 continue
             self._acquire(shard, seen)
+
+    def _names_this_wal(self, shard: int) -> bool:
+        """Whether ``shard``'s lease still names this node as the WAL owner it lost it as (its renewal
+        failed): no other node may take it (its records may be on this disk), so this node takes it
+        back whatever its share, and drains it later as any shard above its share."""
+        seen = self._seen.get(shard)
+        record = seen.record if seen is not None else None
+        return (
+            record is not None
+            and not record.free
+            and record.holder == self.settings.node_id
+            and (record.durability == "wal")
+        )
 
     def _announce_drain(self, shard: int) -> None:
         """Write ``shard``'s lease ``draining`` (routers stop sending clients to its server); its

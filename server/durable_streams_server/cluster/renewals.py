@@ -12,7 +12,9 @@ outcome the store left unknown.
   healthy shard server. So the lease is read again (``replace_lease``): if its body is the
   record just sent (same holder, same beat), its ETag is adopted and the lease kept; if it is
   still the version the write meant to replace, the write did not land (the error stands); any
-  other version is another node's (lost).
+  other version is another node's (lost). A write that landed only *after* that read back is
+  met by the next write's ``If-Match``: a current version naming this node as its holder is
+  this node's own (no other node writes one), and is written over, not taken as lost.
 """
 
 from __future__ import annotations
@@ -36,7 +38,10 @@ def replace_lease(objects: ConditionalObjects, shard: int, record: LeaseRecord, 
     current (lost); ``ObjectStoreError``: the outcome is still unknown (module docstring)."""
     key = lease_key(shard)
     try:
-        return objects.replace(key, record.to_bytes(), etag)
+        written = objects.replace(key, record.to_bytes(), etag)
+        if written is None and record.holder is not None:
+            written = _over_own_late_write(objects, shard, record)
+        return written
     except ObjectStoreError as uncertain:
         found = objects.get(key)  # (an error here leaves the outcome unknown too)
         if found is None:
@@ -104,3 +109,20 @@ class Renewer:
         finally:
             with self._lock:
                 self._waiting.discard(shard)
+
+
+def _over_own_late_write(objects: ConditionalObjects, shard: int, record: LeaseRecord) -> str | None:
+    """``record`` again over the current version when that version is this node's own: a write
+    whose answer was lost and which landed only after it was read back (no other node writes a
+    record naming this node as its holder: ``membership`` keeps one process per node id)."""
+    found = objects.get(lease_key(shard))
+    if found is None:
+        return None
+    try:
+        current = LeaseRecord.from_bytes(found.body)
+    except LeaseFormatError:
+        return None
+    if current.holder != record.holder or current.free:
+        return None
+    log.info("a late write of this node's own was the current lease: written over", extra={"shard": shard})
+    return objects.replace(lease_key(shard), record.to_bytes(), found.etag)
