@@ -28,7 +28,10 @@ One thread (``Supervisor.run``) ticks every ``tick_s`` (a fifth of the lease ttl
 5. **Balance** (the rule is ``balance``'s): a node below its share takes free shards and
    those ``leases.may_take`` allows; a node above it drains one serving shard at a time, and
    another node takes it; shards never move between nodes that hold their share. A starting
-   shard is never drained: its server may be taking the location over from a dead owner.
+   shard is never drained: its server may be taking the location over from a dead owner. A
+   node that takes a lease asks the location's owner to hand over, even when the lease was
+   free (``_acquire``); a WAL lease that still names this node is taken back whatever its
+   share (no other node may take it: ``_names_this_wal``).
 
 A drain first **announces** itself: the lease is written ``draining`` (no URL), and the
 shard's server keeps serving for ``drain_notice_s`` (two ticks) before it is asked to stop.
@@ -36,14 +39,13 @@ Every router reads the leases once a tick, so by then none still sends a client 
 that is about to close its socket: they answer 503 with ``Retry-After`` instead, which every
 client asks again, where a redirect to a closing server would meet a refused or dropped
 connection. Then the server flushes what it acknowledged and releases its location, and the
-lease is released. Shutdown announces every held shard the same way. A node that takes a lease asks the
-   location's owner to hand over, even when the lease was free (``_acquire``).
+lease is released. Shutdown announces every held shard the same way.
 
 Every shard server is started from this thread (``workers``: the kernel kills it when this
 thread ends). On shutdown the node announces its drains, stops its servers (each flushes
 and releases its location), then releases their leases (but the lease of a WAL-durability
-server that did not exit cleanly, left to expire: only this node takes it back); the renewer and the watchdog run
-until that is done, so a slow flush never outlives its lease.
+server that did not exit cleanly, left to expire: only this node takes it back); the renewer
+and the watchdog run until that is done, so a slow flush never outlives its lease.
 """
 
 from __future__ import annotations
