@@ -99,7 +99,7 @@ class RequestPolicy:
         """Shard, auth, then limits: the refusal to answer instead of routing, or ``None``: go on."""
         refusal: ProtocolError | None = self.shard_guard.refusal(scope) if self.shard_guard is not None else None
         guard = self.shard_guard
-        internal = guard is not None and _internal_route(scope) and presented(guard.secret, scope["headers"])
+        internal = guard is not None and presented(guard.secret, scope["headers"]) and _internal_route(scope)
         if refusal is None and self.auth is not None and not internal:
             refusal = authorize(self.auth, scope)
         if refusal is None:
