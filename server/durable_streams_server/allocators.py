@@ -18,7 +18,7 @@ pool (mimalloc), ~960 MiB with jemalloc, 900-965 MiB with jemalloc and two glibc
 - delta-rs (the ``deltalake`` module) allocates from a **jemalloc of its own** (tikv-jemallocator,
   configured by ``_RJEM_MALLOC_CONF``, read once when ``deltalake`` is imported). Its default keeps
   freed pages for 10 s of *its own* activity: after a burst of large commits (1 MiB appends at
-  100+ MiB/s, issue 41) they stayed resident, hundreds of MiB, until the next commits, and during
+  100+ MiB/s) they stayed resident, hundreds of MiB, until the next commits, and during
   the burst each commit's Parquet buffers added to the last's. ``NATIVE_ALLOCATOR_ENV`` asks it
   to hand freed pages back at once (``dirty_decay_ms:0``); the package sets it before it imports
   ``deltalake`` (``native_allocator_env``, from ``__init__``), unless the operator set it.

@@ -7,7 +7,7 @@ bytes are not kept by choice: from the moment its body is read until its record 
 they are in memory -- the body being received, the record queued for the flusher (and the
 stream's in-memory tail, the same ``bytes``), then the commit's Arrow columns and Parquet
 buffers, a few times the batch's size while it is written. Writers faster than Delta commits
-(4 clients posting 1 MiB appends as fast as they go: issue 41) made each batch larger than the
+(4 clients posting 1 MiB appends as fast as they go) made each batch larger than the
 last, its commit slower, and the process's RSS 3 GiB on a 512 MiB budget.
 
 ``WriteAdmission`` counts those bytes: ``receiving`` (bodies admitted, until their request

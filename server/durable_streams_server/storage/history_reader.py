@@ -23,7 +23,7 @@ in one GET) are kept by the file's path and size, bounded (``max_file_bytes``), 
 every later read of any stream, across requests, table versions and refreshes: data files
 are immutable. Files open with their size from the Delta log (no HEAD request). A fresh
 owner, whose every read goes to Delta, thus fetches each small flush file once rather than
-for every read (issue 41). Local tables are read through the OS page cache.
+for every read. Local tables are read through the OS page cache.
 
 **Cursors.** A read that stops inside its plan parks its position ``(uid, next seq)``: the
 open batch iterator, the row groups still to read and the rows decoded beyond the response.
