@@ -67,12 +67,19 @@ class FaultProxy:
 
     def __exit__(self, *_: object) -> None:
         async def stop() -> None:
+            """Stop listening, and end the requests still in flight here: a task left pending in a
+            loop that is then closed is destroyed later, in whatever test runs then."""
             assert self._server is not None
             self._server.close()
+            serving = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in serving:
+                task.cancel()
+            await asyncio.gather(*serving, return_exceptions=True)
 
         asyncio.run_coroutine_threadsafe(stop(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
+        self._loop.close()
 
     def inject(self, method: str, *faults: Fault) -> None:
         with self._lock:

@@ -31,6 +31,7 @@ Also the httptools parser the fast path asks through uvicorn's protocol; and not
 from __future__ import annotations
 
 import ast
+import gc
 import importlib
 import inspect
 import textwrap
@@ -186,12 +187,27 @@ SCOPE_KEYS = {"method", "http_version", "path", "raw_path", "query_string"}
 """What uvicorn's ``on_headers_complete`` puts in the scope (``FastPathProtocol._serve`` sets the same)."""
 
 
+def _parse(source: str) -> ast.Module:
+    """``ast.parse`` with the garbage collector held off. On CPython 3.11 a collection during
+    the parse may run a finalizer that formats a traceback (an object another test left behind:
+    an unraisable exception), and 3.11's traceback calls ``ast.parse`` itself: the nested parse
+    breaks the outer one's recursion bookkeeping (``SystemError: AST constructor recursion depth
+    mismatch``, seen once in CI)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return ast.parse(source)
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _tree(path: Path) -> ast.Module:
-    return ast.parse(path.read_text(encoding="utf-8"))
+    return _parse(path.read_text(encoding="utf-8"))
 
 
 def _class_source(cls: type) -> ast.ClassDef:
-    node = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0]
+    node = _parse(textwrap.dedent(inspect.getsource(cls))).body[0]
     assert isinstance(node, ast.ClassDef)
     return node
 
