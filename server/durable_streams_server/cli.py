@@ -105,7 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
         const="ask",
         choices=list(get_args(TakeOver)),
     )
-    _add_config(parser, "--take-over-timeout-s", "how long --take-over waits for the owner to hand over")
+    _add_config(
+        parser,
+        "--take-over-timeout-s",
+        "how long --take-over waits for the owner to hand over; 0: no wait (a delta owner's storage is "
+        "then claimed at once, a wal owner's refused)",
+    )
     _add(
         parser,
         "--cluster",

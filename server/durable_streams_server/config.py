@@ -59,9 +59,9 @@ _POSITIVE = (
     "webhook_timeout_ms",
     "compaction_target_file_bytes",
     "read_plan_ttl_s",
-    "take_over_timeout_s",
 )
 _NON_NEGATIVE = (
+    "take_over_timeout_s",
     "max_header_bytes",
     "max_live_readers",
     "max_streams_per_bucket",
@@ -151,7 +151,9 @@ class ServerConfig:
     """When another node owns the storage: no (refuse to start, naming it), ask (it hands over:
     flushes what it acknowledged, then lets go) or force (take it even if it does not answer)."""
     take_over_timeout_s: float = 30.0
-    """How long ``take_over="ask"`` waits for the owner's release."""
+    """How long ``take_over="ask"`` waits for the owner's release. 0: no wait (the owner is
+    known to be gone): a ``--durability delta`` owner's location is claimed at once, a WAL
+    owner's refused, as after any timeout."""
     cluster_shard: str | None = None
     """On a cluster's shard server (started by its node: ``cluster.workers``): ``k/N``, the
     shard it serves of N; a request for another shard's stream is sent to ``cluster_router``."""

@@ -180,20 +180,25 @@ def test_a_handover_request_before_the_owners_commit_is_noticed(tmp_path: Path, 
     assert owner.handover_asked()
 
 
-def test_an_owner_that_does_not_answer_keeps_a_wal_location(tmp_path: Path) -> None:
+@pytest.mark.parametrize("timeout_s", [0.3, 0.0])
+def test_an_owner_that_does_not_answer_keeps_a_wal_location(tmp_path: Path, timeout_s: float) -> None:
+    """Also with no wait at all (a cluster's expired lease): the WAL owner's records may be on its disk only."""
     DeltaLog(str(tmp_path), {}).claim(_node("a", durability="wal"), holds_wal=False)
-    node = _node("b", take_over="ask", poll_interval_s=0.05, take_over_timeout_s=0.3)
-    with pytest.raises(OwnedElsewhere, match=r"did not hand over within 0\.3 s"):
+    node = _node("b", take_over="ask", poll_interval_s=0.05, take_over_timeout_s=timeout_s)
+    with pytest.raises(OwnedElsewhere, match=rf"did not hand over within {timeout_s:g} s"):
         DeltaLog(str(tmp_path), {}).claim(node, holds_wal=False)
     assert DeltaTable(f"{tmp_path}/streams").transaction_version(OWNER_APP_ID) == 1
 
 
-def test_an_owner_that_does_not_answer_loses_a_delta_location(tmp_path: Path) -> None:
-    """With ``--durability delta`` everything it acknowledged is in Delta: taking over loses nothing."""
+@pytest.mark.parametrize("timeout_s", [0.3, 0.0])
+def test_an_owner_that_does_not_answer_loses_a_delta_location(tmp_path: Path, timeout_s: float) -> None:
+    """With ``--durability delta`` everything it acknowledged is in Delta: taking over loses nothing.
+    With no wait (0: a cluster's expired lease) the owner is still asked first, so a live one stops."""
     old = DeltaLog(str(tmp_path), {})
     old.claim(_node("a", durability="delta"), holds_wal=False)
-    node = _node("b", take_over="ask", poll_interval_s=0.05, take_over_timeout_s=0.3)
+    node = _node("b", take_over="ask", poll_interval_s=0.05, take_over_timeout_s=timeout_s)
     assert DeltaLog(str(tmp_path), {}).claim(node, holds_wal=False).epoch == 2
+    assert DeltaTable(f"{tmp_path}/streams").transaction_version(HANDOVER_APP_ID) == 1
     with pytest.raises(Fenced):
         _append(old, 1)
 

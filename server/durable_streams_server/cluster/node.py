@@ -67,7 +67,7 @@ from .probes import Liveness
 from .renewals import LeaseLocks, Renewer, replace_lease
 from .routes import Route, routing_table
 from .shards import Layout, lease_key
-from .workers import ShardServer, ShardServerSpec
+from .workers import TAKE_OVER_TIMEOUT_S, ShardServer, ShardServerSpec
 
 log = logging.getLogger("durable_streams_server.cluster")
 
@@ -414,14 +414,23 @@ class Supervisor:
         take_over = "force" if taken and previous is not None and previous.durability == "wal" else "ask"
         if take_over == "force":
             self._adoption.used(shard)  # (once: ``WalAdoption``)
+        # An expired lease's holder had its servers killed when the lease's validity ended (and
+        # the claim's epoch fences any still running): nobody is left to hand over, so no wait.
+        owner_wait_s = 0.0 if taken else TAKE_OVER_TIMEOUT_S
         log.info(
             "shard acquired",
-            extra={"shard": shard, "from": previous.holder if taken and previous else None, "take_over": take_over},
+            extra={
+                "shard": shard,
+                "from": previous.holder if taken and previous else None,
+                "take_over": take_over,
+                "owner_wait_s": owner_wait_s,
+            },
         )
-        self._servers[shard] = self._start_server(shard, take_over=take_over)
+        self._servers[shard] = self._start_server(shard, take_over=take_over, owner_wait_s=owner_wait_s)
 
-    def _start_server(self, shard: int, *, take_over: str) -> ShardServer:
-        return self.spec.start(shard, self.layout.shard_uri(self.settings.storage_uri, shard), take_over=take_over)
+    def _start_server(self, shard: int, *, take_over: str, owner_wait_s: float = TAKE_OVER_TIMEOUT_S) -> ShardServer:
+        uri = self.layout.shard_uri(self.settings.storage_uri, shard)
+        return self.spec.start(shard, uri, take_over=take_over, take_over_timeout_s=owner_wait_s)
 
     def _write_held(self, shard: int, record: LeaseRecord) -> None:
         with self._lease_lock(shard):

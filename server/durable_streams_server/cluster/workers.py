@@ -48,8 +48,10 @@ NODE_OPTIONS = {
 """Options of a node that its shard servers get per shard instead (name: values taken)."""
 _TAKE_OVER_VALUES = ("no", "ask", "force")
 TAKE_OVER_TIMEOUT_S = 2.0
-"""How long a shard server taking over an expired lease's location waits for the old owner
-to hand over (it is dead or cut off: its lease expired) before claiming it."""
+"""How long a shard server taking a *free* lease's location waits for an owner that never let go
+(a server stopped before its own claim or release finished) to hand over before claiming it. A
+location under an *expired* lease is claimed at once (``Supervisor._acquire``): its holder's
+servers were killed when the lease's validity ended, so none is left to answer."""
 
 
 def passthrough_args(argv: Sequence[str]) -> list[str]:
@@ -147,7 +149,9 @@ class ShardServerSpec:
     def shard_data_dir(self, shard: int) -> Path:
         return self.data_dir if self.adopted_root else self.data_dir / "shards" / f"{shard:04d}"
 
-    def start(self, shard: int, storage_uri: str, *, take_over: str) -> ShardServer:
+    def start(
+        self, shard: int, storage_uri: str, *, take_over: str, take_over_timeout_s: float = TAKE_OVER_TIMEOUT_S
+    ) -> ShardServer:
         """Start ``shard``'s server (call it from the node's supervisor thread: the server dies
         with the thread that started it)."""
         port = free_port(self.host)
@@ -170,7 +174,7 @@ class ShardServerSpec:
             "--take-over",
             take_over,
             "--take-over-timeout-s",
-            str(TAKE_OVER_TIMEOUT_S),
+            str(take_over_timeout_s),
             "--cluster-shard",
             f"{shard}/{self.shards}",
             "--cluster-router",
