@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
+import signal
 from collections.abc import Callable
 
 from starlette.types import ASGIApp
@@ -81,6 +83,8 @@ def open_storage(config: ServerConfig, observer: StorageObserver) -> tuple[Stora
         tombstone_retention_ms=config.tombstone_retention_s * 1000,
     )
     engine = Engine(storage, engine_config)
+    if config.shard_guard is not None:
+        storage.on_fenced.append(_stop_when_fenced)
     try:
         recovery = storage.recover()
     except OwnershipError as error:  # (the start's one line, above the server's traceback)
@@ -98,6 +102,16 @@ def open_storage(config: ServerConfig, observer: StorageObserver) -> tuple[Stora
         },
     )
     return storage, engine
+
+
+def _stop_when_fenced(error: OwnershipError) -> None:
+    """A cluster's shard server that is no longer its shard's owner (handed over, or a newer
+    owner claimed the location while this server ran on, its node paused) stops at once rather
+    than answer ``NOT_OWNER`` and stale reads to the clients that hold its URL: they meet a
+    refused connection, which every client of a cluster takes for "the shard is moving", and go
+    back to a node, which sends them to the shard's new server. Its node, if alive, sees it exit."""
+    log.error("no longer the shard's owner: this shard server stops", extra={"reason": str(error)})
+    os.kill(os.getpid(), signal.SIGTERM)  # (uvicorn's graceful shutdown: the storage closes, nothing to flush)
 
 
 def open_server(config: ServerConfig, observer: StorageObserver) -> tuple[Storage, Engine, SubscriptionManager]:

@@ -11,6 +11,8 @@ comes back, with everything it acknowledged.
 
 from __future__ import annotations
 
+import os
+import signal
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -22,8 +24,10 @@ from cluster_support import (
     Node,
     ProducerAppender,
     check_history,
+    children,
     history,
     name_in_shard,
+    send,
     serving,
     start_node,
     until,
@@ -145,6 +149,10 @@ def test_kill_9_of_an_owner_under_appends_loses_nothing(
     servers = victim.kill()
     until(lambda: all(not Path(f"/proc/{pid}").exists() for pid in servers), timeout_s=10)  # they died with it
     until(lambda: shard in front.shards_held() + reader.shards_held(), timeout_s=60)  # (ttl 3 s: ~5-10 s here)
+    taker = front if shard in front.shards_held() else reader
+    acquired = [line for line in taker.process.log_text().splitlines() if 'msg="shard acquired"' in line]
+    # an expired lease: its holder's servers are gone, so the new one claims without waiting for them
+    assert any(f"from={victim.node_id}" in line and "owner_wait_s=0.0" in line for line in acquired), acquired
     acknowledged_at_kill = [len(appender.acknowledged) for appender in appenders]
     until(
         lambda: all(len(a.acknowledged) >= n + 10 for a, n in zip(appenders, acknowledged_at_kill, strict=True)),
@@ -200,3 +208,46 @@ def test_a_paused_owner_acknowledges_nothing_that_is_later_missing(
         return False
 
     until(old_server_gone, timeout_s=10)  # its lease's validity ended while it was stopped: killed
+
+
+def test_a_shard_server_whose_node_is_paused_stops_once_another_owns_its_shard(
+    server_factory: Callable[..., ServerProcess], moto: MotoServer, tmp_path: Path
+) -> None:
+    """Its node stopped alone (SIGSTOP), the shard server runs on, no watchdog left to kill it.
+    The node that takes the expired lease claims the shard's storage, so the old server is
+    fenced: it exits, where it would answer ``NOT_OWNER`` (and stale reads) to every client that
+    kept its URL until its node ran again."""
+    nodes = _cluster(server_factory, moto, tmp_path, 2, 2, "delta")
+    paused, front = nodes
+    shard = paused.shards_held()[0]
+    name = name_in_shard(shard, 2, "fenced")
+    assert requests.put(f"{front.url}/v1/stream/{name}", headers=JSON, timeout=30).status_code == 201
+    acknowledged = []
+    for n in range(5):
+        answer = send("POST", f"{front.url}/v1/stream/{name}", data=b'{"n": %d}' % n, headers=JSON)
+        assert answer.status_code in (200, 204), answer.text
+        acknowledged.append(n)
+    assert paused.process.proc is not None
+    old_servers = children(paused.process.proc.pid)
+    assert len(old_servers) == 1, old_servers
+    os.kill(paused.process.proc.pid, signal.SIGSTOP)
+    try:
+        until(lambda: shard in front.shards_held(), timeout_s=60)
+        until(lambda: not Path(f"/proc/{old_servers[0]}").exists() or _zombie(old_servers[0]), timeout_s=30)
+        for n in range(5, 10):
+            answer = send("POST", f"{front.url}/v1/stream/{name}", data=b'{"n": %d}' % n, headers=JSON)
+            assert answer.status_code in (200, 204), answer.text
+            acknowledged.append(n)
+    finally:
+        os.kill(paused.process.proc.pid, signal.SIGCONT)
+    check_history(acknowledged, history(f"{front.url}/v1/stream/{name}"))
+    until(serving(nodes, 2), timeout_s=60)  # the node back: the shards balance again, one each
+    check_history(acknowledged, history(f"{paused.url}/v1/stream/{name}"))
+
+
+def _zombie(pid: int) -> bool:
+    """Exited, not yet reaped (its parent, the paused node, cannot wait for it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
+    except (FileNotFoundError, IndexError):
+        return True

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -112,6 +112,9 @@ class Storage:
             on_fenced=self._fenced,
         )
         self._tasks: list[asyncio.Task[None]] = []
+        self.on_fenced: list[Callable[[OwnershipError], None]] = []
+        """Called once this server is no longer its storage's owner, after writes are refused
+        and the waiting requests answered (a cluster's shard server then stops: ``server``)."""
 
     # -- recovery and lifecycle -----------------------------------------------------------
 
@@ -188,8 +191,11 @@ class Storage:
     def _fenced(self, error: OwnershipError) -> None:
         """No longer the owner: refuse writes, and answer every request waiting for durability
         with that refusal instead of an acknowledgement (``owner_watch``)."""
+        first = self._admission.fenced is None
         self._admission.fence(error)
         self._acks.fail_waiters(lambda: self._admission.unavailable("NOT_OWNER"))
+        for then in self.on_fenced if first else ():
+            then(error)
 
     def _close_wal(self, wal: WriteAheadLog) -> None:
         """Off the loop's thread (``sync_policy``): close the log, empty if Delta holds everything."""
