@@ -31,11 +31,13 @@ which must be the node it asked.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import logging
 from dataclasses import dataclass
 
-import httpx
 from starlette.types import Receive, Scope, Send
+
+from .upstream import PIECE, Connection, Head, Origin, Pool, body_pieces, read_head, split_target
 
 HOP_BY_HOP = frozenset(
     {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailers"}
@@ -47,6 +49,7 @@ HOP_BY_HOP = frozenset(
 FOLLOWS_HEADER = "durable-streams-redirects"
 _FOLLOWS = FOLLOWS_HEADER.encode()
 _BODYLESS = frozenset({"GET", "HEAD", "DELETE", "OPTIONS"})
+log = logging.getLogger("durable_streams_server.cluster")
 
 
 def must_relay(scope: Scope, reserved: bool) -> bool:
@@ -84,48 +87,140 @@ class RelayFailure:
 
 
 class Relay:
-    """Relays requests to shard servers over one pooled HTTP client."""
+    """Relays requests to shard servers over pooled keep-alive connections (``upstream``): the
+    request's head rebuilt from the ASGI scope, its body and the answer passed through as they
+    come."""
 
     def __init__(self, read_timeout_s: float = READ_TIMEOUT_S) -> None:
-        # (idle connections are dropped before a shard server's 5 s keep-alive timeout would close them under a request)
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=64, keepalive_expiry=2.0)
-        timeout = httpx.Timeout(read_timeout_s, connect=CONNECT_TIMEOUT_S)
-        self.client = httpx.AsyncClient(timeout=timeout, follow_redirects=False, limits=limits)
+        self.read_timeout_s = read_timeout_s
+        self.pool = Pool(CONNECT_TIMEOUT_S)
 
     async def close(self) -> None:
-        await self.client.aclose()
+        self.pool.close()
 
     async def relay(self, scope: Scope, receive: Receive, send: Send, target: str) -> RelayFailure | None:
         """Relay the request to ``target`` (an absolute URL) and stream its answer back;
         a ``RelayFailure`` if no answer came (nothing was sent back: the caller answers)."""
-        headers = [(name, value) for name, value in scope["headers"] if name.lower() not in HOP_BY_HOP]
-        method = scope["method"]
-        body = _body(receive) if method not in ("GET", "HEAD", "OPTIONS") else None
-        request = self.client.build_request(method, target, headers=headers, content=body)
+        origin, path = split_target(target)
+        head, framing = _request_head(scope, path, origin)
+        body, more = b"", False
+        if framing is not None:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return RelayFailure(sent=False, error=_GONE)
+            body, more = message.get("body", b""), message.get("more_body", False)
         try:
-            response = await self.client.send(request, stream=True)
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-            return RelayFailure(sent=False, error=f"{type(exc).__name__}: {exc}")
-        except httpx.TransportError as exc:
-            return RelayFailure(sent=True, error=f"{type(exc).__name__}: {exc}")
+            connection = await self.pool.take(origin)
+        except TimeoutError:
+            return RelayFailure(sent=False, error=f"ConnectTimeout: no connection within {CONNECT_TIMEOUT_S:g} s")
+        except OSError as exc:
+            return RelayFailure(sent=False, error=f"ConnectError: {exc}")
+        done = False
         try:
-            pairs = [(name.lower(), value) for name, value in response.headers.raw if name.lower() not in HOP_BY_HOP]
-            await send({"type": "http.response.start", "status": response.status_code, "headers": pairs})
-            async for chunk in response.aiter_raw():
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            await send({"type": "http.response.body", "body": b""})
+            answer = await self._request(connection, scope, receive, head + _framed(body, more, framing), more, framing)
+            if isinstance(answer, RelayFailure):
+                return answer
+            pairs = [(name, value) for name, value in answer.headers if name not in HOP_BY_HOP]
+            await send({"type": "http.response.start", "status": answer.status, "headers": pairs})
+            done = await self._answer_body(connection, answer, send)
         finally:
-            await response.aclose()
+            if not done:
+                connection.abort()
+        if answer.keep_alive:
+            self.pool.give_back(origin, connection)
+        else:
+            connection.abort()
         return None
 
+    async def _request(
+        self, connection: Connection, scope: Scope, receive: Receive, first: bytes, more: bool, framing: bytes | None
+    ) -> Head | RelayFailure:
+        """Send the request (``first``: its head and the body's first piece) and read its answer's head."""
+        writer = connection.writer
+        try:
+            writer.write(first)
+            while more:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return RelayFailure(sent=False, error=_GONE)  # (the shard's server has a part, which it drops)
+                more = message.get("more_body", False)
+                writer.write(_framed(message.get("body", b""), more, framing))
+                await writer.drain()
+            async with asyncio.timeout(self.read_timeout_s):
+                return await read_head(connection.reader, scope["method"] == "HEAD")
+        except TimeoutError:
+            return RelayFailure(sent=True, error=f"ReadTimeout: no answer within {self.read_timeout_s:g} s")
+        except (OSError, EOFError, ValueError, asyncio.LimitOverrunError) as exc:
+            return RelayFailure(sent=True, error=f"{type(exc).__name__}: {exc}")
 
-async def _body(receive: Receive) -> AsyncIterator[bytes]:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return
-        chunk = message.get("body", b"")
-        if chunk:
-            yield chunk
-        if not message.get("more_body", False):
-            return
+    async def _answer_body(self, connection: Connection, answer: Head, send: Send) -> bool:
+        """Pass the answer's body on as it comes; ``False`` if it broke off (the client's
+        connection is then closed with its answer incomplete, as the shard server's was)."""
+        try:
+            if answer.length == 0:
+                await send({"type": "http.response.body", "body": b""})
+                return True
+            if answer.length is not None and answer.length <= PIECE:  # (one piece: most answers)
+                try:
+                    async with asyncio.timeout(self.read_timeout_s):
+                        body = await connection.reader.readexactly(answer.length)
+                except asyncio.IncompleteReadError as exc:
+                    await send({"type": "http.response.body", "body": exc.partial, "more_body": True})
+                    raise
+                await send({"type": "http.response.body", "body": body})
+                return True
+            pieces = body_pieces(connection.reader, answer)
+            while True:
+                async with asyncio.timeout(self.read_timeout_s):
+                    piece = await anext(pieces, None)
+                if piece is None:
+                    break
+                await send({"type": "http.response.body", "body": piece, "more_body": True})
+        except (TimeoutError, OSError, EOFError, ValueError, asyncio.LimitOverrunError) as exc:
+            log.warning("relay: the shard server's answer broke off", extra={"error": f"{type(exc).__name__}: {exc}"})
+            return False
+        await send({"type": "http.response.body", "body": b""})
+        return True
+
+
+_GONE = "the client went away before the end of its request"
+_BODYLESS_RELAYED = (b"GET", b"HEAD", b"OPTIONS")
+_NOT_FORWARDED = HOP_BY_HOP | {b"expect", b"content-length"}
+"""``Expect: 100-continue`` was the node's to answer (it did: uvicorn); ``Content-Length`` is set by the framing."""
+
+
+def _request_head(scope: Scope, path: str, origin: Origin) -> tuple[bytes, bytes | None]:
+    """The request's head for the shard server (the client's headers but the hop-by-hop ones,
+    its ``Host`` kept), and its body's framing: ``b"length"``, ``b"chunked"`` or ``None`` (none)."""
+    method: str = scope["method"]
+    parts = [method.encode("latin-1"), b" ", path.encode("latin-1"), b" HTTP/1.1\r\n"]
+    length: bytes | None = None
+    chunked = host = False
+    for name, value in scope["headers"]:
+        if name in _NOT_FORWARDED:
+            if name == b"content-length":
+                length = value
+            elif name == b"transfer-encoding":
+                chunked = chunked or value.lower().endswith(b"chunked")
+            continue
+        host = host or name == b"host"
+        parts += (name, b": ", value, b"\r\n")
+    if not host:
+        parts.append(f"host: {origin.host}:{origin.port}\r\n".encode("latin-1"))
+    framing: bytes | None = None
+    if method.encode() not in _BODYLESS_RELAYED:
+        if chunked:
+            parts.append(b"transfer-encoding: chunked\r\n")
+            framing = b"chunked"
+        elif length is not None:
+            parts += (b"content-length: ", length, b"\r\n")
+            framing = b"length"
+    parts.append(b"\r\n")
+    return b"".join(parts), framing
+
+
+def _framed(body: bytes, more: bool, framing: bytes | None) -> bytes:
+    if framing != b"chunked":
+        return body
+    chunk = b"%x\r\n%b\r\n" % (len(body), body) if body else b""
+    return chunk if more else chunk + b"0\r\n\r\n"

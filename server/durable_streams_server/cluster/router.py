@@ -71,13 +71,17 @@ class ClusterRouter:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
-        elif scope["type"] == "http" and _route(scope) == "ui":
+            return
+        if scope["type"] != "http":
+            return
+        route = _route(scope)  # (once: a relayed request's cost is the router's own)
+        if route == "ui":
             await _drain(receive)
             await _page(scope, send)
-        elif scope["type"] == "http":
-            status, headers, body = self.answer(scope)
+        else:
+            status, headers, body = self.answer(scope, route)
             location = headers.get("Location") if status == 307 else None
-            if location is not None and must_relay(scope, _reserved(scope)):
+            if location is not None and must_relay(scope, route in _RESERVED):
                 failure = await self.relay.relay(scope, receive, send, location)
                 if failure is None:
                     return
@@ -102,8 +106,8 @@ class ClusterRouter:
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
-    def answer(self, scope: Scope) -> tuple[int, dict[str, str], object]:
-        """The status, headers and JSON body answering one request."""
+    def answer(self, scope: Scope, route: str | None) -> tuple[int, dict[str, str], object]:
+        """The status, headers and JSON body answering one request (``route``: its path's, ``_route``)."""
         path = route_path(scope)
         if path == "/healthz":
             return 200, {}, {"status": "ok", "node_id": self.supervisor.settings.node_id}
@@ -112,7 +116,7 @@ class ClusterRouter:
         if path == CLUSTER_PATH:
             return 200, {}, self.describe()
         shards = self.supervisor.layout.shards
-        if _route(scope) in _PER_SHARD:
+        if route in _PER_SHARD:
             return self._status_server(scope, shards)
         key = shard_key(path)
         if key is None:
@@ -190,10 +194,9 @@ def _route(scope: Scope) -> str | None:
     return found[0] if found is not None else None
 
 
-def _reserved(scope: Scope) -> bool:
-    """Always relayed: the ``__ds`` namespace (``proxy``), the per-shard answers and the
-    cluster-internal route (its caller is a shard server that stays on its own node)."""
-    return _route(scope) in ("control", "cluster", *_PER_SHARD)
+_RESERVED = ("control", "cluster", *_PER_SHARD)
+"""Routes always relayed: the ``__ds`` namespace (``proxy``), the per-shard answers and the
+cluster-internal route (its caller is a shard server that stays on its own node)."""
 
 
 async def _page(scope: Scope, send: Send) -> None:
