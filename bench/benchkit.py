@@ -1,7 +1,7 @@
 """What the benchmark scripts share: progress lines, the results table, and the JSON record of a run.
 
 Every benchmark row is a ``Result``: our value, the value it is compared with (the reference
-server, or a Spark baseline), optionally the issue's target (a ratio to that comparison value
+server, or a Spark baseline), optionally its target (a ratio to that comparison value
 or an absolute bound), the raw values each side was computed from and how (``statistic``).
 A script prints one table and writes one JSON record: every row with its raw samples, ratio,
 target and verdict, and the conditions of the run (cores, loopback, the disk under the work
@@ -62,7 +62,7 @@ def median(values: Iterable[float]) -> float:
 
 @dataclass(frozen=True)
 class Target:
-    """The issue's goal for one row: ``ratio`` compares ours/other, ``value`` bounds ours itself."""
+    """The goal for one row: ``ratio`` compares ours/other, ``value`` bounds ours itself."""
 
     kind: str  # "ratio" | "value"
     op: str  # ">=" | "<="

@@ -1,4 +1,4 @@
-"""Bulk appends (issue 14): server ingest from one client, and where the server's CPU goes.
+"""Bulk appends: server ingest from one client, and where the server's CPU goes.
 
 One client sends bulk appends (``Content-Type: application/vnd.apache.arrow.stream`` +
 ``Stream-Bulk-Content-Type``) of ``--batch`` 100-byte messages each, one request after the
@@ -13,7 +13,7 @@ text summary of the busiest functions is printed per scenario (raw samples in DI
 
     python bench/bulk_bench.py [--messages 1000000] [--batch 10000] [--in-flight 1] [--profile DIR]
 
-The Spark side of the issue (a streaming write into a JSON and an octet-stream stream beside
+The Spark side (a streaming write into a JSON and an octet-stream stream beside
 a discarding Python writer) is ``bench/bulk_spark_bench.py``.
 """
 

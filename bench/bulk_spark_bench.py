@@ -1,4 +1,4 @@
-"""Bulk appends (issue 14), Spark side: exactly-once streaming writes at Arrow speed.
+"""Bulk appends, Spark side: exactly-once streaming writes at Arrow speed.
 
 One ``local[2]`` SparkSession (as ``spark_bench.py``) and our server with its defaults (WAL
 durability, local Delta storage). The query is the ``write`` group's of ``spark_bench.py``: a

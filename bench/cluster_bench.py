@@ -1,4 +1,4 @@
-"""Cluster scale (issue 34): appends through 1, 2 and 3 cluster nodes on one storage root.
+"""Cluster scale: appends through 1, 2 and 3 cluster nodes on one storage root.
 
 For each storage root (moto's S3 server on loopback; a local directory) and durability, one
 node is started (``durable-streams-server --cluster``, ``SHARDS`` shards, the default lease

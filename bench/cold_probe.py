@@ -4,8 +4,7 @@ Times one small piece of request work (three Starlette ``Response`` objects and 
 walked) after the bench's 50 ms idle, right after a ``pwritev(..., RWF_DSYNC)`` of 120 B into
 a preallocated file (what the WAL does), once more at once (warm), and after a 0.3 ms sleep
 instead of the sync. The ``lp1`` row parks a long-poll, idles 50 ms, then times one append's
-whole path: every function on it runs in the first of these states (bench/README.md, issue
-18, twelfth session).
+whole path: every function on it runs in the first of these states.
 
     python bench/cold_probe.py [--rounds 60]
 """

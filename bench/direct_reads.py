@@ -1,4 +1,4 @@
-"""Helpers of the direct-history-read rows of ``spark_bench.py`` (issue 15).
+"""Helpers of the direct-history-read rows of ``spark_bench.py``.
 
 ``server_cpu_s`` reads a process's CPU time (user + system, children excluded) from
 ``/proc/<pid>/stat``; ``wait_in_delta`` waits until a stream's whole history is in Delta
@@ -63,9 +63,9 @@ def interleaved(reads: dict[str, Callable[[], None]], rows: int, repeat: int, se
     ``len(reads)`` rounds every read takes every place once.
 
     One untimed round first, every read at full size, so that the JVM and the Python workers
-    are warmed for every read alike (before, the warm-up read 20,000 rows of some of them).
+    are warmed for every read alike.
     The ratio of the direct read to the in-memory source still moves from 0.86x to 1.19x
-    between runs and harnesses on a quiet machine (bench/README.md, 2026-11-24)."""
+    between runs and harnesses on a quiet machine."""
     timed = {label: Timed() for label in reads}
     labels = list(reads)
     for label in labels:

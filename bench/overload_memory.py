@@ -1,9 +1,9 @@
 """Overload memory: a server's RSS while clients write faster than it can make appends durable.
 
-Not a timed test. The issue's path (issue 41, path 10): a server with its default options took
-1 GiB of 1 MiB binary appends (``application/octet-stream``) from 4 clients at ~110 MiB/s; its RSS
-peaked at 3 GiB and stayed near 1 GiB after the load stopped, so a container with a 1 GiB limit
-OOM-kills it. The bar: peak RSS <= 1.5x ``--memory-budget`` during the burst, under the budget
+Not a timed test. The load: a server with its default options takes 1 GiB of 1 MiB binary
+appends (``application/octet-stream``) from 4 clients as fast as they go (a server that let its
+writes in flight grow peaked at 3 GiB and stayed near 1 GiB after the load stopped, so a container
+with a 1 GiB limit OOM-killed it). The bar: peak RSS <= 1.5x ``--memory-budget`` during the burst, under the budget
 within 20 s of the burst's end.
 
 1. **Burst**: a ``durable-streams-server`` subprocess (``scale_probe.Probe``: 127.0.0.1, a temp
@@ -310,8 +310,8 @@ def main() -> None:
 
     def row(name: str, key: str, target: float | None = None) -> Result:
         other = before.get(key) if before else None
-        issue = target is not None and budget == 512  # (the issue's bar: the default budget, absolute RSS)
-        return Result(f"{label}: {name}", done[key], other, value_at_most(target) if issue else None)
+        bar = target is not None and budget == 512  # (the bar is for the default budget, absolute RSS)
+        return Result(f"{label}: {name}", done[key], other, value_at_most(target) if bar else None)
 
     rows = [
         row("peak RSS MiB (VmHWM)", "peak_rss", 1.5 * budget),

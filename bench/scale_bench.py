@@ -1,6 +1,6 @@
-"""Storage scale benchmark (issue 19): how the server's costs grow with what it stores.
+"""Storage scale benchmark: how the server's costs grow with what it stores.
 
-Not a timed test: it prints size -> cost tables, with the issue's targets beside the
+Not a timed test: it prints size -> cost tables, with their targets beside the
 measurements, and writes their JSON records like the other benchmarks (``benchkit.report``:
 ``--sizes full`` runs to ``bench/results/``, others to ``bench/results/scratch/``). The server
 is a black box (``scale_probe.py``): a ``durable-streams-server`` subprocess on 127.0.0.1 with a

@@ -232,7 +232,7 @@ def note(message: str) -> None:
 
 
 def target_at(size: int, issue_size: int, target: Target) -> Target | None:
-    """The issue's target applies at the size the issue names."""
+    """A target applies at the size it was set for."""
     return target if size == issue_size else None
 
 

@@ -98,7 +98,7 @@ FALLBACK_SETTINGS = {
     "spark.driver.memory": "2g",
 }
 WARM_ROWS = 20_000
-FULL_ROWS = 1_000_000  # the loads; smaller runs are recorded as quick ones
+FULL_ROWS = 1_000_000  # the loads of record; smaller runs are recorded as quick ones
 FULL_LATENCY_MESSAGES = 100
 RECORD_REPEAT = 5  # rounds of a run of record (fewer: a quick run)
 

@@ -6,10 +6,9 @@ parks its connection, a ``POST`` writes its body to a preallocated file with
 ``pwritev(..., RWF_DSYNC)`` (as our WAL does), then answers the parked reader and the writer
 with fixed bytes. No HTTP parsing beyond finding the head's end, no streams, no records. What
 it measures is the loopback, the process wake-ups after the bench's 50 ms idle, and the sync:
-what any server on this machine pays before its own work (bench/README.md, issue 18, twelfth
-session). ``--no-sync`` leaves the sync out (the reference server does not sync); ``--ours``
-alternates each run with the same load on our server (``ServerProcess``, the CLI's defaults),
-since the floor moves with the machine's moment as much as we do.
+what any server on this machine pays before its own work. ``--no-sync`` leaves the sync out (the
+reference server does not sync); ``--ours`` alternates each run with the same load on our server
+(``ServerProcess``, the CLI's defaults), since the floor moves with the machine's moment as much as we do.
 
     python bench/wake_floor.py [--runs 3] [--rounds 55] [--no-sync] [--ours]
 """

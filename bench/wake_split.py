@@ -13,7 +13,7 @@ another, with the bench's pattern: park a long-poll at the tail, wait 50 ms, app
 
 ``--source`` runs a server from another checkout (``git archive <commit> | tar -x -C DIR``).
 Medians over the rounds (the first five left out). Where the client waits on a leg that the
-server's process cannot shorten, it shows here: bench/README.md, issue 18, thirteenth session.
+server's process cannot shorten, it shows here.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ Prints, per step, the median time from the ``data_received`` that brought the ap
     python bench/wake_timeline.py [--rounds 60] [--idle-ms 50]
 
 ``--idle-ms 0.5`` shows the same path back to back: the difference is what idling costs
-(bench/README.md, issue 18, sixth session). The wrappers add a few µs per step.
+(the process wake-ups after an idle spell). The wrappers add a few µs per step.
 """
 
 from __future__ import annotations
