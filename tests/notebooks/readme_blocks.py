@@ -1,8 +1,10 @@
-"""The fenced code blocks of README.md, and the plumbing that runs them against live servers.
+"""The fenced code blocks of README.md and of the documentation site, and the plumbing that runs
+them against live servers.
 
-A block is named ``"<heading>#<n>"``: the nearest heading above it and its position under that
-heading. ``test_readme.py`` maps every name to the test that executes (or checks) the block,
-and fails when a block is missing from the map, so no example in the README goes unrun.
+A block is named ``"<page>:<heading>#<n>"``: the page (``README.md``, ``docs/…``), the nearest
+heading above it and its position under that heading. ``test_readme.py`` maps every name to the
+test that executes (or checks) the block, and fails when a block is missing from the map, so no
+example in the README or the site goes unrun.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 from servers import REPO_ROOT
 
 README = REPO_ROOT / "README.md"
+DOCS = REPO_ROOT / "docs"
 DEFAULT_URL = "http://127.0.0.1:4437"
 """The server URL the README's examples use; tests substitute their live server's."""
 VENV_BIN = Path(sys.executable).parent
@@ -29,14 +32,31 @@ class Block:
     lang: str
     text: str
     line: int
-    """Line of README.md where the block's first line of code is."""
+    """Line of the page where the block's first line of code is."""
+    page: str = "README.md"
+    """The page, relative to the repository."""
+
+    @property
+    def where(self) -> str:
+        return f"{self.page}:{self.line}"
 
 
-def readme_blocks(path: Path = README) -> list[Block]:
-    """Every fenced block, in order; an unclosed fence or a fence without a language is an error."""
+def pages() -> list[Path]:
+    """README.md and every page of the site (``docs/_hooks`` holds the generator, not pages)."""
+    return [README, *sorted(path for path in DOCS.rglob("*.md") if "_hooks" not in path.parts)]
+
+
+def doc_blocks() -> list[Block]:
+    """Every fenced block of every page, in page order."""
+    return [block for page in pages() for block in markdown_blocks(page)]
+
+
+def markdown_blocks(path: Path = README) -> list[Block]:
+    """Every fenced block of one page, in order; an unclosed fence or a fence without a language is an error."""
     blocks: list[Block] = []
     heading = "(top)"
     counts: dict[str, int] = {}
+    page = path.relative_to(REPO_ROOT).as_posix()
     lines = path.read_text(encoding="utf-8").splitlines()
     index = 0
     while index < len(lines):
@@ -45,12 +65,12 @@ def readme_blocks(path: Path = README) -> list[Block]:
             heading = line.lstrip("#").strip()
         elif line.startswith("```"):
             lang = line[3:].strip()
-            assert lang, f"README.md:{index + 1}: a code block without a language"
+            assert lang, f"{page}:{index + 1}: a code block without a language"
             end = next((i for i in range(index + 1, len(lines)) if lines[i].startswith("```")), None)
-            assert end is not None, f"README.md:{index + 1}: the code block is never closed"
+            assert end is not None, f"{page}:{index + 1}: the code block is never closed"
             counts[heading] = counts.get(heading, 0) + 1
             text = "\n".join(lines[index + 1 : end]) + "\n"
-            blocks.append(Block(f"{heading}#{counts[heading]}", lang, text, index + 2))
+            blocks.append(Block(f"{page}:{heading}#{counts[heading]}", lang, text, index + 2, page))
             index = end
         index += 1
     return blocks

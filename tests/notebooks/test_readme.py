@@ -1,4 +1,5 @@
-"""Every code block of README.md runs (or, where this machine cannot, fails the way it must).
+"""Every code block of README.md and of the documentation site (``docs/``) runs (or, where this
+machine cannot, fails the way it must).
 
 ``COVERAGE`` names the test that executes each block; ``test_every_block_is_covered`` fails
 when a block is added, renamed or dropped without updating it. Adaptations are substitutions
@@ -7,9 +8,8 @@ the few blocks that need what a test machine lacks say so where they are run: th
 runs against moto, ``make`` runs with ``-n``, ``pip install`` lines are resolved against
 setup.py and this virtualenv, and the delta-spark example must fail naming the extra.
 
-The option tables are checked against the code: the source, sink and connection tables list
-exactly the options ``options.py`` accepts, and the server's CLI table exactly the options of
-``build_parser()`` with their defaults.
+The option and settings tables are generated from the code when the site is built; their test is
+``tests/test_docs_reference.py``.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ from readme_blocks import (
     DEFAULT_URL,
     README,
     Block,
+    doc_blocks,
     mermaid_errors,
-    readme_blocks,
     run_bash,
     shell_env,
     substitute,
@@ -51,59 +51,74 @@ from security_support import bearer, self_signed_certificate
 from servers import REPO_ROOT, MotoServer, ServerProcess, _wait_until_listening, free_port, wait_for
 from starlette.testclient import TestClient
 
-from durable_streams_server.cli import build_parser
 from pyspark_durable_streams.client import Client
 from pyspark_durable_streams.delta import DELTA_SETTINGS
-from pyspark_durable_streams.options import CONNECTION_OPTIONS, READ_OPTIONS, WRITE_OPTIONS
 
-SPARK = 'Read and write: `format("durable_streams")`'
-CLIENT = "Readers without Spark: the Python client and the command line"
-S3 = "Running against S3 (or any S3-compatible store)"
-SECURITY = "Security: tokens, TLS, limits"
+SPARK = 'docs/guides/spark.md:Read and write: `format("durable_streams")`'
+CLIENT = "docs/guides/client-and-cli.md:The Python client and the command line"
+S3 = "docs/guides/object-storage.md:Running against S3 (or any S3-compatible store)"
+SECURITY = "docs/guides/security.md:Security: tokens, TLS, limits"
+RUNNING = "docs/guides/running-the-server.md"
+QUICKSTART = "docs/quickstart.md"
 
 COVERAGE = {
-    "Architecture#1": "test_mermaid_diagrams",
-    "Install#1": "test_install_commands",
-    "A session#1": "test_session_reads_spark_defaults",
-    "A session#2": "test_session_reads_spark_defaults",
+    "README.md:Two commands#1": "test_make_commands",
+    "README.md:A Spark query in six lines#1": "test_quickstart",
+    "docs/index.md:Two commands#1": "test_make_commands",
+    "docs/architecture.md:Architecture#1": "test_mermaid_diagrams",
+    "docs/architecture.md:The server's layers#1": "test_mermaid_diagrams",
+    "docs/install.md:Install#1": "test_install_commands",
+    f"{QUICKSTART}:1. Prerequisites#1": "test_quickstart",
+    f"{QUICKSTART}:2. Start a server#1": "test_make_commands",
+    f"{QUICKSTART}:3. Create a stream#1": "test_quickstart",
+    f"{QUICKSTART}:4. Write#1": "test_quickstart",
+    f"{QUICKSTART}:5. Read#1": "test_quickstart",
+    f"{QUICKSTART}:6. A streaming query#1": "test_quickstart",
+    f"{QUICKSTART}:7. The status page#1": "test_quickstart",
+    f"{QUICKSTART}:8. Stop and clean up#1": "test_quickstart",
+    "docs/guides/spark.md:A session#1": "test_session_reads_spark_defaults",
+    "docs/guides/spark.md:A session#2": "test_session_reads_spark_defaults",
     f"{SPARK}#1": "test_spark_examples",
     f"{SPARK}#2": "test_spark_examples",
-    "Delta Lake: the `[delta]` extra#1": "test_delta_session_example",
-    "The two commands#1": "test_make_commands",
-    "The two commands#2": "test_try_it_and_data_layout",
-    "Embedding the ASGI app#1": "test_embedding_example",
+    "docs/guides/spark.md:Delta Lake: the `[delta]` extra#1": "test_delta_session_example",
+    f"{RUNNING}:The two commands#1": "test_make_commands",
+    f"{RUNNING}:The two commands#2": "test_try_it_and_data_layout",
+    f"{RUNNING}:Embedding the ASGI app#1": "test_embedding_example",
     f"{SECURITY}#1": "test_security_examples",
     f"{SECURITY}#2": "test_security_examples",
     f"{SECURITY}#3": "test_security_examples",
     f"{S3}#1": "test_s3_examples",
     f"{S3}#2": "test_s3_examples",
-    "How data is stored#1": "test_mermaid_diagrams",
-    "How data is stored#2": "test_try_it_and_data_layout",
-    "How data is stored#3": "test_reading_the_delta_table",
+    "docs/operations/storage.md:How data is stored#1": "test_mermaid_diagrams",
+    "docs/operations/storage.md:How data is stored#2": "test_try_it_and_data_layout",
+    "docs/operations/storage.md:How data is stored#3": "test_reading_the_delta_table",
     f"{CLIENT}#1": "test_client_examples",
     f"{CLIENT}#2": "test_client_examples",
     f"{CLIENT}#3": "test_client_examples",
     f"{CLIENT}#4": "test_client_examples",
     f"{CLIENT}#5": "test_client_command_line",
-    "Buckets, snapshots and bootstrap (protocol extensions)#1": "test_extension_curl_examples",
-    "A cluster: streams sharded across processes and machines#1": "test_cluster_example",
-    "Named consumers and tombstones#1": "test_consumer_examples",
-    "Named consumers and tombstones#2": "test_consumer_examples",
+    "docs/protocol.md:Buckets, snapshots and bootstrap (protocol extensions)#1": "test_extension_curl_examples",
+    "docs/guides/cluster.md:A cluster: streams sharded across processes and machines#1": "test_cluster_example",
+    "docs/guides/cluster.md:A cluster on one machine#1": "test_cluster_on_one_machine",
+    "docs/guides/cluster.md:A cluster on one machine#2": "test_cluster_on_one_machine",
+    "docs/guides/cluster.md:A cluster on one machine#3": "test_cluster_on_one_machine",
+    "docs/guides/time-travel-and-lag.md:Named consumers and tombstones#1": "test_consumer_examples",
+    "docs/guides/time-travel-and-lag.md:Named consumers and tombstones#2": "test_consumer_examples",
 }
 
 
 def blocks_for(test: str) -> list[Block]:
-    """The README blocks ``COVERAGE`` assigns to ``test``, in README order."""
-    blocks = [block for block in readme_blocks() if COVERAGE.get(block.name) == test]
-    assert blocks, f"no README block is assigned to {test}"
+    """The blocks ``COVERAGE`` assigns to ``test``, in page order."""
+    blocks = [block for block in doc_blocks() if COVERAGE.get(block.name) == test]
+    assert blocks, f"no block is assigned to {test}"
     return blocks
 
 
 def test_every_block_is_covered() -> None:
-    names = [block.name for block in readme_blocks()]
+    names = [block.name for block in doc_blocks()]
     assert len(names) == len(set(names))
     assert set(names) == set(COVERAGE), (
-        f"README blocks without a test: {sorted(set(names) - set(COVERAGE))}; "
+        f"blocks without a test: {sorted(set(names) - set(COVERAGE))}; "
         f"tests for blocks that are gone: {sorted(set(COVERAGE) - set(names))}"
     )
     tests = {name for name, value in globals().items() if name.startswith("test_") and callable(value)}
@@ -116,29 +131,12 @@ def test_every_block_is_covered() -> None:
 def test_mermaid_diagrams() -> None:
     for block in blocks_for("test_mermaid_diagrams"):
         assert block.lang == "mermaid"
-        assert mermaid_errors(block.text) == [], f"README.md:{block.line}: lines that do not parse"
+        assert mermaid_errors(block.text) == [], f"{block.where}: lines that do not parse"
     # The check can fail: the usual mistakes do not parse.
     assert mermaid_errors("flowchart LR\n  A[label (with parentheses)] --> B\n")
     assert mermaid_errors("flowchart LR\n  A --> B[unclosed\n")
     assert mermaid_errors("graph\n  A --> B\n")
     assert mermaid_errors("flowchart LR\n  subgraph s[x]\n  A --> B\n")
-
-
-def table_after(heading: str) -> list[list[str]]:
-    """The cells of the first Markdown table after ``heading``."""
-    text = README.read_text(encoding="utf-8").split(f"\n{heading}\n", 1)
-    assert len(text) == 2, f"README.md has no heading {heading!r}"
-    rows = []
-    for line in text[1].lstrip("\n").splitlines():
-        if not line.startswith("|"):
-            if rows:
-                break
-            continue
-        cells = [cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
-        if not all(re.fullmatch(r":?-+:?", cell) for cell in cells):
-            rows.append(cells)
-    assert rows, f"no table after {heading!r}"
-    return rows[1:]
 
 
 def test_links_resolve() -> None:
@@ -156,38 +154,6 @@ def test_links_resolve() -> None:
             assert link[1:] in slugs, f"README.md links to a missing heading: {link}"
         elif "://" not in link:
             assert (REPO_ROOT / link).exists(), f"README.md links to a missing file: {link}"
-
-
-def option_names(rows: list[list[str]]) -> set[str]:
-    return {name.lower() for row in rows for name in re.findall(r"`([A-Za-z_]+)`", row[0])}
-
-
-def test_option_tables_match_options_py() -> None:
-    hooks = {name for name in WRITE_OPTIONS if name.startswith("_")}  # test hooks, not for users
-    assert option_names(table_after("### Source options")) == set(READ_OPTIONS)
-    assert option_names(table_after("### Sink options")) == set(WRITE_OPTIONS) - hooks
-    assert option_names(table_after("### Connection options (source and sink)")) == set(CONNECTION_OPTIONS)
-
-
-def test_server_cli_table_matches_the_parser() -> None:
-    parser = build_parser()
-    actions = {action.option_strings[-1]: action for action in parser._actions if action.option_strings}
-    actions.pop("--help")
-    rows = {row[0].split("`")[1].split()[0]: row for row in table_after("### The server's command line")}
-    assert set(rows) == set(actions), (
-        f"CLI options missing from the README table: {sorted(set(actions) - set(rows))}; "
-        f"in the table but not in the parser: {sorted(set(rows) - set(actions))}"
-    )
-    for flag, (_, documented, _) in rows.items():
-        default = actions[flag].default
-        if isinstance(default, bool):
-            assert documented == ("on" if default else "off"), flag
-        elif isinstance(default, int | float) and not isinstance(default, bool):
-            assert float(documented.strip("`")) == default, f"{flag}: README says {documented}, the parser {default}"
-        elif isinstance(default, str):
-            assert documented.strip("`") == default, flag
-        elif isinstance(default, Path):
-            assert Path(documented.strip("`")) == default, flag
 
 
 # -- install, make ---------------------------------------------------------------------------------
@@ -250,10 +216,12 @@ def setup_arguments() -> dict[str, Any]:
 
 
 def test_make_commands() -> None:
-    """``make -n``: the targets exist and run what the README says (running them would rebuild .venv)."""
-    (block,) = blocks_for("test_make_commands")
-    targets = [line.split("#")[0].split() for line in block.text.splitlines() if line.strip()]
-    assert targets == [["make", "serve"], ["make", "test"]]
+    """``make -n``: the targets exist and run what the pages say (running them would rebuild .venv)."""
+    blocks = blocks_for("test_make_commands")
+    assert len(blocks) == 4  # README, the site's home, the quickstart, running the server
+    for block in blocks:
+        targets = [line.split("#")[0].split() for line in block.text.splitlines() if line.strip()]
+        assert targets in ([["make", "serve"], ["make", "test"]], [["make", "serve"]]), block.where
     outputs = {}
     for target in (["serve"], ["test"], ["serve", "PORT=8080", "DATA=/var/lib/ds"]):
         result = subprocess.run(["make", "-n", *target], cwd=REPO_ROOT, capture_output=True, text=True, check=False)
@@ -266,8 +234,9 @@ def test_make_commands() -> None:
     assert "$(BIN)/python -m pip install --quiet -e '.[server]'" in (REPO_ROOT / "Makefile").read_text()
     scripts = {entry.split("=")[0].strip() for entry in setup_arguments()["entry_points"]["console_scripts"]}
     assert scripts == {"durable-streams", "durable-streams-server"}
-    text = README.read_text(encoding="utf-8")
-    assert all(f".venv/bin/{script}" in text for script in scripts) and "source .venv/bin/activate" in text
+    for page in (README, REPO_ROOT / "docs" / "guides" / "running-the-server.md"):
+        text = page.read_text(encoding="utf-8")
+        assert all(f".venv/bin/{script}" in text for script in scripts) and "source .venv/bin/activate" in text, page
 
 
 # -- the server ----------------------------------------------------------------------------------
@@ -287,6 +256,39 @@ def test_try_it_and_data_layout(server_factory: Callable[..., ServerProcess], tm
     assert re.fullmatch(r"wal/\d{20}\.wal", wal_example)
     assert any(re.fullmatch(r"\d{20}\.wal", path.name) for path in (data_dir / "wal").iterdir())
     assert (data_dir / table_dir / "_delta_log").is_dir(), f"no Delta table at <data-dir>/{table_dir}"
+
+
+def test_quickstart(spark: SparkSession, server_factory: Callable[..., ServerProcess], tmp_path: Path) -> None:
+    """The quickstart's steps in order against a live server (``make serve`` itself is checked by
+    ``test_make_commands``), the README's Spark example among them, then Ctrl-C and the clean-up."""
+    (readme_spark, prerequisites, create, write, read, query, status, clean_up) = blocks_for("test_quickstart")
+    versions = run_bash(prerequisites.text, cwd=tmp_path)
+    python = re.search(r"Python 3\.(\d+)", versions.stdout)
+    assert python and int(python.group(1)) >= 11, versions.stdout
+    assert re.search(r'version "(17|21)[."]', versions.stderr), versions.stderr  # (java -version writes to stderr)
+
+    server = server_factory(data_dir=tmp_path / "data")
+    for block in (create, write):
+        run_bash(substitute(block.text, {DEFAULT_URL: server.url}), cwd=tmp_path)
+    orders = run_bash(substitute(read.text, {DEFAULT_URL: server.url}), cwd=tmp_path).stdout
+    assert orders == '[{"id":1},{"id":2},{"id":3}]'
+
+    assert query.text == readme_spark.text  # the README's example is the quickstart's step 6
+    namespace: dict[str, Any] = {}
+    exec(substitute(query.text, {DEFAULT_URL: server.url}), namespace)
+    progress = namespace["query"].recentProgress
+    assert namespace["query"].exception() is None
+    assert sum(batch["numInputRows"] for batch in progress) == 3  # the three orders, printed by the console sink
+
+    answer = run_bash(substitute(status.text, {DEFAULT_URL: server.url}), cwd=tmp_path).stdout
+    assert answer.strip() == f"308 {server.url}/ui/"
+
+    assert server.proc is not None
+    server.proc.send_signal(signal.SIGINT)  # Ctrl-C
+    assert server.proc.wait(timeout=60) == 0
+    assert (tmp_path / "data" / "wal").is_dir()
+    run_bash(clean_up.text, cwd=tmp_path)
+    assert not (tmp_path / "data").exists()
 
 
 def test_embedding_example(tmp_path: Path) -> None:
@@ -402,6 +404,34 @@ def test_cluster_example(moto: MotoServer, tmp_path: Path) -> None:
         assert len(_cluster_view(url)["shards"]) == 2
     listed = boto3_client(moto).list_objects_v2(Bucket=bucket, Prefix="streams/shard-")
     assert {key["Key"].split("/")[1] for key in listed["Contents"]} == {"shard-0000", "shard-0001"}
+
+
+def test_cluster_on_one_machine(tmp_path: Path) -> None:
+    """The two nodes as written (other ports; the relative paths in a temporary directory), then the curl
+    lines through both nodes, then the clean-up."""
+    start, use, clean_up = blocks_for("test_cluster_on_one_machine")
+    commands = [line.removesuffix("&").strip() for line in start.text.splitlines() if line.strip()]
+    assert len(commands) == 2 and all(line.endswith("&") for line in start.text.splitlines() if line.strip())
+    ports = {"4437": free_port(), "4438": free_port()}
+    paths = {f"./{name}": str(tmp_path / name) for name in ("cluster-root", "n1", "n2")}
+    with contextlib.ExitStack() as nodes:
+        urls = {}
+        for number, (command, (old, port)) in enumerate(zip(commands, ports.items(), strict=True), start=1):
+            node = {"./cluster-root": paths["./cluster-root"], f"./n{number}": paths[f"./n{number}"]}
+            command = substitute(command, {f"--port {old}": f"--port {port}", **node})
+            urls[old] = nodes.enter_context(_background(f"exec {command}", tmp_path / f"n{number}.log", port, {}))
+        served = lambda: [shard["state"] for shard in _cluster_view(urls["4437"])["shards"]] == ["serving"] * 4  # noqa: E731
+        wait_for(served, timeout_s=60)
+        replacements = {f"http://127.0.0.1:{old}": url for old, url in urls.items()}
+        result = run_bash(substitute(use.text, replacements), cwd=tmp_path)
+        assert '[{"id":1},{"id":2}]' in result.stdout
+        assert '["serving","serving","serving","serving"]' in result.stdout
+        holders = {shard["holder"] for shard in _cluster_view(urls["4438"])["shards"]}
+        assert holders <= {"n1", "n2"} and holders, holders
+    for name in ("cluster-root", "n1", "n2"):
+        assert (tmp_path / name).is_dir()
+    run_bash(clean_up.text, cwd=tmp_path)
+    assert not any((tmp_path / name).exists() for name in ("cluster-root", "n1", "n2"))
 
 
 def _cluster_view(url: str) -> dict[str, Any]:
