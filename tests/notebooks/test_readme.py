@@ -1,12 +1,14 @@
 """Every code block of README.md and of the documentation site (``docs/``) runs (or, where this
 machine cannot, fails the way it must).
 
-``COVERAGE`` names the test that executes each block; ``test_every_block_is_covered`` fails
-when a block is added, renamed or dropped without updating it. Adaptations are substitutions
-checked to apply (the live server's URL for ``http://127.0.0.1:4437``, temporary paths), and
-the few blocks that need what a test machine lacks say so where they are run: the AWS example
-runs against moto, ``make`` runs with ``-n``, ``pip install`` lines are resolved against
-setup.py and this virtualenv, and the delta-spark example must fail naming the extra.
+``COVERAGE`` names the test that executes each block (a test of this file, or
+``tests/<file>.py::<test>`` for a page tested beside its feature, which must name that page);
+``test_every_block_is_covered`` fails when a block is added, renamed or dropped without updating
+it. Adaptations are substitutions checked to apply (the live server's URL for
+``http://127.0.0.1:4437``, temporary paths), and the few blocks that need what a test machine
+lacks say so where they are run: the AWS example runs against moto, ``make`` runs with ``-n``,
+``pip install`` lines are resolved against setup.py and this virtualenv, and the delta-spark
+example must fail naming the extra.
 
 The option and settings tables are generated from the code when the site is built; their test is
 ``tests/test_docs_reference.py``.
@@ -122,7 +124,14 @@ def test_every_block_is_covered() -> None:
         f"tests for blocks that are gone: {sorted(set(COVERAGE) - set(names))}"
     )
     tests = {name for name, value in globals().items() if name.startswith("test_") and callable(value)}
-    assert set(COVERAGE.values()) <= tests
+    assert {test for test in COVERAGE.values() if "::" not in test} <= tests
+    for block, test in COVERAGE.items():
+        if "::" in test:  # a page tested where its feature is: "tests/<file>.py::<test>", which must read that page
+            path, name = test.split("::")
+            source = (REPO_ROOT / path).read_text(encoding="utf-8")
+            defined = {node.name for node in ast.parse(source).body if isinstance(node, ast.FunctionDef)}
+            assert name in defined, f"{block}: {path} has no test {name}"
+            assert block.split(":")[0] in source, f"{block}: {path} never names the page it tests"
 
 
 # -- diagrams and tables ------------------------------------------------------------------------
