@@ -11,6 +11,7 @@ every shard (tail reports: ``engine.remote_streams``).
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +21,8 @@ from cluster_support import serving, start_node, until
 from runner import run_conformance
 from servers import MotoServer, ServerProcess
 from test_conformance import LONG_POLL, SUITE_TESTS
+
+from durable_streams_server.cluster.proxy import FOLLOWS_HEADER
 
 pytestmark = [pytest.mark.slow, pytest.mark.serial]  # (alone: tests/test_conformance.py)
 
@@ -42,6 +45,32 @@ def test_conformance_through_a_node_that_owns_nothing(
     failures = "\n".join(f"  {failure.full_name}: {failure.error}" for failure in result.failures)
     assert (result.passed, result.failed, result.skipped) == (SUITE_TESTS, 0, 0), f"{result.summary}\n{failures}"
     assert front.shards_held() == [] and owner.shards_held() == [0]  # nothing moved meanwhile
+
+
+def test_conformance_relayed_whole_through_a_node_that_owns_nothing(
+    server_factory: Callable[..., ServerProcess], tmp_path: Path
+) -> None:
+    """Every request of the suite asks ``Durable-Streams-Redirects: relay`` (a client that must
+    stay on the node it asked) and refuses redirects (``fetch_setup.mjs``): reads, long-polls and
+    SSE as well as writes pass through the node's relay to the other node's shard server. The
+    node's access log shows it answered every request itself, none with a 307."""
+    storage = ["--storage-uri", str(tmp_path / "root"), "--shards", "1", *LONG_POLL]
+    owner = start_node(server_factory, storage, "owner", tmp_path)
+    until(serving([owner], 1))
+    front = start_node(server_factory, storage, "front", tmp_path, "--access-log")
+    until(lambda: owner.describe()["live_nodes"] == ["front", "owner"])
+    assert front.shards_held() == [] and owner.shards_held() == [0]
+    logged = front.process.log_path.stat().st_size
+
+    result = run_conformance(front.url, include_subscriptions=True, fetch_headers={FOLLOWS_HEADER: "relay"})
+
+    failures = "\n".join(f"  {failure.full_name}: {failure.error}" for failure in result.failures)
+    assert (result.passed, result.failed, result.skipped) == (SUITE_TESTS, 0, 0), f"{result.summary}\n{failures}"
+    assert front.shards_held() == [] and owner.shards_held() == [0]  # nothing moved meanwhile
+    with open(front.process.log_path, "rb") as log:
+        log.seek(logged)
+        statuses = re.findall(rb'/v1/stream/\S* HTTP/1\.1\\?" (\d{3})', log.read())
+    assert len(statuses) > SUITE_TESTS and b"307" not in statuses, sorted(set(statuses))
 
 
 def test_conformance_at_three_shards_through_one_node(

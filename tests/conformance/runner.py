@@ -222,6 +222,7 @@ def run_conformance(
     base_url: str,
     *,
     include_subscriptions: bool = False,
+    fetch_headers: dict[str, str] | None = None,
     timeout_s: float = 600,
 ) -> ConformanceResult:
     """Run the whole conformance suite against ``base_url`` and return its outcome.
@@ -231,6 +232,9 @@ def run_conformance(
             the suite addresses streams as ``/v1/stream/<name>`` below it.
         include_subscriptions: also run the opt-in "Reserved subscription APIs"
             group (sets ``CONFORMANCE_SUBSCRIPTIONS=1`` for vitest.config.mjs).
+        fetch_headers: headers every request of the suite carries; with them,
+            a redirect fails the request instead of being followed
+            (``fetch_setup.mjs``).
         timeout_s: wall-clock limit for the whole Vitest run; a full run takes
             about 35 s, so hitting this means the server hangs.
 
@@ -245,6 +249,9 @@ def run_conformance(
     env = dict(os.environ)
     env["CONFORMANCE_TEST_URL"] = base_url
     env["CONFORMANCE_SUBSCRIPTIONS"] = "1" if include_subscriptions else "0"
+    env.pop("CONFORMANCE_FETCH_HEADERS", None)
+    if fetch_headers is not None:
+        env["CONFORMANCE_FETCH_HEADERS"] = json.dumps(fetch_headers)
     env["NO_COLOR"] = "1"
     env.pop("FORCE_COLOR", None)
 

@@ -10,6 +10,9 @@
 //   CONFORMANCE_TEST_URL          origin of the server under test (required),
 //                                 e.g. http://127.0.0.1:4437; streams live at
 //                                 /v1/stream/<name> below it.
+//   CONFORMANCE_FETCH_HEADERS     a JSON object of headers every request
+//                                 carries, with redirects refused
+//                                 (fetch_setup.mjs).
 //   CONFORMANCE_SUBSCRIPTIONS=1   also run the opt-in "Reserved subscription
 //                                 APIs" group. The package's own entry
 //                                 (dist/test-runner.js) always calls
@@ -35,12 +38,14 @@ function truthy(value) {
 }
 
 const withSubscriptions = truthy(process.env.CONFORMANCE_SUBSCRIPTIONS)
+const withFetchHeaders = truthy(process.env.CONFORMANCE_FETCH_HEADERS)
 
 export default defineConfig({
   test: {
     root: fileURLToPath(new URL(".", import.meta.url)),
     include: [withSubscriptions ? SUBSCRIPTIONS_ENTRY : SUITE_ENTRY],
     exclude: [],
+    setupFiles: withFetchHeaders ? ["fetch_setup.mjs"] : [],
     watch: false,
     // Keep Vitest's default 5 s test timeout: the suite's own long-poll
     // tests set their timeouts explicitly, and it is what upstream runs with.
