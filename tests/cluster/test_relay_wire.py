@@ -112,12 +112,19 @@ class Client:
 
     def __init__(self, *bodies: bytes, on_send: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.bodies = list(bodies)
+        self.ended = False
+        self.gone = asyncio.Event()
         self.sent: list[dict[str, Any]] = []
         self.on_send = on_send
 
     async def receive(self) -> dict[str, Any]:
-        body = self.bodies.pop(0) if self.bodies else b""
-        return {"type": "http.request", "body": body, "more_body": bool(self.bodies)}
+        """The body's pieces, then (as uvicorn) nothing until the client goes away."""
+        if not self.ended:
+            body = self.bodies.pop(0) if self.bodies else b""
+            self.ended = not self.bodies
+            return {"type": "http.request", "body": body, "more_body": not self.ended}
+        await self.gone.wait()
+        return {"type": "http.disconnect"}
 
     async def send(self, message: dict[str, Any]) -> None:
         self.sent.append(message)
@@ -301,3 +308,38 @@ def test_the_answer_to_a_head_has_no_body_and_keeps_the_connection() -> None:
     assert server.connections == 1 and [lines[0] for lines, _ in server.requests] == [b"HEAD /v1/stream/s HTTP/1.1"] * 2
     for client in clients:
         assert (b"content-length", b"1234") in client.sent[0]["headers"] and client.body() == b"" and client.complete()
+
+
+def test_a_live_reads_client_that_goes_away_closes_the_shard_servers_connection() -> None:
+    """An SSE client leaves after its first event: the relay closes its connection to the
+    shard server at once, instead of holding both until the server ends the SSE response."""
+    closed: list[bool] = []
+
+    def script(peer: Peer) -> None:
+        server.read(peer)
+        peer.sock.sendall(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n9\r\ndata: 1\n\n\r\n")
+        peer.sock.settimeout(20)
+        try:
+            closed.append(peer.sock.recv(1) == b"")
+        except ConnectionResetError:
+            closed.append(True)
+        except TimeoutError:
+            closed.append(False)
+
+    server = ScriptedServer(script)
+
+    def on_send(message: dict[str, Any]) -> None:
+        if message.get("body"):
+            client.gone.set()
+
+    client = Client(on_send=on_send)
+    scope = {**_scope(server.port, "GET"), "query_string": b"offset=-1&live=sse"}
+    started = time.monotonic()
+    assert relay_each(server.port, [(scope, client)], read_timeout_s=30) == [None]
+    took = time.monotonic() - started
+    deadline = time.monotonic() + 10
+    while not closed and time.monotonic() < deadline:
+        time.sleep(0.05)
+    server.close()
+    assert closed == [True] and took < 5, (closed, took)
+    assert client.body() == b"data: 1\n\n" and not client.complete()

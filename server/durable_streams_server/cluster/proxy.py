@@ -11,9 +11,11 @@ one process. Not every client can follow one, so the router redirects only where
 A client that must stay on the node it asked says ``FOLLOWS_HEADER: relay`` (the status page:
 a page's requests all go to its own origin). Everything else is relayed too: the same method,
 headers (the client's ``Host`` included) and body, streamed both ways (long-polls and SSE
-too). A relay has deadlines: ``CONNECT_TIMEOUT_S`` to reach the shard's server, and
-``read_timeout_s`` between two pieces of its answer (longer than a long-poll's wait and an
-SSE connection's life, the longest silences a healthy server keeps).
+too), on pooled keep-alive connections (``upstream``). A relay has deadlines:
+``CONNECT_TIMEOUT_S`` to reach the shard's server, and ``read_timeout_s`` between two pieces
+of its answer (longer than a long-poll's wait and an SSE connection's life, the longest
+silences a healthy server keeps). A live read (long-poll, SSE) whose client goes away is
+ended at the shard's server too.
 
 What a failed relay answers depends on whether the request reached the shard's server
 (``RelayFailure``): one that was never sent (no connection) is a plain "later" (503 with
@@ -116,14 +118,21 @@ class Relay:
         except OSError as exc:
             return RelayFailure(sent=False, error=f"ConnectError: {exc}")
         done = False
+        live = framing is None and b"live=" in scope.get("query_string", b"")
+        watcher = asyncio.create_task(_until_gone(receive, connection)) if live else None
         try:
             answer = await self._request(connection, scope, receive, head + _framed(body, more, framing), more, framing)
             if isinstance(answer, RelayFailure):
                 return answer
             pairs = [(name, value) for name, value in answer.headers if name not in HOP_BY_HOP]
             await send({"type": "http.response.start", "status": answer.status, "headers": pairs})
-            done = await self._answer_body(connection, answer, send)
+            broke_off = await self._answer_body(connection, answer, send)
+            if broke_off is not None and (watcher is None or not watcher.done()):
+                log.warning("relay: the shard server's answer broke off", extra={"error": broke_off})
+            done = broke_off is None
         finally:
+            if watcher is not None:
+                watcher.cancel()
             if not done:
                 connection.abort()
         if answer.keep_alive:
@@ -153,13 +162,13 @@ class Relay:
         except (OSError, EOFError, ValueError, asyncio.LimitOverrunError) as exc:
             return RelayFailure(sent=True, error=f"{type(exc).__name__}: {exc}")
 
-    async def _answer_body(self, connection: Connection, answer: Head, send: Send) -> bool:
-        """Pass the answer's body on as it comes; ``False`` if it broke off (the client's
+    async def _answer_body(self, connection: Connection, answer: Head, send: Send) -> str | None:
+        """Pass the answer's body on as it comes; why it broke off if it did (the client's
         connection is then closed with its answer incomplete, as the shard server's was)."""
         try:
             if answer.length == 0:
                 await send({"type": "http.response.body", "body": b""})
-                return True
+                return None
             if answer.length is not None and answer.length <= PIECE:  # (one piece: most answers)
                 try:
                     async with asyncio.timeout(self.read_timeout_s):
@@ -168,7 +177,7 @@ class Relay:
                     await send({"type": "http.response.body", "body": exc.partial, "more_body": True})
                     raise
                 await send({"type": "http.response.body", "body": body})
-                return True
+                return None
             pieces = body_pieces(connection.reader, answer)
             while True:
                 async with asyncio.timeout(self.read_timeout_s):
@@ -177,10 +186,17 @@ class Relay:
                     break
                 await send({"type": "http.response.body", "body": piece, "more_body": True})
         except (TimeoutError, OSError, EOFError, ValueError, asyncio.LimitOverrunError) as exc:
-            log.warning("relay: the shard server's answer broke off", extra={"error": f"{type(exc).__name__}: {exc}"})
-            return False
+            return f"{type(exc).__name__}: {exc}"
         await send({"type": "http.response.body", "body": b""})
-        return True
+        return None
+
+
+async def _until_gone(receive: Receive, connection: Connection) -> None:
+    """Close the shard server's connection once the client's is gone: a live read (long-poll,
+    SSE) would otherwise hold both until its own end, for nobody."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    connection.abort()
 
 
 _GONE = "the client went away before the end of its request"
