@@ -3,32 +3,27 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import ipaddress
-import logging
+import importlib
 import os
-import ssl
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import get_args
+from typing import BinaryIO, get_args
 
-import uvicorn
-
-from .allocators import tune_allocators
-from .cluster.workers import die_with_parent
-from .collector import freeze_start_up_objects
-from .config import ConfigError, ServerConfig, require_number
-from .http.cluster_secret import CLUSTER_SECRET_ENV
+from .config import ServerConfig
+from .config_file import ConfigFileError, read_config_file
+from .config_show import render
+from .durations import Duration, flag_unit
 from .http.fastpath import HttpParser
 from .log_format import configure_logging
-from .protocol.tokens import AuthConfig, AuthConfigError, parse_tokens
-from .server import build_app, http_protocol
+from .serve import serve
+from .settings import NO_SOURCES, TOKENS_ENV, Settings, Sources, settings_from_args
+from .settings_json import SettingsFormatError, settings_from_json
 from .storage.committer import Durability
 from .storage.ownership import TakeOver
 
 ENV_PREFIX = "DURABLE_STREAMS_"
-TOKENS_ENV = "DURABLE_STREAMS_AUTH_TOKENS"
+__all__ = ["build_parser", "config_from_args", "load_settings", "main", "show_config"]
 DEFAULTS = ServerConfig()
 """The CLI's defaults for the options that configure the server are the config's."""
 
@@ -40,6 +35,9 @@ def _env_name(flag: str) -> str:
 def _add(parser: argparse.ArgumentParser, flag: str, default: object, help: str, **kwargs: object) -> None:
     """An option whose default comes from ``DURABLE_STREAMS_<FLAG>`` when that is set."""
     raw = os.environ.get(_env_name(flag))
+    unit = flag_unit(flag)
+    if unit is not None and kwargs.get("type") in (int, float):  # durations: 30000, or 30s (``durations``)
+        kwargs.update(type=Duration(unit, kwargs["type"]), metavar="DURATION")  # type: ignore[arg-type]
     kind = kwargs.get("type")
     value: object = default
     if raw is not None:
@@ -50,8 +48,9 @@ def _add(parser: argparse.ArgumentParser, flag: str, default: object, help: str,
                 value = [item for item in raw.split(",") if item]
             else:
                 value = kind(raw) if callable(kind) else raw
-        except ValueError:
-            raise SystemExit(f"{_env_name(flag)}={raw!r} is not valid for {flag}") from None
+        except (ValueError, argparse.ArgumentTypeError) as exc:
+            reason = f": {exc}" if isinstance(exc, argparse.ArgumentTypeError) else ""
+            raise SystemExit(f"{_env_name(flag)}={raw!r} is not valid for {flag}{reason}") from None
     shown = f" (default {default})" if default not in (None, False, []) else ""
     parser.add_argument(flag, default=value, help=help + shown, **kwargs)  # type: ignore[arg-type]
 
@@ -69,8 +68,22 @@ def build_parser() -> argparse.ArgumentParser:
         prog="durable-streams-server",
         description="A Durable Streams protocol server storing streams in Delta Lake tables. "
         f"Every option can also be set with an environment variable {ENV_PREFIX}<OPTION> "
-        "(e.g. DURABLE_STREAMS_PORT=8080, DURABLE_STREAMS_STORAGE_OPTION='k1=v1,k2=v2').",
+        "(e.g. DURABLE_STREAMS_PORT=8080, DURABLE_STREAMS_STORAGE_OPTION='k1=v1,k2=v2'), or in a TOML file "
+        "(--config) under its name without the dashes; a flag wins over its variable, which wins over the file. "
+        "An option named in a unit (-ms, -s, -hours) takes a number in that unit or a duration with one "
+        "(500ms, 5s, 7d). 'durable-streams-server config show [--config FILE] [options]' prints the effective "
+        "settings, secrets masked.",
         allow_abbrev=False,  # (an option is named whole: a prefix never stands for another option)
+    )
+    _add(
+        parser,
+        "--config",
+        None,
+        "a TOML file of settings, each under its flag's name without the dashes (max-body-bytes = 1048576, "
+        'long-poll-timeout-ms = "30s", [storage-option] for the object store\'s keys); flags and '
+        f"{ENV_PREFIX}* variables override it",
+        type=Path,
+        metavar="FILE",
     )
     _add(parser, "--host", "127.0.0.1", "address to bind")
     _add(parser, "--port", 4437, "port", type=int)
@@ -278,138 +291,99 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def load_auth_config(path: Path | None, env_text: str | None) -> AuthConfig | None:
-    """Tokens from the file or from ``DURABLE_STREAMS_AUTH_TOKENS``; ``None`` when neither is set."""
-    if path is not None and env_text is not None:
-        raise AuthConfigError(f"tokens are configured twice: use --auth-tokens-file or {TOKENS_ENV}, not both")
-    if path is not None:
-        try:
-            return parse_tokens(path.read_text(encoding="utf-8"), f"--auth-tokens-file {path}")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise AuthConfigError(f"cannot read --auth-tokens-file {path}: {exc}") from None
-    return parse_tokens(env_text, TOKENS_ENV) if env_text is not None else None
-
-
-_CONFIG_FIELDS = [
-    field.name
-    for field in dataclasses.fields(ServerConfig)
-    if field.name not in ("storage_options", "auth", "cluster_secret")
-]
-"""The fields set by the option of the same name."""
-
-
-def _as_option(error: ConfigError) -> SystemExit:
-    return SystemExit(f"--{error.field.replace('_', '-')} {error.problem}")
-
-
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
-    """The server's configuration; ``SystemExit`` naming the option if an option is unusable.
+    """The server's part of ``settings_from_args`` (which also checks the listening options)."""
+    return settings_from_args(args).server
 
-    Also checks the options that only the CLI's uvicorn uses (port, connections).
-    """
+
+def _given_flags(parser: argparse.ArgumentParser, argv: Sequence[str]) -> set[str]:
+    """The destinations ``argv`` sets; a repeatable option's entries add to the file's instead."""
+    given = set()
+    for token in argv:
+        if token == "--":
+            break
+        action = parser._option_string_actions.get(token.split("=", 1)[0])
+        if action is not None and not isinstance(action, argparse._AppendAction):
+            given.add(action.dest)
+    return given
+
+
+def parse_command_line(argv: Sequence[str]) -> tuple[argparse.ArgumentParser, argparse.Namespace, Sources]:
+    """The parsed options with the ``--config`` file beneath them: a flag wins over its
+    ``DURABLE_STREAMS_*`` variable, which wins over the file, which wins over the default; a
+    repeatable option's flags add to the file's entries. Also where the file set what it set."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.config is None:
+        return parser, args, NO_SOURCES
     try:
-        require_number("port", args.port, positive=True)
-        require_number("keep_alive_timeout_s", args.keep_alive_timeout_s, positive=True)
-        require_number("max_connections", args.max_connections, positive=False)
-    except ConfigError as exc:
-        raise _as_option(exc) from None
-    options: dict[str, str] = {}
-    for item in args.storage_option:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"--storage-option expects KEY=VALUE, got {item!r}")
-        options[key.strip()] = value
-    try:
-        auth = load_auth_config(args.auth_tokens_file, os.environ.get(TOKENS_ENV))
-    except AuthConfigError as exc:
+        found = read_config_file(args.config, parser)
+    except ConfigFileError as exc:
         raise SystemExit(str(exc)) from None
-    fields = {name: getattr(args, name) for name in _CONFIG_FIELDS}
+    in_environment = {
+        action.dest
+        for action in parser._actions
+        if action.option_strings and _env_name(action.option_strings[-1]) in os.environ
+    }
+    overridden = _given_flags(parser, argv) | in_environment
+    kept = {dest: setting for dest, setting in found.items() if dest not in overridden}
+    parser.set_defaults(**{dest: setting.value for dest, setting in kept.items()})
+    return parser, parser.parse_args(argv), {dest: f"{args.config}:{setting.line}" for dest, setting in kept.items()}
+
+
+def load_settings(argv: Sequence[str]) -> Settings:
+    """The process's settings from its command line, environment and configuration file."""
+    _, args, sources = parse_command_line(argv)
+    return settings_from_args(args, sources)
+
+
+def show_config(argv: Sequence[str]) -> str:
+    """``config show``: the effective settings as a configuration file, secrets masked."""
+    parser, args, sources = parse_command_line(argv)
+    return render(parser, args, settings_from_args(args, sources))
+
+
+def run_shard_server(stdin: BinaryIO) -> None:
+    """A cluster's shard server: everything is imported first, then it waits for its settings,
+    which its node writes to ``stdin`` as JSON (``settings_json``); so a process may be started
+    before its shard is known."""
+    importlib.import_module("durable_streams_server.cluster.peers")  # (the one module imported on demand)
+    data = stdin.read()
+    if not data:
+        raise SystemExit("shard-server: no settings on stdin (its node ended before sending them)")
     try:
-        secret = os.environ.get(CLUSTER_SECRET_ENV) if args.cluster_shard else None  # (its node's: ``cluster.secret``)
-        return ServerConfig(storage_options=options, auth=auth, cluster_secret=secret, **fields)
-    except ConfigError as exc:
-        raise _as_option(exc) from None
+        settings = settings_from_json(data)
+    except SettingsFormatError as exc:
+        raise SystemExit(f"shard-server: {exc}") from None
+    configure_logging(settings.logs.level, settings.logs.format)
+    serve(settings)
 
 
-def check_exposure(host: str, config: ServerConfig, allow_unauthenticated: bool) -> None:
-    """Without tokens only loopback is served, unless the operator says the network is trusted."""
-    if config.auth is not None or allow_unauthenticated:
-        return
-    try:
-        loopback = ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        loopback = host.lower() == "localhost"
-    if not loopback:
-        raise SystemExit(
-            f"refusing to serve --host {host} without authentication: configure bearer tokens with "
-            f"--auth-tokens-file (or {TOKENS_ENV}), or pass --allow-unauthenticated if every client "
-            "that can reach this address may read and write all streams (e.g. behind an authenticating proxy)"
-        )
-
-
-def check_tls(certfile: str | None, keyfile: str | None) -> None:
-    """Fail at startup with a message naming the files, not later inside uvicorn."""
-    if (certfile is None) != (keyfile is None):
-        raise SystemExit("--tls-certfile and --tls-keyfile go together: give both or neither")
-    if certfile is not None:
-        try:  # the empty password makes an encrypted key fail here instead of prompting
-            ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(certfile, keyfile, password="")
-        except (OSError, ssl.SSLError) as exc:
-            raise SystemExit(
-                f"cannot serve HTTPS with --tls-certfile {certfile} and --tls-keyfile {keyfile}: {exc} "
-                "(both must be PEM files, the key unencrypted and matching the certificate)"
-            ) from None
-
-
-def _freeze_start_up() -> None:
-    """The app has started: what start-up built lives as long as the process (``collector.py``)."""
-    logging.getLogger("durable_streams_server").info("started", extra={"frozen_objects": freeze_start_up_objects()})
+USAGE = (
+    "durable-streams-server [--config FILE] [options]: serve\n"
+    "durable-streams-server config show [--config FILE] [options]: print the effective settings, secrets masked\n"
+    "durable-streams-server shard-server: a cluster's shard server, its settings read from stdin (started by its node)"
+)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
-    configure_logging(args.log_level, args.log_format)
-    if args.cluster:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["shard-server"]:
+        run_shard_server(sys.stdin.buffer)
+        return
+    if arguments[:1] == ["config"]:
+        if arguments[1:2] != ["show"]:
+            raise SystemExit(f"usage:\n{USAGE}")
+        sys.stdout.write(show_config(arguments[2:]))
+        return
+    settings = load_settings(arguments)
+    configure_logging(settings.logs.level, settings.logs.format)
+    if settings.cluster is not None:
         from .cluster.run import run_node
 
-        run_node(args, list(sys.argv[1:] if argv is None else argv), config_from_args(args))
+        run_node(settings)
         return
-    if args.cluster_parent:
-        die_with_parent(args.cluster_parent)
-    config = config_from_args(args)
-    check_exposure(args.host, config, args.allow_unauthenticated)
-    check_tls(args.tls_certfile, args.tls_keyfile)
-    auth = config.auth
-    allocators = tune_allocators()
-    logging.getLogger("durable_streams_server").info(
-        "starting",
-        extra={
-            **allocators,
-            "host": args.host,
-            "port": args.port,
-            "data_dir": str(config.data_dir),
-            "auth": ",".join(grant.name for grant in auth.grants) if auth is not None else "off",
-            "tls": args.tls_certfile is not None,
-        },
-    )
-    app = build_app(config, on_started=_freeze_start_up)
-    uvicorn.run(
-        app.asgi,
-        host=args.host,
-        port=args.port,
-        log_config=None,
-        access_log=args.access_log,
-        timeout_graceful_shutdown=5,
-        http=http_protocol(app, config, args.http_parser),
-        h11_max_incomplete_event_size=config.max_header_bytes or None,
-        loop=args.event_loop,
-        forwarded_allow_ips=args.forwarded_allow_ips,
-        timeout_keep_alive=args.keep_alive_timeout_s,
-        # uvicorn counts the connection asking, so its limit is one above the connections served
-        limit_concurrency=args.max_connections + 1 if args.max_connections else None,
-        ssl_certfile=args.tls_certfile,
-        ssl_keyfile=args.tls_keyfile,
-    )
+    serve(settings)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -43,6 +44,7 @@ from cluster_support import (
 )
 from servers import MotoServer, ServerProcess, free_port
 
+from durable_streams_server.cli import load_settings
 from durable_streams_server.cluster.leases import Held, LeaseRecord
 from durable_streams_server.cluster.node import NodeSettings, Supervisor
 from durable_streams_server.cluster.objects import open_objects
@@ -201,10 +203,13 @@ def test_a_slow_store_fences_no_shard_of_four(
     assert serving([node], 4)()
 
 
-def _server_of(node: Node, shard: int, shards: int) -> int:
-    """The pid of ``node``'s server for ``shard``."""
-    for pid in _shard_servers(node):
-        if f"\0--cluster-shard\0{shard}/{shards}\0" in Path(f"/proc/{pid}/cmdline").read_text():
+def _server_of(node: Node, shard: int) -> int:
+    """The pid of ``node``'s server for ``shard``: the last one its log says it started that
+    is still running (a shard server's command line names no shard: its settings come on stdin)."""
+    started = re.findall(rf'msg="shard server starting" shard={shard} .*?pid=(\d+)', node.process.log_text())
+    running = set(_shard_servers(node))
+    for pid in reversed([int(pid) for pid in started]):
+        if pid in running:
             return pid
     raise AssertionError(f"no server for shard {shard}")
 
@@ -223,11 +228,11 @@ def test_a_hung_shard_server_is_killed_and_its_shard_served_again(
     appender.start()
     until(lambda: len(appender.acknowledged) >= 20, timeout_s=60)
 
-    hung = _server_of(node, 1, 2)
+    hung = _server_of(node, 1)
     os.kill(hung, signal.SIGSTOP)
     stopped_at, count = time.monotonic(), len(appender.acknowledged)
     until(lambda: len(appender.acknowledged) >= count + 20, timeout_s=60)
-    assert _server_of(node, 1, 2) != hung
+    assert _server_of(node, 1) != hung
     served_again_s = time.monotonic() - stopped_at
     appender.stopping.set()
     appender.join(timeout=60)
@@ -262,7 +267,7 @@ def test_a_wal_drain_that_did_not_end_cleanly_keeps_its_lease(
     assert requests.put(url, headers=JSON, timeout=30).status_code == 201
     for n in range(20):
         assert requests.post(url, data=b'{"n": %d}' % n, headers=JSON, timeout=30).status_code in (200, 204)
-    server = _server_of(first, 1, 2)
+    server = _server_of(first, 1)
 
     joined = start_node(server_factory, storage, "n1", tmp_path)
     until(lambda: (lease := _lease(root, 1)) is not None and lease.state == "draining", timeout_s=60)
@@ -295,7 +300,7 @@ def test_a_lease_version_is_first_seen_when_its_read_answered(store: StoreProxy,
         record = LeaseRecord(shard=shard, holder="other", node_url="http://other", state="serving", beat=1)
         assert objects.create(lease_key(shard), record.to_bytes()) is not None
     settings = NodeSettings("n0", "http://127.0.0.1:1", uri, "delta", lease_ttl_s=5)
-    spec = ShardServerSpec("127.0.0.1", "http://127.0.0.1:1", tmp_path, "n0", 3, ())
+    spec = ShardServerSpec("127.0.0.1", "http://127.0.0.1:1", tmp_path, "n0", 3, load_settings([]))
     supervisor = Supervisor(settings, Layout(3), objects, spec)
     store.delay_s = 0.3
     began = time.monotonic()
@@ -314,7 +319,7 @@ def test_no_shard_server_is_started_on_a_lease_whose_validity_ended(tmp_path: Pa
     uri = str(tmp_path / "root")
     objects = open_objects(uri, {})
     settings = NodeSettings("n0", "http://127.0.0.1:1", uri, "delta", lease_ttl_s=5)
-    spec = ShardServerSpec("127.0.0.1", "http://127.0.0.1:1", tmp_path, "n0", 1, ())
+    spec = ShardServerSpec("127.0.0.1", "http://127.0.0.1:1", tmp_path, "n0", 1, load_settings([]))
     supervisor = Supervisor(settings, Layout(1), objects, spec)
     record = LeaseRecord(shard=0, holder="n0", state="serving", ttl_ms=5000)
     etag = objects.create(lease_key(0), record.to_bytes())
@@ -357,7 +362,7 @@ def test_a_node_takes_back_a_wal_lease_that_still_names_it_whatever_its_share(tm
     uri = str(tmp_path / "root")
     objects = open_objects(uri, {})
     settings = NodeSettings("n0", "http://127.0.0.1:1", uri, "wal", lease_ttl_s=5)
-    spec = ShardServerSpec("127.0.0.1", "http://127.0.0.1:1", tmp_path, "n0", 2, ())
+    spec = ShardServerSpec("127.0.0.1", "http://127.0.0.1:1", tmp_path, "n0", 2, load_settings([]))
     supervisor = Supervisor(settings, Layout(2), objects, spec)
     supervisor.live_nodes = ("n0", "n1")  # (two shards, two nodes: its share is one)
     lost = LeaseRecord(shard=0, holder="n0", state="serving", durability="wal", ttl_ms=5000, url="http://x")

@@ -24,11 +24,12 @@ from security_support import bearer, new_token, write_tokens
 from servers import REPO_ROOT, ServerProcess, free_port, session
 from starlette.types import Message, Receive, Scope, Send
 
-from durable_streams_server.cli import build_parser, check_exposure, config_from_args
+from durable_streams_server.cli import build_parser, config_from_args
 from durable_streams_server.config import ServerConfig
 from durable_streams_server.http.auth import AuthMiddleware
 from durable_streams_server.http.limits import PRINCIPAL_KEY
 from durable_streams_server.protocol.tokens import parse_tokens
+from durable_streams_server.serve import check_exposure
 
 TEXT = {"Content-Type": "text/plain"}
 TEAM_A = {"prefixes": ["v1/stream/team-a/"], "buckets": ["bucket-a", "spare-a"]}

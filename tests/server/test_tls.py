@@ -14,7 +14,7 @@ import requests
 from security_support import new_token, self_signed_certificate, write_tokens
 from servers import REPO_ROOT, ServerProcess
 
-from durable_streams_server.cli import check_tls
+from durable_streams_server.serve import check_tls
 from pyspark_durable_streams.client import Backoff, CertificateError, Client, TransportError
 
 TOKEN = new_token("tls")

@@ -12,14 +12,11 @@ WAL (under the same node id and data dir) and streams open as they are.
 
 from __future__ import annotations
 
-import argparse
 import logging
 from ipaddress import ip_address
-from pathlib import Path
 
-import uvicorn
-
-from ..config import ServerConfig
+from ..serve import check_listening, run_uvicorn
+from ..settings import Listen, Settings
 from ..storage.delta_log import TABLE_NAME
 from ..storage.ownership import node_id_for
 from .membership import IdInUse, wait_until_id_free
@@ -29,7 +26,7 @@ from .proxy import relay_read_timeout_s
 from .router import ClusterRouter
 from .secret import SecretFileError, cluster_secret
 from .shards import LAYOUT_KEY, Layout, LayoutError
-from .workers import ShardServerSpec, passthrough_args
+from .workers import ShardServerSpec
 
 log = logging.getLogger("durable_streams_server.cluster")
 SINGLE_SERVER_MARKER = f"{TABLE_NAME}/_delta_log/"
@@ -52,10 +49,10 @@ def open_layout(objects: ConditionalObjects, shards: int) -> Layout:
     return Layout.from_bytes(found.body)
 
 
-def advertise_url(args: argparse.Namespace) -> str:
-    if args.advertise_url:
-        return str(args.advertise_url).rstrip("/")
-    host = str(args.host)
+def advertise_url(given: str | None, listen: Listen) -> str:
+    if given:
+        return given.rstrip("/")
+    host = listen.host
     try:
         unspecified = ip_address(host.strip("[]")).is_unspecified
     except ValueError:
@@ -63,55 +60,51 @@ def advertise_url(args: argparse.Namespace) -> str:
     if unspecified:
         raise SystemExit(f"--cluster with --host {host} needs --advertise-url: the URL other nodes and clients reach")
     host = f"[{host}]" if ":" in host else host
-    return f"{'https' if args.tls_certfile else 'http'}://{host}:{args.port}"
+    return f"{'https' if listen.tls_certfile else 'http'}://{host}:{listen.port}"
 
 
-def run_node(args: argparse.Namespace, argv: list[str], config: ServerConfig) -> None:
+def run_node(settings: Settings) -> None:
+    """Serve as a cluster node with ``settings`` (``settings.cluster`` set) until stopped; its
+    shard servers run with the same settings, their shard's own parts replaced (``workers``)."""
+    config, listen, options = settings.server, settings.listen, settings.cluster
+    if options is None:
+        raise ValueError("run_node needs a cluster node's settings (--cluster)")
+    check_listening(settings)  # (as each shard server will: refused here once, not by every one)
     if not config.storage_uri:
         raise SystemExit("--cluster needs --storage-uri: the storage root every node of the cluster shares")
     try:
         objects = open_objects(config.storage_uri, config.storage_options)
-        layout = open_layout(objects, args.shards)
-        secret_file = Path(args.cluster_secret_file) if args.cluster_secret_file else None
-        secret = cluster_secret(objects, secret_file)
+        layout = open_layout(objects, options.shards)
+        secret = cluster_secret(objects, options.cluster_secret_file)
     except SecretFileError as exc:
         raise SystemExit(str(exc)) from None
     except (ValueError, LayoutError) as exc:
         raise SystemExit(f"--storage-uri {config.storage_uri}: {exc}") from None
-    url = advertise_url(args)
+    url = advertise_url(config.advertise_url, listen)
     node_id = node_id_for(config.data_dir, config.node_id)
     try:
-        wait_until_id_free(objects, node_id, args.lease_ttl_s)
+        wait_until_id_free(objects, node_id, options.lease_ttl_s)
     except (IdInUse, ObjectStoreError) as exc:
         raise SystemExit(f"--node-id {node_id}: {exc}") from None
-    settings = NodeSettings(
+    node_settings = NodeSettings(
         node_id=node_id,
         advertise_url=url,
         storage_uri=config.storage_uri,
         durability=config.durability,
-        lease_ttl_s=args.lease_ttl_s,
+        lease_ttl_s=options.lease_ttl_s,
         adopt_wal=config.take_over == "force",
     )
     spec = ShardServerSpec(
-        host=args.host,
+        host=listen.host,
         advertise_url=url,
         data_dir=config.data_dir,
         node_id=node_id,
         shards=layout.shards,
-        passthrough=tuple(passthrough_args(argv)),
+        base=settings,
         adopted_root=layout.placement == "root",
         secret=secret,
     )
     log.info("cluster node starting", extra={"node_id": node_id, "url": url, "shards": layout.shards})
     read_timeout_s = relay_read_timeout_s(config.long_poll_timeout_ms, config.sse_reconnect_ms)
-    router = ClusterRouter(Supervisor(settings, layout, objects, spec), relay_read_timeout_s=read_timeout_s)
-    uvicorn.run(
-        router,
-        host=args.host,
-        port=args.port,
-        log_config=None,
-        access_log=args.access_log,
-        timeout_graceful_shutdown=5,
-        ssl_certfile=args.tls_certfile,
-        ssl_keyfile=args.tls_keyfile,
-    )
+    router = ClusterRouter(Supervisor(node_settings, layout, objects, spec), relay_read_timeout_s=read_timeout_s)
+    run_uvicorn(router, listen)

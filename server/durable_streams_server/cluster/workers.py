@@ -4,13 +4,17 @@ A shard is served by ``durable-streams-server`` itself, run on the shard's stora
 (``shards.Layout.shard_uri``) with its own data directory (``<data-dir>/shards/<kkkk>``:
 its WAL), port and advertised URL. A node thus uses one core per shard it serves, and a
 shard's server is exactly the single server the conformance suite checks, with two extra
-options: ``--cluster-shard k/N`` makes it send a request for another shard's stream back to
-the node's router (307) instead of serving it, and makes it die with the node (the kernel
-kills it when the node's supervisor thread ends: ``prctl(PR_SET_PDEATHSIG)``), so a node
-killed with ``kill -9`` leaves no shard server acknowledging behind it.
+settings: ``cluster_shard`` (``k/N``) makes it send a request for another shard's stream back
+to the node's router (307) instead of serving it, and ``cluster_parent`` makes it die with the
+node (the kernel kills it when the node's supervisor thread ends: ``prctl(PR_SET_PDEATHSIG)``),
+so a node killed with ``kill -9`` leaves no shard server acknowledging behind it.
 
-The node's own options pass through to its shard servers, except those the node sets per
-shard (``NODE_OPTIONS``).
+A shard server gets its settings as data, not as a command line: the node's own ``Settings``
+with the shard's parts replaced (``ShardServerSpec.settings``), written as JSON to the
+process's stdin (``settings_json``). The process (``durable-streams-server shard-server``)
+imports everything, then waits for them (``spawn_shard_server``, ``send_settings``): one may be
+started before its shard is known. Its command line names nothing, so no option table is kept
+in step with the parser, and no secret is in an argv or a file.
 """
 
 from __future__ import annotations
@@ -22,63 +26,24 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import cast, get_args
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from ..http.cluster_secret import CLUSTER_SECRET_ENV
+from ..settings import Settings
+from ..settings_json import settings_to_json
+from ..storage.ownership import TakeOver
 
 log = logging.getLogger("durable_streams_server.cluster")
 
-NODE_OPTIONS = {
-    "--port": 1,
-    "--data-dir": 1,
-    "--storage-uri": 1,
-    "--node-id": 1,
-    "--advertise-url": 1,
-    "--take-over-timeout-s": 1,
-    "--shards": 1,
-    "--lease-ttl-s": 1,
-    "--cluster-secret-file": 1,
-    "--cluster": 0,
-}
-"""Options of a node that its shard servers get per shard instead (name: values taken)."""
-_TAKE_OVER_VALUES = ("no", "ask", "force")
 TAKE_OVER_TIMEOUT_S = 2.0
 """How long a shard server taking a *free* lease's location waits for an owner that never let go
 (a server stopped before its own claim or release finished) to hand over before claiming it. A
 location under an *expired* lease is claimed at once (``Supervisor._acquire``): its holder's
 servers were killed when the lease's validity ended, so none is left to answer."""
-
-
-def passthrough_args(argv: Sequence[str]) -> list[str]:
-    """``argv`` without the options in ``NODE_OPTIONS`` and ``--take-over`` (its value optional)."""
-    kept: list[str] = []
-    items = list(argv)
-    index = 0
-    while index < len(items):
-        item = items[index]
-        name = item.split("=", 1)[0]
-        index += 1
-        if name == "--take-over":
-            if "=" not in item and index < len(items) and items[index] in _TAKE_OVER_VALUES:
-                index += 1
-            continue
-        if name in NODE_OPTIONS:
-            if "=" not in item:
-                index += NODE_OPTIONS[name]
-            continue
-        kept.append(item)
-    return kept
-
-
-def child_env() -> dict[str, str]:
-    """The node's environment without the variables of ``NODE_OPTIONS`` (``DURABLE_STREAMS_*``)."""
-    dropped = {"DURABLE_STREAMS_" + name[2:].replace("-", "_").upper() for name in (*NODE_OPTIONS, "--take-over")}
-    return {key: value for key, value in os.environ.items() if key not in dropped}
 
 
 def free_port(host: str) -> int:
@@ -139,9 +104,10 @@ class ShardServerSpec:
     data_dir: Path
     node_id: str
     shards: int
-    passthrough: tuple[str, ...]
+    base: Settings
+    """The node's own settings: its shard servers run with them, their shard's parts replaced."""
     secret: str = ""
-    """The cluster's internal credential, given to shard servers in their environment."""
+    """The cluster's internal credential, given to shard servers with their settings."""
     adopted_root: bool = False
     """The one shard is a single server's location (``shards.Layout``, placement ``root``): its
     server uses the node's data dir itself, where that server's WAL and node id are."""
@@ -149,43 +115,60 @@ class ShardServerSpec:
     def shard_data_dir(self, shard: int) -> Path:
         return self.data_dir if self.adopted_root else self.data_dir / "shards" / f"{shard:04d}"
 
+    def settings(
+        self, shard: int, storage_uri: str, port: int, *, take_over: str, take_over_timeout_s: float
+    ) -> Settings:
+        """``shard``'s server's settings: the node's, with the shard's location, data dir, port,
+        URL and take-over, and the cluster's parts (shard, router, credential, parent) set."""
+        if take_over not in get_args(TakeOver):
+            raise ValueError(f"take_over must be one of {', '.join(get_args(TakeOver))}, got {take_over!r}")
+        server = replace(
+            self.base.server,
+            data_dir=self.shard_data_dir(shard),
+            storage_uri=storage_uri,
+            node_id=self.node_id,
+            advertise_url=url_with_port(self.advertise_url, port),
+            take_over=cast(TakeOver, take_over),
+            take_over_timeout_s=take_over_timeout_s,
+            cluster_shard=f"{shard}/{self.shards}",
+            cluster_router=self.advertise_url,
+            cluster_secret=self.secret,
+        )
+        listen = replace(self.base.listen, host=self.host, port=port)
+        return replace(self.base, server=server, listen=listen, cluster=None, cluster_parent=os.getpid())
+
     def start(
         self, shard: int, storage_uri: str, *, take_over: str, take_over_timeout_s: float = TAKE_OVER_TIMEOUT_S
     ) -> ShardServer:
         """Start ``shard``'s server (call it from the node's supervisor thread: the server dies
         with the thread that started it)."""
         port = free_port(self.host)
-        url = url_with_port(self.advertise_url, port)
-        data_dir = self.shard_data_dir(shard)
-        args = [
-            *self.passthrough,
-            "--host",
-            self.host,
-            "--port",
-            str(port),
-            "--data-dir",
-            str(data_dir),
-            "--storage-uri",
-            storage_uri,
-            "--node-id",
-            self.node_id,
-            "--advertise-url",
-            url,
-            "--take-over",
-            take_over,
-            "--take-over-timeout-s",
-            str(take_over_timeout_s),
-            "--cluster-shard",
-            f"{shard}/{self.shards}",
-            "--cluster-router",
-            self.advertise_url,
-            "--cluster-parent",
-            str(os.getpid()),
-        ]
-        env = {**child_env(), CLUSTER_SECRET_ENV: self.secret}
-        proc = subprocess.Popen([sys.executable, "-m", "durable_streams_server", *args], env=env)
+        settings = self.settings(shard, storage_uri, port, take_over=take_over, take_over_timeout_s=take_over_timeout_s)
+        proc = spawn_shard_server()
+        send_settings(proc, settings)
+        url = settings.server.advertise_url or ""
         log.info("shard server starting", extra={"shard": shard, "url": url, "pid": proc.pid, "take_over": take_over})
         return ShardServer(shard, url, proc)
+
+
+SHARD_SERVER_COMMAND = (sys.executable, "-m", "durable_streams_server", "shard-server")
+"""A shard server's whole command line: its settings come on stdin."""
+
+
+def spawn_shard_server() -> subprocess.Popen[bytes]:
+    """A shard server process that imports everything, then waits for ``send_settings``."""
+    return subprocess.Popen(SHARD_SERVER_COMMAND, stdin=subprocess.PIPE)
+
+
+def send_settings(proc: subprocess.Popen[bytes], settings: Settings) -> None:
+    """Hand ``proc`` (``spawn_shard_server``'s) its settings: it starts serving with them."""
+    if proc.stdin is None:
+        raise ValueError("the process was not started with a pipe for its settings")
+    try:
+        proc.stdin.write(settings_to_json(settings))
+        proc.stdin.close()
+    except BrokenPipeError:  # (it exited before reading them: its supervisor sees it exited)
+        pass
 
 
 def die_with_parent(parent_pid: int) -> None:
