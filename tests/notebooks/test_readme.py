@@ -63,6 +63,8 @@ SECURITY = "docs/guides/security.md:Security: tokens, TLS, limits"
 RUNNING = "docs/guides/running-the-server.md"
 QUICKSTART = "docs/quickstart.md"
 
+CONFIGURATION = "docs/guides/configuration.md"
+CONFIG_TESTS = "tests/server/test_config_file.py"
 COVERAGE = {
     "README.md:Two commands#1": "test_make_commands",
     "README.md:A Spark query in six lines#1": "test_quickstart",
@@ -106,6 +108,11 @@ COVERAGE = {
     "docs/guides/cluster.md:A cluster on one machine#3": "test_cluster_on_one_machine",
     "docs/guides/time-travel-and-lag.md:Named consumers and tombstones#1": "test_consumer_examples",
     "docs/guides/time-travel-and-lag.md:Named consumers and tombstones#2": "test_consumer_examples",
+    f"{CONFIGURATION}:A configuration file#1": f"{CONFIG_TESTS}::test_a_server_runs_with_its_files_settings",
+    f"{CONFIGURATION}:Keys are the flags' names#1": f"{CONFIG_TESTS}::test_the_guides_example_is_its_flags",
+    f"{CONFIGURATION}:Keys are the flags' names#2": f"{CONFIG_TESTS}::test_the_guides_example_is_its_flags",
+    f"{CONFIGURATION}:`config show`: the effective settings#1": f"{CONFIG_TESTS}::test_the_guides_config_show_command",
+    f"{CONFIGURATION}:Errors name the key and the line#1": f"{CONFIG_TESTS}::test_the_guides_errors_are_the_servers",
 }
 
 
