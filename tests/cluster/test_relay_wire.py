@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from durable_streams_server.cluster.proxy import Relay, RelayFailure
+from durable_streams_server.cluster.upstream import IDLE_EXPIRY_S
 
 Script = Callable[["Peer"], None]
 
@@ -56,6 +57,16 @@ class Peer:
             assert self._more()
         body, self.buffer = self.buffer[:length], self.buffer[length:]
         return lines, body
+
+    def closed_by_relay(self, timeout_s: float) -> bool:
+        """Whether the relay closes the connection within ``timeout_s`` (sending nothing more)."""
+        self.sock.settimeout(timeout_s)
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+        except TimeoutError:
+            return False
 
     def _more(self) -> bool:
         chunk = self.sock.recv(65536)
@@ -318,13 +329,7 @@ def test_a_live_reads_client_that_goes_away_closes_the_shard_servers_connection(
     def script(peer: Peer) -> None:
         server.read(peer)
         peer.sock.sendall(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n9\r\ndata: 1\n\n\r\n")
-        peer.sock.settimeout(20)
-        try:
-            closed.append(peer.sock.recv(1) == b"")
-        except ConnectionResetError:
-            closed.append(True)
-        except TimeoutError:
-            closed.append(False)
+        closed.append(peer.closed_by_relay(timeout_s=20))
 
     server = ScriptedServer(script)
 
@@ -343,3 +348,36 @@ def test_a_live_reads_client_that_goes_away_closes_the_shard_servers_connection(
     server.close()
     assert closed == [True] and took < 5, (closed, took)
     assert client.body() == b"data: 1\n\n" and not client.complete()
+
+
+def test_idle_connections_to_a_server_no_longer_asked_are_closed() -> None:
+    """A shard's server that moved is asked no more: its idle connection is closed once it is
+    too old to use, when the relay next gives a connection back (to another server)."""
+    closed: list[bool] = []
+
+    def left_behind(peer: Peer) -> None:
+        server.read(peer)
+        peer.sock.sendall(NO_CONTENT)
+        closed.append(peer.closed_by_relay(timeout_s=20))
+
+    def answering(peer: Peer) -> None:
+        while other.read(peer) is not None:
+            peer.sock.sendall(NO_CONTENT)
+
+    server, other = ScriptedServer(left_behind), ScriptedServer(answering)
+
+    async def run() -> None:
+        relay = Relay(read_timeout_s=10)
+        try:
+            for port in (server.port, other.port):
+                client = Client(b'{"n": 1}')
+                target = f"http://127.0.0.1:{port}/v1/stream/s"
+                assert await relay.relay(_append_scope(port), client.receive, client.send, target) is None
+                await asyncio.sleep(IDLE_EXPIRY_S + 0.2)
+            assert closed == [True]
+        finally:
+            await relay.close()
+
+    asyncio.run(run())
+    server.close()
+    other.close()

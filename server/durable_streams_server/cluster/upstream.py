@@ -89,6 +89,7 @@ class Pool:
     def __init__(self, connect_timeout_s: float) -> None:
         self.connect_timeout_s = connect_timeout_s
         self._idle: dict[Origin, list[Connection]] = {}
+        self._swept = time.monotonic()
         self._tls: ssl.SSLContext | None = None
 
     async def take(self, origin: Origin) -> Connection:
@@ -115,12 +116,29 @@ class Pool:
         return Connection(reader, writer)
 
     def give_back(self, origin: Origin, connection: Connection) -> None:
+        now = time.monotonic()
+        if now - self._swept >= IDLE_EXPIRY_S:
+            self._sweep(now)
         idle = self._idle.setdefault(origin, [])
         if len(idle) >= MAX_IDLE:
             connection.abort()
             return
-        connection.idle_since = time.monotonic()
+        connection.idle_since = now
         idle.append(connection)
+
+    def _sweep(self, now: float) -> None:
+        """Close the idle connections too old to use, of every shard server: a shard's server
+        that moved or restarted listens elsewhere, and nothing takes its connections again."""
+        self._swept = now
+        for origin, idle in list(self._idle.items()):
+            kept = [connection for connection in idle if connection.fresh(now)]
+            for connection in idle:
+                if connection not in kept:
+                    connection.abort()
+            if kept:
+                self._idle[origin] = kept
+            else:
+                del self._idle[origin]
 
     def close(self) -> None:
         for idle in self._idle.values():
