@@ -142,9 +142,14 @@ def build_parser() -> argparse.ArgumentParser:
         "cluster mode: the credential of the cluster's internal routes, one secret per line (the first is "
         "presented, every one accepted: rotation); default: a random one the first node stores in the root",
     )
-    _add_config(parser, "--cluster-shard", "set by a cluster node for the shard servers it starts: k/N")
-    _add_config(parser, "--cluster-router", "set by a cluster node for its shard servers: the node's URL")
-    _add(parser, "--cluster-parent", 0, "set by a cluster node for its shard servers: the node's pid", type=int)
+    _add_config(
+        parser,
+        "--cluster-shard",
+        "a shard server's shard, k/N (a node hands this to the shard servers it starts with their settings, "
+        "on stdin; the flag serves a shard server started by hand)",
+    )
+    _add_config(parser, "--cluster-router", "a shard server's node: the node's URL (as --cluster-shard)")
+    _add(parser, "--cluster-parent", 0, "a shard server's node: its pid, to die with it (as --cluster-shard)", type=int)
     _add_config(
         parser,
         "--cross-shard-fork-max-bytes",

@@ -160,8 +160,8 @@ class ServerConfig:
     cluster_router: str | None = None
     """The advertised URL of the node that started this shard server (its router)."""
     cluster_secret: str | None = field(default=None, repr=False)  # (never in a repr or a log)
-    """The cluster-internal credential the node handed to this shard server in the environment
-    (``http.cluster_secret``), never on a command line."""
+    """The cluster-internal credential the node handed to this shard server with its settings
+    (``cluster.workers``; ``http.cluster_secret``), never on a command line."""
     cross_shard_fork_max_bytes: int = 256 * 1024 * 1024
     """In a cluster: the most message bytes a fork of another shard's stream copies
     (``engine.fork_copies``); a larger fork is refused (409 ``FORK_TOO_LARGE``)."""

@@ -15,8 +15,8 @@ public surface. Where it comes from decides who can reach those routes:
   stream listings and wake events of the subscriptions, and copies of a stream for a fork of
   another shard.
 
-Either way a node hands the secret to the shard servers it starts in their environment
-(``workers``), never on a command line.
+Either way a node hands the secret to the shard servers it starts with their settings, on
+their stdin (``workers``), never on a command line or in their environment.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The cluster-internal credential: what a cluster's own processes present to each other.
 
 A node creates one random secret per storage root, once (``cluster.secret``), and hands it to
-the shard servers it starts through the environment (``CLUSTER_SECRET_ENV``). A request
+the shard servers it starts with their settings (``cluster.workers``); a shard server started
+by hand reads it from ``CLUSTER_SECRET_ENV``. A request
 carrying it in ``CLUSTER_SECRET_HEADER`` comes from the cluster itself: it may use the
 internal routes (``internal``, ``fork_exports``), and only those: on the public surface it
 stands in for no token (``request_policy``), so whoever learns it can reach the cluster's
