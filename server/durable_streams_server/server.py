@@ -172,4 +172,6 @@ def http_protocol(
     on the fast path serving the app's stream requests (``http/fastpath/``; httptools only).
     With h11, also pass ``max_header_bytes`` as uvicorn's ``h11_max_incomplete_event_size``."""
     serve = app if config.fast_path == "on" else None
-    return connection_protocol(parser, config.request_timeout_s, config.max_header_bytes, serve)
+    # (stopping: live readers answered at once, not held for uvicorn's graceful timeout and cut)
+    ending = (app.live_readers.end,)
+    return connection_protocol(parser, config.request_timeout_s, config.max_header_bytes, serve, ending)

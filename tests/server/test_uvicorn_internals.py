@@ -68,6 +68,7 @@ USED = {
         "on_message_complete",
         "on_response_complete",
         "send_400_response",
+        "shutdown",
         "_start_asgi_task",
         "_unset_keepalive_if_required",
         # attributes
@@ -96,6 +97,7 @@ USED = {
         "connection_made",
         "handle_events",
         "on_response_complete",
+        "shutdown",
         "loop",
         "scope",
         "transport",
@@ -113,10 +115,12 @@ PARAMETERS = {
     ("HttpToolsProtocol", "on_response_complete"): [],
     ("HttpToolsProtocol", "_start_asgi_task"): ["cycle", "app"],
     ("HttpToolsProtocol", "_unset_keepalive_if_required"): [],
+    ("HttpToolsProtocol", "shutdown"): [],
     ("H11Protocol", "connection_made"): ["transport"],
     ("H11Protocol", "connection_lost"): ["exc"],
     ("H11Protocol", "handle_events"): [],
     ("H11Protocol", "on_response_complete"): [],
+    ("H11Protocol", "shutdown"): [],
 }
 
 REPLICATED = {

@@ -204,22 +204,31 @@ async def _history(engine: Engine, stream: Stream, start: int, end: int, budget:
 
 
 async def wait_for_change(
-    stream: Stream, seq: int, timeout_s: float, at_wake: Callable[[], object] | None = None
+    stream: Stream,
+    seq: int,
+    timeout_s: float,
+    at_wake: Callable[[], object] | None = None,
+    *,
+    until: asyncio.Future[None] | None = None,
 ) -> bool:
     """Wait until data beyond ``seq`` is visible, the stream closes or goes away.
 
-    Returns ``False`` on timeout. Waiters are woken by ``Engine.on_durable``; nothing polls.
+    Returns ``False`` on timeout, or once ``until`` is done (the server is stopping: the
+    reader is answered now, as at a timeout, rather than held until its connection is cut).
+    Waiters are woken by ``Engine.on_durable``; nothing polls.
     The wake resolves the very future this task awaits (no ``wait_for`` in between, which
     would cost two more turns of the loop before the reader runs); a timer ends the wait.
     ``at_wake`` runs at the wake itself, before this returns (``Stream.wake``).
     """
     if stream.visible_tail > seq or stream.visible_closed:
         return True
+    if until is not None and until.done():
+        return False
     loop = asyncio.get_running_loop()
     waiter: asyncio.Future[None] = loop.create_future()
     expired = False
 
-    def expire() -> None:
+    def expire(_: object = None) -> None:
         nonlocal expired
         if not waiter.done():
             expired = True
@@ -227,9 +236,13 @@ async def wait_for_change(
 
     stream.waiters[waiter] = at_wake
     timer = loop.call_later(timeout_s, expire)
+    if until is not None:
+        until.add_done_callback(expire)
     try:
         await waiter
     finally:
         timer.cancel()
+        if until is not None:
+            until.remove_done_callback(expire)
         stream.waiters.pop(waiter, None)
     return not expired

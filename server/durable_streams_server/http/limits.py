@@ -110,6 +110,27 @@ class LiveReaders:
         self.cap = cap
         self.long_poll = 0
         self.sse = 0
+        self._ended: asyncio.Future[None] | None = None
+
+    @property
+    def ended(self) -> bool:
+        """The server is stopping (``end``)."""
+        return self._ended is not None and self._ended.done()
+
+    def ending(self) -> asyncio.Future[None]:
+        """Done once the server stops: a long-poll waiting on it is answered at once, as at its
+        timeout, and an SSE stream ends after its next control event (``reads.wait_for_change``)."""
+        if self._ended is None:
+            self._ended = asyncio.get_running_loop().create_future()
+        return self._ended
+
+    def end(self) -> None:
+        """The server begins to stop (its connections' ``shutdown``: ``fastpath.guards``): answer
+        every live reader now, each with a complete response the client resumes from, rather than
+        hold the stop for uvicorn's graceful timeout and then cut their connections."""
+        ending = self.ending()
+        if not ending.done():
+            ending.set_result(None)
 
     def admit(self, scope: Scope, mode: LiveMode) -> None:
         if LIVE_MODE_KEY in scope:

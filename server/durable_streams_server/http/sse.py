@@ -5,6 +5,7 @@ recycled after about a minute so that CDNs can collapse readers.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import time
@@ -24,14 +25,16 @@ from .limits import HttpLimits
 
 
 def response(
-    engine: Engine, stream: Stream, start: Offset, cursor: str | None, limits: HttpLimits
+    engine: Engine, stream: Stream, start: Offset, cursor: str | None, limits: HttpLimits, until: asyncio.Future[None]
 ) -> StreamingResponse:
+    """The event stream from ``start``; it ends (as at its reconnect time) once ``until`` is done:
+    the server is stopping, and the client resumes from the last control event's offset."""
     binary = not h.is_text_like(stream.content_type)
     # Set directly: Starlette's media_type would append "; charset=utf-8".
     headers = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "Connection": "keep-alive"}
     if binary:
         headers[h.SSE_DATA_ENCODING] = "base64"
-    events = _events(engine, stream, start, cursor, binary, limits)
+    events = _events(engine, stream, start, cursor, binary, limits, until)
     return StreamingResponse(events, headers=headers)
 
 
@@ -48,7 +51,13 @@ def _control_event(fields: dict[str, object]) -> bytes:
 
 
 async def _events(
-    engine: Engine, stream: Stream, offset: Offset, cursor: str | None, binary: bool, limits: HttpLimits
+    engine: Engine,
+    stream: Stream,
+    offset: Offset,
+    cursor: str | None,
+    binary: bool,
+    limits: HttpLimits,
+    until: asyncio.Future[None],
 ) -> AsyncIterator[bytes]:
     is_json = stream.is_json
     recycle_at = time.monotonic() + limits.sse_reconnect_s
@@ -85,6 +94,6 @@ async def _events(
         if not result.up_to_date:
             continue
         remaining = recycle_at - time.monotonic()
-        if remaining <= 0:
+        if remaining <= 0 or until.done():
             return
-        await reads.wait_for_change(stream, offset.seq, min(remaining, limits.long_poll_timeout_s))
+        await reads.wait_for_change(stream, offset.seq, min(remaining, limits.long_poll_timeout_s), until=until)

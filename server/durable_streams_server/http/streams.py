@@ -275,7 +275,7 @@ class StreamHandlers:
         if live == "sse":
             reads.check_start(self.engine, stream, start)
             self.live_readers.admit(request.scope, "sse")
-            return sse.response(self.engine, stream, start, cursor, self.limits)
+            return sse.response(self.engine, stream, start, cursor, self.limits, self.live_readers.ending())
         # Extensions: "Accept: multipart/mixed" frames each message as its own MIME part,
         # "Accept: application/vnd.apache.arrow.stream" answers an Arrow IPC stream.
         accept = request.headers.get("accept")
@@ -286,7 +286,7 @@ class StreamHandlers:
         result = await self._read_once(stream, start, framing, stop)
         token = offset_raw or BEGINNING_SENTINEL
         if live == "long-poll" and _empty(result):
-            if not result.closed:
+            if not result.closed and not self.live_readers.ended:  # (stopping: answered now)
                 self.live_readers.admit(request.scope, "long-poll")
                 answered = False
                 at_wake = None
@@ -311,7 +311,9 @@ class StreamHandlers:
                         answered = answer_at_wake()
                         self.answered_at_wake += answered
 
-                await reads.wait_for_change(stream, start.seq, self.limits.long_poll_timeout_s, at_wake)
+                await reads.wait_for_change(
+                    stream, start.seq, self.limits.long_poll_timeout_s, at_wake, until=self.live_readers.ending()
+                )
                 if answered:
                     return ANSWERED_AT_WAKE  # (written already)
                 stream = self.engine.get_live(name)

@@ -58,6 +58,9 @@ _TOO_LARGE = _raw_response(
 
 class GuardedH11Protocol(H11Protocol):
     head_timeout_s: ClassVar[float] = 30.0
+    before_shutdown: ClassVar[tuple[Callable[[], None], ...]] = ()
+    """Called when uvicorn begins to stop, before it waits for the connections to close (it
+    asks every connection to ``shutdown``; each hook must be idempotent)."""
     _head_timer: ClosingDeadline
     _scope_before: object = None
 
@@ -69,6 +72,11 @@ class GuardedH11Protocol(H11Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._head_timer.cancel()
         super().connection_lost(exc)
+
+    def shutdown(self) -> None:
+        for hook in self.before_shutdown:
+            hook()
+        super().shutdown()
 
     def handle_events(self) -> None:
         super().handle_events()
@@ -86,6 +94,8 @@ class GuardedH11Protocol(H11Protocol):
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
     head_timeout_s: ClassVar[float] = 30.0
+    before_shutdown: ClassVar[tuple[Callable[[], None], ...]] = ()
+    """As ``GuardedH11Protocol.before_shutdown``."""
     max_head_bytes: ClassVar[int] = 0
     """0: no limit."""
 
@@ -105,6 +115,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._head_timer.cancel()
         super().connection_lost(exc)
+
+    def shutdown(self) -> None:
+        for hook in self.before_shutdown:
+            hook()
+        super().shutdown()
 
     def data_received(self, data: bytes) -> None:
         if self._refusal is not None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import urllib.parse
+from collections.abc import Callable
 from typing import ClassVar, Literal, cast
 
 import httptools
@@ -172,17 +173,23 @@ def _bind(app: object, fast: FastPath | None) -> tuple[FastPath | None, Forwarde
 
 
 def connection_protocol(
-    parser: HttpParser, head_timeout_s: float, max_head_bytes: int, app: FastPathApp | None
+    parser: HttpParser,
+    head_timeout_s: float,
+    max_head_bytes: int,
+    app: FastPathApp | None,
+    before_shutdown: tuple[Callable[[], None], ...] = (),
 ) -> type[GuardedH11Protocol] | type[GuardedHttpToolsProtocol]:
     """The protocol class to hand to uvicorn (which instantiates it per connection); for
     h11, pass ``max_head_bytes`` as uvicorn's ``h11_max_incomplete_event_size`` too. ``app``:
-    the app whose stream requests the fast path serves (httptools only); ``None``: none."""
+    the app whose stream requests the fast path serves (httptools only); ``None``: none.
+    ``before_shutdown``: called when the server begins to stop (``guards``)."""
     if parser == "h11":
 
         class ConfiguredH11(GuardedH11Protocol):
             pass
 
         ConfiguredH11.head_timeout_s = head_timeout_s
+        ConfiguredH11.before_shutdown = before_shutdown
         return ConfiguredH11
 
     if app is None:
@@ -192,11 +199,13 @@ def connection_protocol(
 
         Guarded.head_timeout_s = head_timeout_s
         Guarded.max_head_bytes = max_head_bytes
+        Guarded.before_shutdown = before_shutdown
         return Guarded
 
     class Configured(FastPathProtocol):
         pass
 
+    Configured.before_shutdown = before_shutdown
     Configured.head_timeout_s = head_timeout_s
     Configured.max_head_bytes = max_head_bytes
     Configured.default_lines = DefaultLines()

@@ -1,0 +1,73 @@
+"""A stopping server answers its live readers instead of cutting their connections.
+
+uvicorn's graceful stop waits for open requests (up to its timeout, 5 s here), then cancels
+them. A long-poll or an SSE stream waits up to its own timeout, so before, every SIGTERM (a
+restart, a cluster's shard move) held the stop for 5 s and then dropped each live reader's
+connection mid-response. Now the stop begins by answering them: a long-poll gets its empty
+answer (204 with the offset to resume from), an SSE stream ends after a control event. With
+every parser and with the fast path on or off.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import pytest
+import requests
+from servers import ServerProcess
+
+TEXT = {"Content-Type": "text/plain"}
+
+
+def _live_readers(server: ServerProcess) -> int:
+    metrics = requests.get(f"{server.url}/metrics", timeout=10).text
+    lines = [line for line in metrics.splitlines() if line.startswith("durable_streams_live_readers{")]
+    return sum(int(float(line.rsplit(" ", 1)[1])) for line in lines)
+
+
+@pytest.mark.parametrize(
+    "variant", [(), ("--fast-path", "off"), ("--http-parser", "h11")], ids=["fast-path", "no-fast-path", "h11"]
+)
+def test_a_stopping_server_answers_its_long_polls_and_ends_its_sse_streams(
+    server_factory: Callable[..., ServerProcess], variant: tuple[str, ...]
+) -> None:
+    server = server_factory(*variant, "--long-poll-timeout-ms", "60000", "--sse-reconnect-ms", "120000")
+    url = server.stream_url("live")
+    assert requests.put(url, headers=TEXT, timeout=10).status_code == 201
+    assert requests.post(url, data=b"one", headers=TEXT, timeout=10).status_code in (200, 204)
+    tail = requests.head(url, timeout=10).headers["Stream-Next-Offset"]
+    answers: dict[str, object] = {}
+
+    def long_poll() -> None:
+        try:
+            answer = requests.get(url, params={"offset": tail, "live": "long-poll"}, timeout=60)
+            answers["long-poll"] = (answer.status_code, answer.headers.get("Stream-Next-Offset"))
+        except requests.RequestException as exc:
+            answers["long-poll"] = exc
+
+    def sse() -> None:
+        try:
+            with requests.get(url, params={"offset": tail, "live": "sse"}, stream=True, timeout=60) as answer:
+                answers["sse"] = answer.content.decode().strip().split("\n\n")
+        except requests.RequestException as exc:
+            answers["sse"] = exc
+
+    readers = [threading.Thread(target=long_poll), threading.Thread(target=sse)]
+    for reader in readers:
+        reader.start()
+    deadline = 100
+    while _live_readers(server) < 2 and deadline:
+        deadline -= 1
+        threading.Event().wait(0.1)
+    assert _live_readers(server) == 2, "the readers are not waiting"
+
+    server.stop()  # SIGTERM
+    for reader in readers:
+        reader.join(timeout=30)
+    assert server.proc is not None and server.proc.returncode == -15, server.log_text()[-2000:]
+    assert answers["long-poll"] == (204, tail), answers["long-poll"]
+    events = answers["sse"]
+    assert isinstance(events, list), events  # (an exception: the stream was cut)
+    assert events[-1].startswith("event: control\n") and f'"streamNextOffset":"{tail}"' in events[-1], events
+    assert "Exception in ASGI application" not in server.log_text()
