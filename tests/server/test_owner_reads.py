@@ -48,10 +48,10 @@ def message(stream: int, seq: int) -> dict[str, object]:
 
 
 def requests_per_file(proxy: FaultProxy, method: str, first: int = 0, stop: int | None = None) -> Counter[str]:
-    """Requests of ``method`` per data file (``.parquet``) the store received, of the
-    proxy's log entries ``first..stop``."""
+    """Requests of ``method`` per data file (``.parquet``, not a Delta log checkpoint) the store
+    received, of the proxy's log entries ``first..stop``."""
     paths = (target.split("?", 1)[0] for seen, target, _ in proxy.log[first:stop] if seen == method)
-    return Counter(path for path in paths if path.endswith(".parquet"))
+    return Counter(path for path in paths if path.endswith(".parquet") and "/_delta_log/" not in path)
 
 
 def offset_at(seq: int) -> str:

@@ -68,7 +68,7 @@ from .table_schema import KIND_SNAPSHOT, KIND_STATE, KIND_SUBSCRIPTION, SCHEMA
 APP_ID = "durable-streams-server"
 TABLE_NAME = "streams"
 
-CHECKPOINT_INTERVAL = 100
+CHECKPOINT_INTERVAL = 20
 """Commits between Delta log checkpoints (``delta.checkpointInterval``): log replay reads one
 checkpoint and at most this many commit files."""
 _NO_STATISTICS = {name: ColumnProperties(statistics_enabled="NONE") for name in ("data", "meta")}
