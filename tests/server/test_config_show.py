@@ -65,6 +65,7 @@ def test_secrets_are_masked_and_the_rest_shown(tmp_path: Path, monkeypatch: pyte
     assert f'advertise-url = "https://user:{MASK}@example.com:4437"' in shown
     assert "# bearer tokens: 1 configured: ops (admin); the tokens are not shown" in shown
     assert f'cluster-secret-file = "{tmp_path / "secret"}"' in shown  # (a path: the secret stays in its file)
+    assert "# storage-uri: not set\n" in shown
 
 
 def test_config_show_refuses_what_serving_would_refuse() -> None:
