@@ -2,7 +2,8 @@
 
 One cluster node on a local directory (``--shards 1``, WAL durability: the cheapest append the
 shard server has, so the relay's own cost shows) runs its shard's server as its child. For
-each relay under test the node is started afresh and loaded twice, ``--seconds`` each, by
+each relay under test the node is started afresh and loaded in ``--rounds`` pairs of windows
+(follow, then relay: the machine's other load meets both alike), ``--seconds`` each, by
 ``CLIENTS`` keep-alive connections appending 100 B back to back to ``STREAMS`` streams:
 
 * **follow**: the connections go to the shard's server itself (where a 307 sends a client
@@ -14,16 +15,17 @@ supervisor, ``/proc/<pid>/stat``) and of its shard server. The router's CPU per 
 is the node's CPU in the relay window less its CPU in the follow window (the supervisor's own
 ticks, no requests), over the relayed appends.
 
-Relays under test (``--relays``): ``new`` (the checkout's ``cluster.proxy``), and ``start`` (the
-relay of ``START_COMMIT``, read from git and swapped in for the node's ``Relay`` by this
-script's ``--node`` mode, which then runs the server's command line as usual: the node's own
-code is otherwise the checkout's). ``--profile DIR`` writes each node's cProfile statistics
+Relays under test (``--relays``): ``checkout`` (this checkout's ``cluster.proxy``), and ``httpx``
+(the relay of ``START_COMMIT``, ``httpx`` per request, read from git and swapped in for the
+node's ``Relay`` by this script's ``--node`` mode, which then runs the server's command line as
+usual: the node's own code is otherwise the checkout's). ``--profile DIR`` writes each node's cProfile statistics
 (the router's thread) to ``DIR/<relay>.pstats`` (``python -m pstats``).
 
-    python bench/relay_bench.py [--seconds 5] [--relays start,new] [--profile DIR]
+    python bench/relay_bench.py [--seconds 5] [--rounds 2] [--relays httpx,checkout] [--profile DIR]
 
-Writes ``bench/results/scratch/relay.json`` (a run of record is taken on a quiet machine:
-``--record``, which writes ``bench/results/relay.json``).
+Prints the runs side by side against the targets (relayed appends/s at least half the
+followed ones, at most 0.5 ms of the router's CPU per relayed append) and writes every
+window's raw numbers to ``bench/results/scratch/relay.json``.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import loadgen
-from benchkit import RESULTS_DIR, SCRATCH_DIR, _one_line_numbers, conditions, progress
+from benchkit import SCRATCH_DIR, _one_line_numbers, conditions, progress
 from cpu_probe import _cpu_s  # (imports server_bench, which puts tests/ on sys.path)
 from server_bench import OCTETS, PAYLOAD, REPO
 
@@ -55,7 +57,7 @@ from cluster_support import Node, children, until
 from servers import _wait_until_listening, free_port
 
 START_COMMIT = "06273330188685ea6afe45cd20b9dc880c370767"
-"""The commit whose relay (``httpx`` per request) is measured as ``start``."""
+"""The commit whose relay (``httpx`` per request) is measured as ``httpx``."""
 PROXY = "server/durable_streams_server/cluster/proxy.py"
 CLIENTS = 32
 STREAMS = 8
@@ -67,7 +69,7 @@ def node_main(relay: str, profile: str | None, argv: list[str]) -> None:
     from durable_streams_server import cli
     from durable_streams_server.cluster import router
 
-    if relay == "start":
+    if relay == "httpx":
         source = subprocess.run(["git", "show", f"{START_COMMIT}:{PROXY}"], cwd=REPO, check=True, capture_output=True)
         module = sys.modules["start_proxy"] = types.ModuleType("start_proxy")
         exec(compile(source.stdout, f"{START_COMMIT[:7]}:{PROXY}", "exec"), module.__dict__)
@@ -187,9 +189,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=5.0, help="length of each load window")
     parser.add_argument("--rounds", type=int, default=2, help="follow and relay windows, alternated")
-    parser.add_argument("--relays", default="start,new", help="relays under test: start (START_COMMIT's), new")
+    parser.add_argument(
+        "--relays", default="httpx,checkout", help="relays under test: httpx (START_COMMIT's), checkout"
+    )
     parser.add_argument("--profile", type=Path, default=None, help="write each node's cProfile statistics here")
-    parser.add_argument("--record", action="store_true", help="a run of record (bench/results/relay.json)")
     args = parser.parse_args()
     if args.profile is not None:
         args.profile.mkdir(parents=True, exist_ok=True)
@@ -208,7 +211,7 @@ def main() -> None:
         record = {
             "section": "relay",
             "title": "Relayed against followed appends through one cluster node",
-            "of_record": args.record,
+            "of_record": False,
             "conditions": conditions(work),
             "settings": {
                 "seconds": args.seconds,
@@ -221,11 +224,27 @@ def main() -> None:
         }
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    folder = RESULTS_DIR if args.record else SCRATCH_DIR
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "relay.json"
+    SCRATCH_DIR.mkdir(parents=True, exist_ok=True)
+    path = SCRATCH_DIR / "relay.json"
     path.write_text(_one_line_numbers(json.dumps(record, indent=2)) + "\n")
-    print(f"results: {path}")
+    print("\n" + table(runs))
+    print(f"\nresults: {path}")
+
+
+def table(runs: list[dict[str, Any]]) -> str:
+    """The runs side by side, against the targets (relayed >= 0.5x followed; <= 0.5 ms of router CPU)."""
+    lines = [
+        "| relay | followed appends/s | relayed appends/s | relayed / followed (>= 0.5) "
+        "| router CPU ms per relayed append (<= 0.5) |",
+        "|---|--:|--:|--:|--:|",
+    ]
+    for run in runs:
+        ratio, cpu = run["relayed_per_followed"], run["router_cpu_ms_per_relayed_append"]
+        lines.append(
+            f"| {run['relay']} | {run['follow']['appends_per_s']:,.0f} | {run['relay_window']['appends_per_s']:,.0f} "
+            f"| {ratio:.2f} {'met' if ratio >= 0.5 else 'missed'} | {cpu:.3f} {'met' if cpu <= 0.5 else 'missed'} |"
+        )
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
