@@ -50,6 +50,9 @@ class Row:
     counts: Counter[str] = field(default_factory=Counter)
     failures: dict[str, int] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    moves: tuple[str, ...] = ()
+    """The shard moves from the fault on (``moves``)."""
+    moves_between_healthy: int = 0
 
     def as_json(self) -> dict[str, object]:
         return {**vars(self), "counts": dict(self.counts)}

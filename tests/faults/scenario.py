@@ -23,6 +23,7 @@ from pathlib import Path
 import requests
 from checker import Row, check
 from cluster_support import JSON, Node, name_in_shard, send, until
+from moves import log_sizes, moves_since
 from workload import Workload
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -68,6 +69,7 @@ def run_scenario(
     *,
     hold_s: float = 3 * LEASE_TTL_S,
     before_s: float = 2.0,
+    victim: int = 1,
 ) -> Row:
     """The scenario's row (module docstring)."""
     prefix = f"{scenario}-{uuid.uuid4().hex[:6]}"
@@ -83,6 +85,7 @@ def run_scenario(
         time.sleep(before_s)
         acknowledged_before = workload.acknowledged()
         injected = time.monotonic()
+        logs = log_sizes(cluster.nodes)
         inject()
         time.sleep(hold_s)
         acknowledged_in_fault = workload.acknowledged() - acknowledged_before
@@ -97,6 +100,8 @@ def run_scenario(
     stopped = time.monotonic()
     row = check(scenario, workload, cluster.urls[0], fault=(injected, served), seconds_to_serve_again=served - healed)
     row.counts["acknowledged_in_fault"] = acknowledged_in_fault
+    moves = moves_since(cluster.nodes, logs, cluster.nodes[victim].node_id)
+    row.moves, row.moves_between_healthy = moves.described, moves.between_healthy
     phases = {"before": injected - began, "fault": healed - injected, "to serve": served - healed}
     phases |= {"after": stopped - served, "check": time.monotonic() - stopped}
     print(f"{scenario}: " + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in phases.items()))
@@ -118,6 +123,8 @@ def _progress(workload: Workload, cluster: FaultCluster, count: int) -> None:
 
 
 def assert_clean(row: Row) -> None:
-    """0 lost, 0 duplicated, 0 forked (and nothing reordered or never sent), and reads were made."""
+    """0 lost, 0 duplicated, 0 forked (and nothing reordered or never sent), no shard moved between
+    healthy nodes, and reads were made."""
     assert (row.lost, row.duplicated, row.forked_reads, row.reordered, row.phantom) == (0, 0, 0, 0, 0), row.problems
+    assert row.moves_between_healthy == 0, row.moves  # (shards move only when membership changes)
     assert row.counts["reads"] > 0 and row.acknowledged > 0, row
