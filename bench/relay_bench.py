@@ -31,6 +31,7 @@ window's raw numbers to ``bench/results/scratch/relay.json``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import itertools
 import json
@@ -145,7 +146,7 @@ def measure(relay: str, work: Path, seconds: float, rounds: int, profile: Path |
         until(lambda: node.describe()["shards"][0]["state"] == "serving", timeout_s=120)  # type: ignore[index]
         shard_url = str(node.describe()["shards"][0]["url"])  # type: ignore[index]
         shard_port = int(shard_url.rsplit(":", 1)[1])
-        (server_pid,) = children(proc.pid)
+        server_pid = _listening(shard_port, children(proc.pid))
         paths = [f"/v1/stream/relay-{relay}-{index}" for index in range(STREAMS)]
         for path in paths:
             created = loadgen.Connection(shard_port).request("PUT", path, b"", OCTETS)
@@ -167,6 +168,20 @@ def measure(relay: str, work: Path, seconds: float, rounds: int, profile: Path |
         "relayed_per_followed": relayed["appends_per_s"] / max(1e-9, follow["appends_per_s"]),
         "router_cpu_ms_per_relayed_append": 1000 * router_cpu / max(1, relayed["appends"]),
     }
+
+
+def _listening(port: int, pids: list[int]) -> int:
+    """Which of ``pids`` listens on ``port`` (a node also keeps a spare process, not yet a server)."""
+    inodes = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":  # (LISTEN)
+            inodes.add(f"socket:[{fields[9]}]")
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            if any(os.readlink(fd) in inodes for fd in Path(f"/proc/{pid}/fd").iterdir()):
+                return pid
+    raise RuntimeError(f"none of {pids} listens on port {port}")
 
 
 def _total(windows: list[dict[str, Any]]) -> dict[str, Any]:
