@@ -24,11 +24,11 @@ from cluster_support import (
     Node,
     ProducerAppender,
     check_history,
-    children,
     history,
     name_in_shard,
     send,
     serving,
+    shard_servers,
     start_node,
     until,
 )
@@ -153,6 +153,8 @@ def test_kill_9_of_an_owner_under_appends_loses_nothing(
     acquired = [line for line in taker.process.log_text().splitlines() if 'msg="shard acquired"' in line]
     # an expired lease: its holder's servers are gone, so the new one claims without waiting for them
     assert any(f"from={victim.node_id}" in line and "owner_wait_s=0.0" in line for line in acquired), acquired
+    started = [line for line in taker.process.log_text().splitlines() if 'msg="shard server starting"' in line]
+    assert f"shard={shard} " in started[-1] and "spare=True" in started[-1], started  # imports done before
     acknowledged_at_kill = [len(appender.acknowledged) for appender in appenders]
     until(
         lambda: all(len(a.acknowledged) >= n + 10 for a, n in zip(appenders, acknowledged_at_kill, strict=True)),
@@ -228,7 +230,7 @@ def test_a_shard_server_whose_node_is_paused_stops_once_another_owns_its_shard(
         assert answer.status_code in (200, 204), answer.text
         acknowledged.append(n)
     assert paused.process.proc is not None
-    old_servers = children(paused.process.proc.pid)
+    old_servers = shard_servers(paused.process.proc.pid)
     assert len(old_servers) == 1, old_servers
     os.kill(paused.process.proc.pid, signal.SIGSTOP)
     try:

@@ -35,10 +35,10 @@ from cluster_support import (
     Node,
     ProducerAppender,
     check_history,
-    children,
     history,
     name_in_shard,
     serving,
+    shard_servers,
     start_node,
     until,
 )
@@ -169,7 +169,7 @@ def _s3_node(factory: Callable[..., ServerProcess], store: StoreProxy, tmp: Path
 
 def _shard_servers(node: Node) -> list[int]:
     assert node.process.proc is not None
-    return sorted(children(node.process.proc.pid))
+    return sorted(shard_servers(node.process.proc.pid))
 
 
 def test_a_renewal_that_landed_unanswered_keeps_its_lease(

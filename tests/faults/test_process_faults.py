@@ -31,7 +31,7 @@ import signal
 from collections.abc import Callable
 
 import pytest
-from cluster_support import Node, children
+from cluster_support import Node, children, shard_servers
 from scenario import FaultCluster, assert_clean, run_scenario
 
 pytestmark = pytest.mark.slow
@@ -78,7 +78,7 @@ def test_sigstop_of_a_node_without_its_shard_servers(loopback_cluster: Callable[
 
 def test_sigstop_of_a_shard_server_without_its_node(loopback_cluster: Callable[[str], FaultCluster]) -> None:
     cluster = loopback_cluster("delta")
-    servers = children(_pid(cluster.nodes[VICTIM]))[:1]
+    servers = shard_servers(_pid(cluster.nodes[VICTIM]))[:1]
     assert servers, "the node runs no shard server"
     row = run_scenario(
         "stop_shard_server",

@@ -185,6 +185,7 @@ class Supervisor:
             self._serve,
             self._balance,
             self._publish,
+            self._keep_spare,
         ):
             try:
                 step()
@@ -455,6 +456,11 @@ class Supervisor:
     def _publish(self) -> None:
         self.routes = routing_table(self.layout.shards, self._held, self._seen, time.monotonic())
 
+    def _keep_spare(self) -> None:
+        """A spare shard server waits (``workers.SpareServer``), started once none is starting."""
+        if not any(held.record.state == "starting" for held in self._held.values()):
+            self.spec.spare.refill()
+
     def _shut_down(self) -> None:
         for shard in list(self._servers):
             if shard in self._held and shard not in self._announced:
@@ -478,6 +484,7 @@ class Supervisor:
                     self._release(shard)
             except ObjectStoreError as exc:
                 log.warning("lease release failed at shutdown", extra={"shard": shard, "error": str(exc)})
+        self.spec.spare.close()
         try:
             self.membership.stopped()
         except ObjectStoreError as exc:
