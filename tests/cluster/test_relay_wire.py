@@ -35,7 +35,7 @@ class Peer:
         """The next request's head lines (the request line first) and its body (Content-Length
         or chunked); ``None`` at the end of the connection."""
         while b"\r\n\r\n" not in self.buffer:
-            if not self._more():
+            if not self.more():
                 return None
         head, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
         lines = head.split(b"\r\n")
@@ -44,17 +44,17 @@ class Peer:
             body = b""
             while True:
                 while b"\r\n" not in self.buffer:
-                    assert self._more()
+                    assert self.more()
                 size_line, self.buffer = self.buffer.split(b"\r\n", 1)
                 size = int(size_line, 16)
                 while len(self.buffer) < size + 2:
-                    assert self._more()
+                    assert self.more()
                 body, self.buffer = body + self.buffer[:size], self.buffer[size + 2 :]
                 if size == 0:
                     return lines, body
         length = int(fields.get(b"content-length", b"0"))
         while len(self.buffer) < length:
-            assert self._more()
+            assert self.more()
         body, self.buffer = self.buffer[:length], self.buffer[length:]
         return lines, body
 
@@ -68,7 +68,7 @@ class Peer:
         except TimeoutError:
             return False
 
-    def _more(self) -> bool:
+    def more(self) -> bool:
         chunk = self.sock.recv(65536)
         self.buffer += chunk
         return bool(chunk)
@@ -381,3 +381,25 @@ def test_idle_connections_to_a_server_no_longer_asked_are_closed() -> None:
     asyncio.run(run())
     server.close()
     other.close()
+
+
+def test_a_server_that_stops_reading_a_long_body_meets_the_deadline() -> None:
+    """The server reads the head, then nothing of the body: the relay gives up after the
+    deadline (the server had part of the request: in doubt)."""
+    release = threading.Event()
+
+    def script(peer: Peer) -> None:
+        while b"\r\n\r\n" not in peer.buffer:
+            assert peer.more()
+        release.wait(timeout=30)
+
+    server = ScriptedServer(script)
+    client = Client(*[b"x" * 1024 * 1024] * 32)
+    scope = _scope(server.port, extra=[(b"transfer-encoding", b"chunked")])
+    started = time.monotonic()
+    (failure,) = relay_each(server.port, [(scope, client)], read_timeout_s=0.5)
+    took = time.monotonic() - started
+    release.set()
+    server.close()
+    assert failure is not None and failure.sent and "WriteTimeout" in failure.error, failure
+    assert took < 10 and client.sent == [], took

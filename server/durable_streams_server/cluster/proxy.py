@@ -154,7 +154,13 @@ class Relay:
                     return RelayFailure(sent=False, error=_GONE)  # (the shard's server has a part, which it drops)
                 more = message.get("more_body", False)
                 writer.write(_framed(message.get("body", b""), more, framing))
-                await writer.drain()
+                try:
+                    async with asyncio.timeout(self.read_timeout_s):
+                        await writer.drain()
+                except TimeoutError:
+                    return RelayFailure(
+                        sent=True, error=f"WriteTimeout: the server took nothing for {self.read_timeout_s:g} s"
+                    )
             async with asyncio.timeout(self.read_timeout_s):
                 return await read_head(connection.reader, scope["method"] == "HEAD")
         except TimeoutError:
