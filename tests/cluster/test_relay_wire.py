@@ -403,3 +403,37 @@ def test_a_server_that_stops_reading_a_long_body_meets_the_deadline() -> None:
     server.close()
     assert failure is not None and failure.sent and "WriteTimeout" in failure.error, failure
     assert took < 10 and client.sent == [], took
+
+
+def test_a_server_that_takes_no_connection_meets_the_connect_deadline() -> None:
+    """A listener whose backlog is full drops further connection attempts: the relay gives up
+    after its connect deadline, the request never sent (a plain 503 for the client)."""
+    listener = socket.create_server(("127.0.0.1", 0), backlog=0)
+    port = listener.getsockname()[1]
+    queued = []
+    for _ in range(3):  # (fill the backlog: never accepted)
+        sock = socket.socket()
+        sock.setblocking(False)
+        sock.connect_ex(("127.0.0.1", port))
+        queued.append(sock)
+    time.sleep(0.2)
+
+    async def once() -> RelayFailure | None:
+        relay = Relay(read_timeout_s=10)
+        relay.pool.connect_timeout_s = 0.5
+        client = Client(b'{"n": 1}')
+        try:
+            target = f"http://127.0.0.1:{port}/v1/stream/s"
+            return await relay.relay(_append_scope(port), client.receive, client.send, target)
+        finally:
+            await relay.close()
+
+    started = time.monotonic()
+    try:
+        failure = asyncio.run(once())
+    finally:
+        listener.close()
+        for sock in queued:
+            sock.close()
+    assert failure is not None and not failure.sent and "ConnectTimeout" in failure.error, failure
+    assert 0.5 <= time.monotonic() - started < 5
