@@ -52,4 +52,5 @@ def test_a_node_relays_what_clients_send_as_they_frame_it(
 
     head = relayed("HEAD", path, None)
     assert (head.status, head.body, head.headers["stream-next-offset"].encode()) == (200, b"", offset)
+    assert head.headers["date"].count("GMT") == 1 and head.headers["server"] == "uvicorn"  # (once each, the node's)
     assert relayed("GET", path + b"?offset=" + offset, None).status == 200  # (the connection pool still answers)

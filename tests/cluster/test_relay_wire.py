@@ -110,7 +110,11 @@ class ScriptedServer(threading.Thread):
         self.listener.close()
 
 
-NO_CONTENT = b"HTTP/1.1 204 No Content\r\nconnection: keep-alive\r\nkeep-alive: timeout=5\r\nx-kept: yes\r\n\r\n"
+NO_CONTENT = (
+    b"HTTP/1.1 204 No Content\r\ndate: Sun, 29 Nov 2026 07:00:00 GMT\r\nserver: uvicorn\r\nconnection: keep-alive\r\n"
+    b"keep-alive: timeout=5\r\nx-kept: yes\r\n\r\n"
+)
+"""(``Date`` and ``Server`` are the node's own to send)"""
 
 
 def _scope(port: int, method: str = "POST", extra: list[tuple[bytes, bytes]] | None = None) -> dict[str, Any]:

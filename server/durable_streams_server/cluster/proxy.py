@@ -124,7 +124,7 @@ class Relay:
             answer = await self._request(connection, scope, receive, head + _framed(body, more, framing), more, framing)
             if isinstance(answer, RelayFailure):
                 return answer
-            pairs = [(name, value) for name, value in answer.headers if name not in HOP_BY_HOP]
+            pairs = [(name, value) for name, value in answer.headers if name not in _NOT_PASSED_BACK]
             await send({"type": "http.response.start", "status": answer.status, "headers": pairs})
             broke_off = await self._answer_body(connection, answer, send)
             if broke_off is not None and (watcher is None or not watcher.done()):
@@ -206,6 +206,8 @@ async def _until_gone(receive: Receive, connection: Connection) -> None:
 
 
 _GONE = "the client went away before the end of its request"
+_NOT_PASSED_BACK = HOP_BY_HOP | {b"date", b"server"}
+"""The node's own server adds ``Date`` and ``Server`` to every answer (once each, as HTTP wants)."""
 _BODYLESS_RELAYED = (b"GET", b"HEAD", b"OPTIONS")
 _NOT_FORWARDED = HOP_BY_HOP | {b"expect", b"content-length"}
 """``Expect: 100-continue`` was the node's to answer (it did: uvicorn); ``Content-Length`` is set by the framing."""
