@@ -11,6 +11,7 @@
 - A lease version is first seen when its read answers, not when the sweep of reads began.
 - A WAL shard server whose drain did not end cleanly (stopped, then killed with its SIGTERM
   pending) keeps its lease: its node serves it again, then hands it over properly.
+- A shutdown slower than the lease ttl keeps renewing its leases until it ends.
 """
 
 from __future__ import annotations
@@ -378,3 +379,37 @@ def test_a_node_takes_back_a_wal_lease_that_still_names_it_whatever_its_share(tm
     finally:
         for server in supervisor._servers.values():
             server.kill()
+
+
+def test_a_shutdown_slower_than_the_lease_ttl_keeps_its_leases_until_it_ends(
+    server_factory: Callable[..., ServerProcess], store: StoreProxy, tmp_path: Path
+) -> None:
+    """A node stopping while its store is slow: its shard server's release (a Delta commit) takes
+    longer than a lease ttl. The node renews its leases until its shutdown ends, so the other node
+    takes the shard only once it was released (a free lease), never as an expired one while the
+    old server is still flushing and releasing (when the renewer stopped first, it did: ``from=n0``)."""
+    bucket = f"lease-faults-{uuid.uuid4().hex[:8]}"
+    store.moto.create_bucket(bucket)
+    storage = [*store.storage(f"s3://{bucket}/root"), "--shards", "1", "--lease-ttl-s", "3", "--durability", "delta"]
+    first = start_node(server_factory, storage, "n0", tmp_path, "--compaction-interval-s", "0")
+    until(serving([first], 1), timeout_s=180)
+    second = start_node(server_factory, storage, "n1", tmp_path, "--compaction-interval-s", "0")
+    name = name_in_shard(0, 1, "slow-stop")
+    assert requests.put(f"{first.url}/v1/stream/{name}", headers=JSON, timeout=30).status_code == 201
+    acknowledged = []
+    for n in range(10):
+        answer = requests.post(f"{first.url}/v1/stream/{name}", data=b'{"n": %d}' % n, headers=JSON, timeout=30)
+        assert answer.status_code in (200, 204), answer.text
+        acknowledged.append(n)
+    store.slow_part, store.delay_s = "/shard-", 1.5  # the shard's Delta table, not the leases
+    began = time.monotonic()
+    first.process.stop()  # SIGTERM: announce, stop the shard server (its release commit is slow), release
+    took_s = time.monotonic() - began
+    store.delay_s = 0.0
+    stopped = first.process.log_text()
+    assert "lease validity ended" not in stopped and "shard lost" not in stopped, stopped[-3000:]
+    assert took_s > 3, f"the shutdown took {took_s:.1f} s, not longer than the lease ttl: nothing was shown"
+    until(lambda: second.shards_held() == [0], timeout_s=60)
+    acquired = [line for line in second.process.log_text().splitlines() if 'msg="shard acquired"' in line]
+    assert acquired and all("from=None" in line for line in acquired), acquired
+    check_history(acknowledged, history(f"{second.url}/v1/stream/{name}"))
