@@ -50,6 +50,8 @@ class Row:
     counts: Counter[str] = field(default_factory=Counter)
     failures: dict[str, int] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    seconds_to_fail_over: float | None = None
+    """From the fault until the victim's shards were served by other nodes (``None``: they stayed its own)."""
     moves: tuple[str, ...] = ()
     """The shard moves from the fault on (``moves``)."""
     moves_between_healthy: int = 0

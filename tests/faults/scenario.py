@@ -67,7 +67,7 @@ def run_scenario(
     inject: Callable[[], None],
     heal: Callable[[], None],
     *,
-    hold_s: float = 3 * LEASE_TTL_S,
+    hold_s: float = 5 * LEASE_TTL_S,
     before_s: float = 2.0,
     victim: int = 1,
 ) -> Row:
@@ -84,10 +84,11 @@ def run_scenario(
         _progress(workload, cluster, 5)
         time.sleep(before_s)
         acknowledged_before = workload.acknowledged()
-        injected = time.monotonic()
         logs = log_sizes(cluster.nodes)
+        moving = cluster.nodes[victim].shards_held()
+        injected = time.monotonic()
         inject()
-        time.sleep(hold_s)
+        failed_over = _failed_over(cluster, victim, moving, injected + hold_s)
         acknowledged_in_fault = workload.acknowledged() - acknowledged_before
         heal()
         healed = time.monotonic()
@@ -100,6 +101,7 @@ def run_scenario(
     stopped = time.monotonic()
     row = check(scenario, workload, cluster.urls[0], fault=(injected, served), seconds_to_serve_again=served - healed)
     row.counts["acknowledged_in_fault"] = acknowledged_in_fault
+    row.seconds_to_fail_over = None if failed_over is None else round(failed_over - injected, 2)
     moves = moves_since(cluster.nodes, logs, cluster.nodes[victim].node_id)
     row.moves, row.moves_between_healthy = moves.described, moves.between_healthy
     phases = {"before": injected - began, "fault": healed - injected, "to serve": served - healed}
@@ -110,6 +112,27 @@ def run_scenario(
         (RESULTS / f"{scenario}.json").write_text(json.dumps(row.as_json(), indent=2) + "\n")
     print(json.dumps(row.as_json()))
     return row
+
+
+def _failed_over(cluster: FaultCluster, victim: int, moving: list[int], until_s: float) -> float | None:
+    """Until ``until_s`` (the fault's end): when the shards ``moving`` (the victim's) were all
+    served by another node, as a healthy node saw it; ``None`` if they never were (a node cut
+    from its peers keeps its leases; a WAL node's shards wait for it)."""
+    watcher = cluster.nodes[0 if victim else 1]
+    found: float | None = None
+    while time.monotonic() < until_s:
+        if found is None:
+            try:
+                shards = requests.get(f"{watcher.url}/v1/cluster", timeout=1).json()["shards"]
+            except (requests.RequestException, ValueError, KeyError):
+                shards = None
+            if shards is not None and all(
+                shards[shard]["state"] == "serving" and shards[shard]["holder"] != cluster.nodes[victim].node_id
+                for shard in moving
+            ):
+                found = time.monotonic()
+        time.sleep(0.1)
+    return found
 
 
 def _progress(workload: Workload, cluster: FaultCluster, count: int) -> None:

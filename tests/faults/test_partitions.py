@@ -3,12 +3,12 @@
 Three nodes, three shards, moto's S3 server as the store, lease ttl 2 s; each node in its
 namespace with two links, one to the storage bridge and one to the front bridge (its peers
 and the test's clients). The workload (``workload``) runs through every node before, during
-and after the fault; a fault lasts three lease ttls, then it is healed and the checker
+and after the fault; a fault lasts five lease ttls, then it is healed and the checker
 (``checker``) reads every stream's history and every read back. Every scenario asserts
 0 lost, 0 duplicated, 0 forked reads.
 
 =========================  ==========  ===================================================
-scenario                   durability  the fault on node n1 (3 ttls), then healed
+scenario                   durability  the fault on node n1 (5 ttls), then healed
 =========================  ==========  ===================================================
 cut_from_storage           delta       its storage link down: it cannot renew; its shard
                                        servers are killed when their leases' validity

@@ -2,11 +2,11 @@
 
 Three nodes, three shards, ``--durability delta`` over moto's S3 server, lease ttl 2 s; the
 workload (``workload``) runs through every node before, during and after the fault; a fault
-lasts three lease ttls, then it is healed and the checker (``checker``) reads every stream's
+lasts five lease ttls, then it is healed and the checker (``checker``) reads every stream's
 history and every read back. Every scenario asserts 0 lost, 0 duplicated, 0 forked reads.
 
 =============================  =======================================================
-scenario                       the fault on node n1 (3 ttls), then healed
+scenario                       the fault on node n1 (5 ttls), then healed
 =============================  =======================================================
 kill_9_node                    ``kill -9`` of the node (its shard servers die with it);
                                the others take its shard; healed: started again
