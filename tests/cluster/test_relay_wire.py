@@ -18,8 +18,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from durable_streams_server.cluster.proxy import Relay, RelayFailure
-from durable_streams_server.cluster.upstream import IDLE_EXPIRY_S
+from durable_streams_server.cluster.proxy import Relay, RelayFailure, relay_idle_s
+from durable_streams_server.cluster.upstream import IDLE_S
 
 Script = Callable[["Peer"], None]
 
@@ -160,13 +160,17 @@ def _append_scope(port: int) -> dict[str, Any]:
 
 
 def relay_each(
-    port: int, exchanges: list[tuple[dict[str, Any], Client]], read_timeout_s: float = 10, pause_s: float = 0.0
+    port: int,
+    exchanges: list[tuple[dict[str, Any], Client]],
+    read_timeout_s: float = 10,
+    pause_s: float = 0.0,
+    idle_s: float = IDLE_S,
 ) -> list[RelayFailure | None]:
     """Relay each request in turn through one ``Relay`` (its pool kept between them), ``pause_s``
     after each; what each relay returned."""
 
     async def run() -> list[RelayFailure | None]:
-        relay, results = Relay(read_timeout_s=read_timeout_s), []
+        relay, results = Relay(read_timeout_s=read_timeout_s, idle_s=idle_s), []
         try:
             for scope, client in exchanges:
                 target = f"http://127.0.0.1:{port}/v1/stream/s" + ("?x=1" if scope["method"] == "POST" else "")
@@ -377,7 +381,7 @@ def test_idle_connections_to_a_server_no_longer_asked_are_closed() -> None:
                 client = Client(b'{"n": 1}')
                 target = f"http://127.0.0.1:{port}/v1/stream/s"
                 assert await relay.relay(_append_scope(port), client.receive, client.send, target) is None
-                await asyncio.sleep(IDLE_EXPIRY_S + 0.2)
+                await asyncio.sleep(IDLE_S + 0.2)
             assert closed == [True]
         finally:
             await relay.close()
@@ -441,3 +445,19 @@ def test_a_server_that_takes_no_connection_meets_the_connect_deadline() -> None:
             sock.close()
     assert failure is not None and not failure.sent and "ConnectTimeout" in failure.error, failure
     assert 0.5 <= time.monotonic() - started < 5
+
+
+def test_a_connection_idle_longer_than_the_servers_keep_alive_allows_is_not_used_again() -> None:
+    """A connection idle for half the shard servers' keep-alive timeout is not written on (the
+    server may be closing it that very moment): the next request takes a new one."""
+
+    def script(peer: Peer) -> None:
+        while server.read(peer) is not None:
+            peer.sock.sendall(NO_CONTENT)
+
+    server = ScriptedServer(script)
+    idle_s = relay_idle_s(keep_alive_timeout_s=1)
+    exchanges = [(_append_scope(server.port), Client(b'{"n": 1}')) for _ in range(3)]
+    assert relay_each(server.port, exchanges, pause_s=idle_s + 0.1, idle_s=idle_s) == [None] * 3
+    server.close()
+    assert (idle_s, server.connections, len(server.requests)) == (0.5, 3, 3)

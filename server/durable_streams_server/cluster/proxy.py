@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 from starlette.types import Receive, Scope, Send
 
-from .upstream import PIECE, Connection, Head, Origin, Pool, body_pieces, read_head, split_target
+from .upstream import IDLE_S, PIECE, Connection, Head, Origin, Pool, body_pieces, read_head, split_target
 
 HOP_BY_HOP = frozenset(
     {b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"te", b"trailers"}
@@ -80,6 +80,13 @@ def relay_read_timeout_s(long_poll_timeout_ms: int, sse_reconnect_ms: int) -> fl
     return 2 * max(long_poll_timeout_ms, sse_reconnect_ms) / 1000
 
 
+def relay_idle_s(keep_alive_timeout_s: float) -> float:
+    """How long a pooled connection to a shard server may stay idle and be used again: half the
+    shard servers' keep-alive timeout (they run with the node's own settings), so the relay
+    never writes on a connection its server is closing."""
+    return keep_alive_timeout_s / 2
+
+
 @dataclass(frozen=True)
 class RelayFailure:
     """Why a relay gave no answer: ``sent`` says whether the request may have reached the shard's server."""
@@ -93,9 +100,9 @@ class Relay:
     request's head rebuilt from the ASGI scope, its body and the answer passed through as they
     come."""
 
-    def __init__(self, read_timeout_s: float = READ_TIMEOUT_S) -> None:
+    def __init__(self, read_timeout_s: float = READ_TIMEOUT_S, idle_s: float = IDLE_S) -> None:
         self.read_timeout_s = read_timeout_s
-        self.pool = Pool(CONNECT_TIMEOUT_S)
+        self.pool = Pool(CONNECT_TIMEOUT_S, idle_s)
 
     async def close(self) -> None:
         self.pool.close()

@@ -46,6 +46,7 @@ from ..protocol.errors import NotFound
 from ..protocol.shard_keys import shard_of_key
 from .node import Supervisor
 from .proxy import READ_TIMEOUT_S, Relay, RelayFailure, must_relay
+from .upstream import IDLE_S
 
 CLUSTER_PATH = "/v1/cluster"
 _PER_SHARD = ("status", "consumers", "internal")
@@ -61,10 +62,11 @@ class ClusterRouter:
         on_started: Callable[[], object] | None = None,
         *,
         relay_read_timeout_s: float = READ_TIMEOUT_S,
+        relay_idle_s: float = IDLE_S,
     ) -> None:
         self.supervisor = supervisor
         self.on_started = on_started
-        self.relay = Relay(relay_read_timeout_s)
+        self.relay = Relay(relay_read_timeout_s, relay_idle_s)
         self.accepting = False
         """Between the lifespan's startup and its shutdown (``/readyz``)."""
 

@@ -22,7 +22,7 @@ from ..storage.ownership import node_id_for
 from .membership import IdInUse, wait_until_id_free
 from .node import NodeSettings, Supervisor
 from .objects import ConditionalObjects, ObjectStoreError, open_objects
-from .proxy import relay_read_timeout_s
+from .proxy import relay_idle_s, relay_read_timeout_s
 from .router import ClusterRouter
 from .secret import SecretFileError, cluster_secret
 from .shards import LAYOUT_KEY, Layout, LayoutError
@@ -106,5 +106,7 @@ def run_node(settings: Settings) -> None:
     )
     log.info("cluster node starting", extra={"node_id": node_id, "url": url, "shards": layout.shards})
     read_timeout_s = relay_read_timeout_s(config.long_poll_timeout_ms, config.sse_reconnect_ms)
-    router = ClusterRouter(Supervisor(node_settings, layout, objects, spec), relay_read_timeout_s=read_timeout_s)
+    idle_s = relay_idle_s(listen.keep_alive_timeout_s)
+    supervisor = Supervisor(node_settings, layout, objects, spec)
+    router = ClusterRouter(supervisor, relay_read_timeout_s=read_timeout_s, relay_idle_s=idle_s)
     run_uvicorn(router, listen)

@@ -10,9 +10,10 @@ connection, each a socket poll), a quarter in a failed ``import sniffio`` on eve
 creates (a search of ``sys.path`` each time), the rest in its request, response and stream
 objects. Here an append costs a few tens of µs of the relay's own code.
 
-A pooled connection is used again only when it is provably fresh: idle for less than
-``IDLE_EXPIRY_S`` (a shard server closes an idle connection after 5 s) and with no end of
-stream, error or unexpected byte from the server meanwhile. A connection that the server
+A pooled connection is used again only when it is provably fresh: idle for less than the
+pool's ``idle_s`` (half the shard servers' ``--keep-alive-timeout-s``, after which they close
+an idle connection: ``proxy.relay_idle_s``) and with no end of stream, error or unexpected
+byte from the server meanwhile. A connection that the server
 closes while the relay's request is on its way is not retried: the server may have read the
 request (``proxy.RelayFailure``).
 """
@@ -27,7 +28,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-IDLE_EXPIRY_S = 2.0
+IDLE_S = 2.0
+"""How long a connection may stay idle and be used again, when not given (a shard server's
+default keep-alive timeout is 5 s)."""
 MAX_IDLE = 64
 """Idle connections kept per shard server; more are closed when given back."""
 HEAD_LIMIT = 256 * 1024
@@ -71,11 +74,11 @@ class Connection:
         self.writer = writer
         self.idle_since = 0.0
 
-    def fresh(self, now: float) -> bool:
+    def fresh(self, now: float, idle_s: float) -> bool:
         """Whether a request may go on this idle connection: recent, and nothing came from the
         server since its last answer (an end of stream, an error or a stray byte)."""
         reader = self.reader
-        if now - self.idle_since >= IDLE_EXPIRY_S or self.writer.transport.is_closing():
+        if now - self.idle_since >= idle_s or self.writer.transport.is_closing():
             return False
         return not reader.at_eof() and reader.exception() is None and not getattr(reader, "_buffer", b"")
 
@@ -86,8 +89,9 @@ class Connection:
 class Pool:
     """Idle keep-alive connections per shard server, the most recently used taken first."""
 
-    def __init__(self, connect_timeout_s: float) -> None:
+    def __init__(self, connect_timeout_s: float, idle_s: float = IDLE_S) -> None:
         self.connect_timeout_s = connect_timeout_s
+        self.idle_s = idle_s
         self._idle: dict[Origin, list[Connection]] = {}
         self._swept = time.monotonic()
         self._tls: ssl.SSLContext | None = None
@@ -99,10 +103,10 @@ class Pool:
         now = time.monotonic()
         while idle:
             connection = idle.pop()
-            if connection.fresh(now):
+            if connection.fresh(now, self.idle_s):
                 return connection
             connection.abort()
-            if now - connection.idle_since >= IDLE_EXPIRY_S:  # (the older ones below it too)
+            if now - connection.idle_since >= self.idle_s:  # (the older ones below it too)
                 for older in idle:
                     older.abort()
                 idle.clear()
@@ -117,7 +121,7 @@ class Pool:
 
     def give_back(self, origin: Origin, connection: Connection) -> None:
         now = time.monotonic()
-        if now - self._swept >= IDLE_EXPIRY_S:
+        if now - self._swept >= self.idle_s:
             self._sweep(now)
         idle = self._idle.setdefault(origin, [])
         if len(idle) >= MAX_IDLE:
@@ -131,7 +135,7 @@ class Pool:
         that moved or restarted listens elsewhere, and nothing takes its connections again."""
         self._swept = now
         for origin, idle in list(self._idle.items()):
-            kept = [connection for connection in idle if connection.fresh(now)]
+            kept = [connection for connection in idle if connection.fresh(now, self.idle_s)]
             for connection in idle:
                 if connection not in kept:
                     connection.abort()
