@@ -74,7 +74,12 @@ def node_main(relay: str, profile: str | None, argv: list[str]) -> None:
         source = subprocess.run(["git", "show", f"{START_COMMIT}:{PROXY}"], cwd=REPO, check=True, capture_output=True)
         module = sys.modules["start_proxy"] = types.ModuleType("start_proxy")
         exec(compile(source.stdout, f"{START_COMMIT[:7]}:{PROXY}", "exec"), module.__dict__)
-        router.Relay = module.Relay  # type: ignore[attr-defined]
+        httpx_relay = module.Relay
+
+        def relay(read_timeout_s: float, idle_s: float) -> Any:  # (its pool kept idle connections 2 s)
+            return httpx_relay(read_timeout_s)
+
+        router.Relay = relay  # type: ignore[assignment,misc]
     if profile is None:
         cli.main(argv)
         return
