@@ -3,19 +3,19 @@
 The relay (``proxy``) passes a request through and its answer back; it needs to know only
 where each message ends, so this module parses no more than that: the answer's status line
 and headers, and its framing (``Content-Length``, chunked, or until the connection closes).
-Why not a general client: ``httpx`` cost the router 4.5 ms of CPU per relayed append,
-measured with cProfile under 32 connections (``bench/relay_bench.py --profile``): about half
+Why not a general client: ``httpx`` cost the router 2-4.5 ms of CPU per relayed append under
+32 connections (``bench/relay_bench.py``), and cProfile (``--profile``) shows where: about half
 in ``httpcore``'s pool handing requests to connections (every waiting request checks every
 connection, each a socket poll), a quarter in a failed ``import sniffio`` on every lock it
 creates (a search of ``sys.path`` each time), the rest in its request, response and stream
-objects. Here an append costs a few tens of µs of the relay's own code.
+objects. With this module the router spends about 0.1 ms per relayed append, most of it in
+the two socket writes (to the shard server, and uvicorn's to the client).
 
 A pooled connection is used again only when it is provably fresh: idle for less than the
 pool's ``idle_s`` (half the shard servers' ``--keep-alive-timeout-s``, after which they close
 an idle connection: ``proxy.relay_idle_s``) and with no end of stream, error or unexpected
-byte from the server meanwhile. A connection that the server
-closes while the relay's request is on its way is not retried: the server may have read the
-request (``proxy.RelayFailure``).
+byte from the server meanwhile. A connection that the server closes while the relay's request
+is on its way is not retried: the server may have read the request (``proxy.RelayFailure``).
 """
 
 from __future__ import annotations
