@@ -73,6 +73,8 @@ log = logging.getLogger("durable_streams_server.cluster")
 
 DRAIN_TIMEOUT_S = 60.0
 WATCHDOG_S = 0.1
+STARTING_POLL_S = 0.1
+"""How often, between ticks, a starting shard server is asked whether it is ready."""
 CLEAN_EXITS = (0, -signal.SIGTERM)
 """A shard server's exit codes after its shutdown ran to its end (uvicorn raises the SIGTERM
 it handled again once shut down); a drain is only asked of a ready server, whose handler is set."""
@@ -158,10 +160,34 @@ class Supervisor:
 
     def run(self) -> None:
         while not self._stop.is_set():
-            started = time.monotonic()
+            next_tick = time.monotonic() + self.settings.tick_s
             self.tick()
-            self._stop.wait(max(0.0, self.settings.tick_s - (time.monotonic() - started)))
+            while not self._stop.wait(min(STARTING_POLL_S, max(0.0, next_tick - time.monotonic()))):
+                if time.monotonic() >= next_tick:
+                    break
+                self._publish_ready()
         self._shut_down()
+
+    def _publish_ready(self) -> None:
+        """Between ticks, a starting shard server that became ready is published ``serving`` at
+        once, not at the next tick (a fifth of the ttl: up to a second with the default ttl, then
+        another until the other nodes' next look)."""
+        for shard, held in list(self._held.items()):
+            server = self._servers.get(shard)
+            if held.record.state != "starting" or server is None or time.monotonic() >= held.valid_until:
+                continue
+            try:
+                if self._serving_if_ready(shard, held, server):
+                    self._publish()
+            except ObjectStoreError as exc:  # (the next tick tries again)
+                log.warning("cluster step failed", extra={"step": "publish_ready", "error": str(exc)})
+
+    def _serving_if_ready(self, shard: int, held: Held, server: ShardServer) -> bool:
+        if server.exited or not server.ready(self._probe):
+            return False
+        self._write_held(shard, held.record.next_beat(state="serving", url=server.url))
+        log.info("shard serving", extra={"shard": shard, "url": server.url})
+        return True
 
     def _watch(self) -> None:
         """Kill a shard's server the moment its lease's validity ends, whatever the tick is
@@ -302,9 +328,8 @@ class Supervisor:
                 )
                 self._servers[shard] = self._start_server(shard, take_over="no")
                 self._write_held(shard, held.record.next_beat(state="starting", url=None))
-            elif held.record.state == "starting" and server.ready(self._probe):
-                self._write_held(shard, held.record.next_beat(state="serving", url=server.url))
-                log.info("shard serving", extra={"shard": shard, "url": server.url})
+            elif held.record.state == "starting":
+                self._serving_if_ready(shard, held, server)
 
     def _may_let_go(self, shard: int, server: ShardServer) -> bool:
         """Whether ``shard``'s lease may be released now that its stopped ``server`` is gone: not
