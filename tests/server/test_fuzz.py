@@ -36,7 +36,7 @@ from rawhttp import RawResponse, exchange, request_bytes
 from security_support import new_token, write_tokens
 from servers import ServerProcess, session
 
-from durable_streams_server.http.streams import stream_name_from_reference
+from durable_streams_server.http.targets import stream_name_from_reference
 from durable_streams_server.protocol import headers as h
 from durable_streams_server.protocol.cursor import response_cursor
 from durable_streams_server.protocol.errors import BadRequest

@@ -7,7 +7,7 @@ from urllib.parse import quote
 import pytest
 from starlette.requests import Request
 
-from durable_streams_server.http.streams import location
+from durable_streams_server.http.responses import location
 
 HOSTS = [
     b"127.0.0.1",

@@ -19,8 +19,8 @@ from ..protocol import headers as h
 from ..protocol.errors import BadRequest, Conflict, NotFound
 from ..protocol.offsets import Offset, encode_seq, parse_offset
 from . import multipart
+from .responses import location
 from .streams import StreamHandlers
-from .streams import location as streams_location
 
 MAX_LIST_LIMIT = 1000
 _LIMIT_RE = re.compile(r"[0-9]{1,4}")  # ASCII digits only ('²'.isdigit())
@@ -89,8 +89,8 @@ class ExtensionHandlers:
         stream = self.engine.get_live(name)
         if stream.snapshot_seq is None:
             raise NotFound("the stream has no snapshot", code="SNAPSHOT_NOT_FOUND")
-        location = streams_location(request.scope, f"/{encode_seq(stream.snapshot_seq)}")
-        return Response(status_code=307, headers={"Location": location, "Cache-Control": "no-store"})
+        target = location(request.scope, f"/{encode_seq(stream.snapshot_seq)}")
+        return Response(status_code=307, headers={"Location": target, "Cache-Control": "no-store"})
 
     async def read_snapshot(self, name: str, offset_token: str) -> Response:
         stream = self._snapshot_at(name, offset_token)

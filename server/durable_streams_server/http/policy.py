@@ -35,8 +35,7 @@ from ..engine.buckets import bucket_of
 from ..protocol.ids import BASE_SURFACE_PREFIX
 from ..protocol.tokens import AccessScope, TokenGrant
 from .routes import PROBES, match_route
-from .streams import stream_name_from_reference
-from .targets import base_target
+from .targets import base_target, stream_name_from_reference
 
 WAKE_TOKEN_ACTIONS = ("callback", "ack", "release")
 

@@ -1,4 +1,4 @@
-"""Response plumbing shared by every route: error bodies, CORS preflights, head lines.
+"""Response plumbing shared by every route: error bodies, CORS preflights, head lines, locations.
 
 (The security headers every response gets are the request policy's: ``request_policy.py``.)
 """
@@ -8,10 +8,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from urllib.parse import quote
 
+from starlette.datastructures import URL
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import Scope
 
 from ..protocol.errors import ProtocolError
 
@@ -69,3 +72,21 @@ def head_lines(headers: Mapping[str, str]) -> bytes | None:
     if _UNSAFE_TEXT.search("".join(headers.values())):
         return None
     return "".join([f"{name.lower()}: {value}\r\n" for name, value in headers.items()]).encode("latin-1")
+
+
+_PLAIN_HOST_RE = re.compile(rb"[A-Za-z0-9.-]+(?::(0|[1-9][0-9]{0,4}))?")
+
+
+def location(scope: Scope, suffix: str = "") -> str:
+    """The request's URL (plus ``suffix``) for a Location header: percent-encoded, since
+    stream ids may be any UTF-8 and header values must be ASCII.
+
+    A plain ``Host`` header (name or IPv4 address, optional port) gives the URL directly;
+    anything else goes through Starlette's ``URL``, whose answer the direct one equals."""
+    host = next((value for name, value in scope["headers"] if name == b"host"), None)
+    if host is not None and (plain := _PLAIN_HOST_RE.fullmatch(host)) is not None:
+        port = plain.group(1)
+        if port is None or int(port) <= 65535:
+            path = scope["path"].replace("?", "%3F").replace("#", "%23").replace("\\", "%5C")
+            return quote(f"{scope.get('scheme', 'http')}://{host.decode('ascii')}{path}{suffix}", safe=":/")
+    return quote(str(URL(scope=scope).replace(query="")) + suffix, safe=":/")

@@ -6,13 +6,10 @@ rules in the engine. What is here is the mapping between HTTP and those two.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from urllib.parse import quote, urlsplit
 
-from starlette.datastructures import URL
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Scope
@@ -42,10 +39,11 @@ from .read_answers import (
     position_headers,
     stream_headers,
 )
+from .responses import location
+from .targets import stream_name_from_reference
 
 _SUB_OFFSET_HEADER_RE = re.compile(r"^(0|[1-9][0-9]{0,15})$")
 _DECIMAL_RE = re.compile(r"[0-9]{1,19}")
-_PLAIN_HOST_RE = re.compile(rb"[A-Za-z0-9.-]+(?::(0|[1-9][0-9]{0,4}))?")
 
 
 class StreamHandlers:
@@ -407,29 +405,3 @@ def _append_headers(outcome: AppendOutcome, conditional: bool = False) -> dict[s
     if outcome.producer_seq is not None:
         headers[h.PRODUCER_SEQ] = str(outcome.producer_seq)
     return headers
-
-
-def location(scope: Scope, suffix: str = "") -> str:
-    """The request's URL (plus ``suffix``) for a Location header: percent-encoded, since
-    stream ids may be any UTF-8 and header values must be ASCII.
-
-    A plain ``Host`` header (name or IPv4 address, optional port) gives the URL directly;
-    anything else goes through Starlette's ``URL``, whose answer the direct one equals."""
-    host = next((value for name, value in scope["headers"] if name == b"host"), None)
-    if host is not None and (plain := _PLAIN_HOST_RE.fullmatch(host)) is not None:
-        port = plain.group(1)
-        if port is None or int(port) <= 65535:
-            path = scope["path"].replace("?", "%3F").replace("#", "%23").replace("\\", "%5C")
-            return quote(f"{scope.get('scheme', 'http')}://{host.decode('ascii')}{path}{suffix}", safe=":/")
-    return quote(str(URL(scope=scope).replace(query="")) + suffix, safe=":/")
-
-
-def stream_name_from_reference(reference: str) -> str:
-    """``Stream-Forked-From`` names a stream by URL path (or full URL)."""
-    path = reference
-    if "://" in reference:
-        # An unparsable URL ("http://[") names no stream (404); the auth middleware calls
-        # this too, outside any error mapping, so it must not raise.
-        with contextlib.suppress(ValueError):
-            path = urlsplit(reference).path
-    return path.strip("/")
