@@ -31,7 +31,7 @@ One thread (``Supervisor.run``) ticks every ``tick_s`` (a fifth of the lease ttl
    shard is never drained: its server may be taking the location over from a dead owner. A
    node that takes a lease asks the location's owner to hand over, even when the lease was
    free (``_acquire``); a WAL lease that still names this node is taken back whatever its
-   share (no other node may take it: ``_names_this_wal``).
+   share (no other node may take it: ``lease_view.LeaseView.names_this_wal``).
 
 A drain first **announces** itself: the lease is written ``draining`` (no URL), and the
 shard's server keeps serving for ``drain_notice_s`` (two ticks) before it is asked to stop.
@@ -60,14 +60,15 @@ from dataclasses import dataclass, field, replace
 import httpx
 
 from .balance import cold_start_wait, should_drain
-from .leases import Held, LeaseFormatError, LeaseRecord, Observed, WalAdoption, may_take, target_count
+from .lease_view import LeaseView
+from .leases import Held, LeaseRecord, Observed, WalAdoption, may_take, target_count
 from .membership import Membership
 from .objects import ConditionalObjects, ObjectStoreError
 from .probes import Liveness
 from .renewals import LeaseLocks, Renewer, replace_lease
 from .routes import Route, routing_table
 from .shards import Layout, lease_key
-from .workers import TAKE_OVER_TIMEOUT_S, ShardServer, ShardServerSpec
+from .workers import TAKE_OVER_TIMEOUT_S, ShardServer, ShardServerSpec, TakeOverPlan
 
 log = logging.getLogger("durable_streams_server.cluster")
 
@@ -111,9 +112,8 @@ class Supervisor:
         self.membership = Membership(
             objects, settings.node_id, settings.advertise_url, settings.incarnation, settings.lease_ttl_s
         )
-        self._seen: dict[int, Observed] = {}
-        self._unreadable: dict[int, str] = {}  # shard -> the etag of a lease object that is not a lease
         self._adoption = WalAdoption(settings.adopt_wal)
+        self._leases = LeaseView(objects, layout.shards, settings.node_id, self._adoption)
         self._held: dict[int, Held] = {}
         self._servers: dict[int, ShardServer] = {}
         self._released_at: dict[int, float] = {}
@@ -170,8 +170,7 @@ class Supervisor:
 
     def _publish_ready(self) -> None:
         """Between ticks, a starting shard server that became ready is published ``serving`` at
-        once, not at the next tick (a fifth of the ttl: up to a second with the default ttl, then
-        another until the other nodes' next look)."""
+        once, not up to a tick later (a fifth of the ttl)."""
         for shard, held in list(self._held.items()):
             server = self._servers.get(shard)
             if held.record.state != "starting" or server is None or time.monotonic() >= held.valid_until:
@@ -257,31 +256,11 @@ class Supervisor:
         log.warning("shard lost", extra={"shard": shard, "reason": why})
 
     def _look(self) -> None:
-        for shard in range(self.layout.shards):
-            if shard in self._held:
-                continue
-            found = self.objects.get(lease_key(shard))
-            now = time.monotonic()  # a version is first seen when its read answered (``leases``: SAFETY)
-            if found is None:
-                self._seen.pop(shard, None)
-                self._unreadable.pop(shard, None)
-                continue
-            try:
-                record = LeaseRecord.from_bytes(found.body)
-            except LeaseFormatError as exc:
-                if self._unreadable.get(shard) != found.etag:
-                    log.error(
-                        "unreadable lease: the shard is left alone until an operator removes the object",
-                        extra={"shard": shard, "key": lease_key(shard), "error": str(exc)},
-                    )
-                self._unreadable[shard] = found.etag
-                self._seen.pop(shard, None)
-                continue
-            self._unreadable.pop(shard, None)
-            seen = self._seen.get(shard)
-            seen = Observed(record, found.etag, now) if seen is None else seen.seen_again(record, found.etag, now)
-            self._seen[shard] = seen
-            self._adoption.note(shard, seen, self.settings.node_id)
+        self._leases.look(self._held)
+
+    @property
+    def _seen(self) -> dict[int, Observed]:
+        return self._leases.seen
 
     def _probe_servers(self) -> None:
         """Kill a serving shard server that has not answered for a lease ttl (``probes``); ``_serve``
@@ -334,14 +313,11 @@ class Supervisor:
     def _may_let_go(self, shard: int, server: ShardServer) -> bool:
         """Whether ``shard``'s lease may be released now that its stopped ``server`` is gone: not
         if it acknowledged from this node's WAL and did not exit cleanly (it may not have flushed,
-        and the location still names it: a node taking the free lease would ask it to hand
-        over, time out and refuse, and the shard would stay down). Such a lease is kept."""
+        and its location still names it: a node taking the free lease would time out and refuse)."""
         if self.settings.durability != "wal" or server.proc.returncode in CLEAN_EXITS:
             return True
-        log.error(
-            "WAL shard server did not exit cleanly after its flush: its lease is kept",
-            extra={"shard": shard, "code": server.proc.returncode},
-        )
+        code = server.proc.returncode
+        log.error("WAL shard server did not exit cleanly: its lease is kept", extra={"shard": shard, "code": code})
         return False
 
     def _balance(self) -> None:
@@ -352,10 +328,10 @@ class Supervisor:
         shards, live = self.layout.shards, self.live_nodes
         target = target_count(shards, len(live))
         now = time.monotonic()
-        anyone_holds = bool(self._held) or any(not seen.record.free for seen in self._seen.values())
+        anyone_holds = bool(self._held) or self._leases.anyone_holds()
         if cold_start_wait(anyone_holds, len(self._held), now - self._started_at, self.settings.lease_ttl_s):
             return  # (nodes started together see each other first: ``balance``)
-        if should_drain(shards, self.settings.node_id, self._held_by()):
+        if should_drain(shards, self.settings.node_id, self._leases.held_by(self.live_nodes, len(self._held))):
             serving = [shard for shard, held in self._held.items() if held.record.state == "serving"]
             if not serving:
                 return  # (a starting server may be taking its location over: it is not interrupted)
@@ -364,9 +340,9 @@ class Supervisor:
             log.info("shard draining", extra={"shard": shard, "target": target, "live_nodes": len(live)})
             return
         for shard in range(shards):
-            if shard in self._held or shard in self._unreadable:
+            if shard in self._held or shard in self._leases.unreadable:
                 continue
-            if len(self._held) >= target and not self._names_this_wal(shard):
+            if len(self._held) >= target and not self._leases.names_this_wal(shard):
                 continue
             if now - self._released_at.get(shard, -1e9) < self.settings.lease_ttl_s:
                 continue  # (just given up for another node to take)
@@ -377,36 +353,12 @@ class Supervisor:
                 continue
             self._acquire(shard, seen)
 
-    def _names_this_wal(self, shard: int) -> bool:
-        """Whether ``shard``'s lease still names this node as the WAL owner it lost it as (its renewal
-        failed): no other node may take it (its records may be on this disk), so this node takes it
-        back whatever its share, and drains it later as any shard above its share."""
-        seen = self._seen.get(shard)
-        record = seen.record if seen is not None else None
-        return (
-            record is not None
-            and not record.free
-            and record.holder == self.settings.node_id
-            and (record.durability == "wal")
-        )
-
     def _announce_drain(self, shard: int) -> None:
         """Write ``shard``'s lease ``draining`` (routers stop sending clients to its server); its
         server is stopped ``drain_notice_s`` later (``_serve``)."""
         self._write_held(shard, self._held[shard].record.next_beat(state="draining", url=None))
         if shard in self._held:
             self._announced[shard] = time.monotonic()
-
-    def _held_by(self) -> dict[str, int]:
-        """How many shards each live node holds, as this node last saw the leases."""
-        counts = dict.fromkeys(self.live_nodes, 0)
-        now = time.monotonic()
-        for seen in self._seen.values():
-            holder = seen.record.holder
-            if holder in counts and not seen.record.free and not seen.expired(now):
-                counts[holder] += 1
-        counts[self.settings.node_id] = len(self._held)
-        return counts
 
     def _acquire(self, shard: int, seen: Observed | None) -> None:
         ttl_ms = int(self.settings.lease_ttl_s * 1000)
@@ -428,31 +380,14 @@ class Supervisor:
             return  # another node was faster
         self._held[shard] = Held(record, etag, Held.valid_from(sent, ttl_ms))
         self._seen.pop(shard, None)
-        previous = seen.record if seen is not None else None
-        taken = previous is not None and not previous.free and previous.holder != self.settings.node_id
-        # "ask" even for a free lease: its location may still name an owner that never let go (a
-        # server stopped before its own claim or release finished: a drain's timeout, a start
-        # that failed). Asking costs nothing when the location is free or this node's; past the
-        # timeout a delta-durability owner's location is claimed and a WAL owner's refused
-        # (its records are on its disk), as for an expired lease. "force" only for a WAL
-        # holder's expired lease, which ``may_take`` allows only for the leases expired at this
-        # node's start, with ``--take-over force`` (``WalAdoption``).
-        take_over = "force" if taken and previous is not None and previous.durability == "wal" else "ask"
-        if take_over == "force":
+        plan = TakeOverPlan.of(seen.record if seen is not None else None, self.settings.node_id)
+        if plan.mode == "force":
             self._adoption.used(shard)  # (once: ``WalAdoption``)
-        # An expired lease's holder had its servers killed when the lease's validity ended (and
-        # the claim's epoch fences any still running): nobody is left to hand over, so no wait.
-        owner_wait_s = 0.0 if taken else TAKE_OVER_TIMEOUT_S
         log.info(
             "shard acquired",
-            extra={
-                "shard": shard,
-                "from": previous.holder if taken and previous else None,
-                "take_over": take_over,
-                "owner_wait_s": owner_wait_s,
-            },
+            extra={"shard": shard, "from": plan.taken_from, "take_over": plan.mode, "owner_wait_s": plan.owner_wait_s},
         )
-        self._servers[shard] = self._start_server(shard, take_over=take_over, owner_wait_s=owner_wait_s)
+        self._servers[shard] = self._start_server(shard, take_over=plan.mode, owner_wait_s=plan.owner_wait_s)
 
     def _start_server(self, shard: int, *, take_over: str, owner_wait_s: float = TAKE_OVER_TIMEOUT_S) -> ShardServer:
         uri = self.layout.shard_uri(self.settings.storage_uri, shard)
@@ -481,8 +416,7 @@ class Supervisor:
     def _publish(self) -> None:
         self.routes = routing_table(self.layout.shards, self._held, self._seen, time.monotonic())
 
-    def _keep_spare(self) -> None:
-        """A spare shard server waits (``workers.SpareServer``), started once none is starting."""
+    def _keep_spare(self) -> None:  # (``workers.SpareServer``: started once no server is starting)
         if not any(held.record.state == "starting" for held in self._held.values()):
             self.spec.spare.refill()
 

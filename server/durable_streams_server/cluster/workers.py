@@ -36,6 +36,7 @@ import httpx
 from ..settings import Settings
 from ..settings_json import settings_to_json
 from ..storage.ownership import TakeOver
+from .leases import LeaseRecord
 
 log = logging.getLogger("durable_streams_server.cluster")
 
@@ -44,6 +45,31 @@ TAKE_OVER_TIMEOUT_S = 2.0
 (a server stopped before its own claim or release finished) to hand over before claiming it. A
 location under an *expired* lease is claimed at once (``Supervisor._acquire``): its holder's
 servers were killed when the lease's validity ended, so none is left to answer."""
+
+
+@dataclass(frozen=True)
+class TakeOverPlan:
+    """How a shard server takes its location over from whoever held the lease before."""
+
+    mode: str
+    """"ask" even for a free lease: its location may still name an owner that never let go (a
+    server stopped before its own claim or release finished: a drain's timeout, a start that
+    failed). Asking costs nothing when the location is free or this node's; past the timeout
+    a delta-durability owner's location is claimed and a WAL owner's refused (its records are
+    on its disk). "force" only for a WAL holder's expired lease, which ``leases.may_take``
+    allows only for the leases expired at this node's start, with ``--take-over force``."""
+    owner_wait_s: float
+    """An expired lease's holder had its servers killed when the lease's validity ended (and
+    the claim's epoch fences any still running): nobody is left to hand over, so no wait."""
+    taken_from: str | None
+    """The holder of the expired lease taken; ``None``: the lease was free."""
+
+    @classmethod
+    def of(cls, previous: LeaseRecord | None, node_id: str) -> TakeOverPlan:
+        taken = previous is not None and not previous.free and previous.holder != node_id
+        if not taken or previous is None:
+            return cls("ask", TAKE_OVER_TIMEOUT_S, None)
+        return cls("force" if previous.durability == "wal" else "ask", 0.0, previous.holder)
 
 
 def free_port(host: str) -> int:
