@@ -1,9 +1,10 @@
 """One server assembled from a ``ServerConfig``: storage, engine, the app, and its connection protocol.
 
 ``build_app(config)`` maps the configuration onto the layers: the HTTP limits and the token
-grants go to the app (``http/app.py``), the rest to ``open_storage``, which the app calls when
-it starts (on its lifespan startup, or on its first request when mounted): it builds the
-storage and the engine and recovers their state, Delta + WAL replayed into the engine.
+grants go to the app (``http/app.py``), the rest to ``open_storage``, which the app's starter
+calls when it starts (on its lifespan startup, or on its first request when mounted): it builds
+the storage and the engine and recovers their state, Delta + WAL replayed into the engine; the
+starter then assembles the handlers over them (``http/started.py``).
 Nothing touches the disk before that, so building an app is cheap and an embedder can create
 it at import time; ``create_app(config)`` is its ASGI app.
 
@@ -15,7 +16,6 @@ from the connection's parser callbacks. This is the one place that plugs the fas
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import os
 import signal
@@ -30,7 +30,8 @@ from .engine.subscriptions import SubscriptionManager
 from .engine.wakes import SubscriptionSettings
 from .http.app import DurableStreamsApp
 from .http.fastpath import HttpParser, connection_protocol
-from .http.limits import HttpLimits
+from .http.limits import HttpLimits, LiveReaders
+from .http.started import Started, assemble
 from .protocol.webhook_rules import parse_networks
 from .storage.committer import Storage, StorageConfig
 from .storage.compaction import CompactionConfig
@@ -154,8 +155,13 @@ def build_app(config: ServerConfig | None = None, on_started: Callable[[], objec
     attribute is the ASGI app); ``on_started`` is called once it has started (its storage
     recovered and running)."""
     config = config or ServerConfig()
-    opener = functools.partial(open_server, config)
-    return DurableStreamsApp(opener, http_limits(config), config.auth, on_started, config.shard_guard)
+    limits = http_limits(config)
+    live_readers = LiveReaders(limits.max_live_readers)
+
+    def starter(observer: StorageObserver) -> Started:
+        return assemble(open_server(config, observer), limits, live_readers, config.shard_guard)
+
+    return DurableStreamsApp(starter, limits, live_readers, config.auth, on_started, config.shard_guard)
 
 
 def create_app(config: ServerConfig | None = None, on_started: Callable[[], object] | None = None) -> ASGIApp:

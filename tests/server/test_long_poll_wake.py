@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from inprocess import serving
+from inprocess import Served, serving
 from rawhttp import RawResponse, exchange, request_bytes
 from test_lean_appends import Answer
 from test_lean_appends import _answer as _any_answer
@@ -34,6 +34,13 @@ from durable_streams_server.http.streams import StreamHandlers
 
 TEXT = {"Content-Type": "text/plain"}
 JSON = {"Content-Type": "application/json"}
+
+
+def _streams(served: Served) -> StreamHandlers:
+    """The stream handlers of a served app (started: ``serving`` waits until it is)."""
+    started = served.app.started
+    assert started is not None
+    return started.streams
 
 
 def _answer(response: requests.Response) -> Answer:
@@ -139,7 +146,7 @@ def test_a_woken_long_poll_answers_as_the_app_does(tmp_path: Path) -> None:
     at_wake: list[int] = []
     for index, lean in enumerate((True, False)):
         with serving(replace(config, data_dir=tmp_path / f"s{index}"), fast_path=lean) as (url, gate):
-            handlers = gate.app.handlers
+            handlers = _streams(gate)
             assert isinstance(handlers, StreamHandlers)
             with requests.Session() as http:
                 http.trust_env = False
@@ -179,8 +186,8 @@ def test_a_woken_long_polls_head_has_the_apps_headers_in_the_apps_order(tmp_path
             hidden = {"date": "", "stream-incarnation": "", "stream-cursor": ""}
             heads.append([(name, hidden.get(name, value)) for name, value in answer.headers.items()])
             if lean:  # (answered at the wake)
-                assert gate.fast_path is not None and gate.app.handlers is not None
-                assert gate.app.handlers.answered_at_wake == 1
+                assert gate.fast_path is not None
+                assert _streams(gate).answered_at_wake == 1
     lean_head, app_head = heads
     assert [name for name, _ in lean_head][:6] == [
         "date",
@@ -208,7 +215,7 @@ def test_the_core_is_yielded_after_each_answer_at_a_wake_and_only_then(
 
     monkeypatch.setattr(direct, "_yield_cpu", counted)
     with serving(ServerConfig(data_dir=tmp_path, long_poll_timeout_ms=10_000)) as (url, gate):
-        assert gate.fast_path is not None and gate.app.handlers is not None
+        assert gate.fast_path is not None and gate.app.started is not None
         stream = f"{url}/v1/stream/yields"
         with requests.Session() as http:
             http.trust_env = False
@@ -222,7 +229,7 @@ def test_the_core_is_yielded_after_each_answer_at_a_wake_and_only_then(
             for thread, answers in parked:
                 thread.join(timeout=30)
                 assert [body for _, _, body in answers] == [b"woken"]
-        assert gate.app.handlers.answered_at_wake == 2
+        assert _streams(gate).answered_at_wake == 2
         assert len(yields) == 2
 
 
@@ -259,8 +266,8 @@ def test_a_connection_that_cannot_take_the_answer_now_gets_it_from_the_task(tmp_
     big = b"x" * 12_000_000
     config = ServerConfig(data_dir=tmp_path, long_poll_timeout_ms=10_000, max_read_bytes=len(big))
     with serving(config) as (url, gate):
-        assert gate.fast_path is not None and gate.app.handlers is not None
-        handlers, readers = gate.app.handlers, gate.app.live_readers
+        assert gate.fast_path is not None and gate.app.started is not None
+        handlers, readers = _streams(gate), gate.app.live_readers
         stream = f"{url}/v1/stream/big"
         assert requests.put(stream, headers=TEXT).status_code == 201
         tail = requests.post(stream, headers=TEXT, data=big).headers["Stream-Next-Offset"]

@@ -4,6 +4,8 @@ Theory of operation, outside in:
 
 - **The app** (``app.DurableStreamsApp``): owns storage and engine for one server, starts them on
   its lifespan (or first request), and is an ASGI app (``asgi``) a user can mount in their own.
+  Its routing shell exists at once; what it serves with (storage, engine, every handler) is
+  assembled in one step when it starts (``started.assemble``) and handed to each route.
 - **The request policy** (``request_policy.RequestPolicy``): what every request passes, on
   either path -- admit (auth: ``auth``/``policy``; limits: ``limits``), observe (``metrics``;
   the live-reader slot released) and decorate (the security headers).

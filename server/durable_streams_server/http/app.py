@@ -1,11 +1,13 @@
 """The ASGI application: routes, error mapping, and the storage lifecycle.
 
-``DurableStreamsApp`` gets an opener that builds storage + engine and recovers their state
-(``server.py`` assembles it from a ``ServerConfig``); its ``asgi`` app (the gate in front of
-a Starlette router, see ``gate.py``) can be mounted inside the user's own ASGI application.
-Starting calls the opener, stopping flushes. Mounted apps do not get their own lifespan
-events from Starlette, so the app also starts itself on its first request; without the
-shutdown event nothing is lost (the WAL is the durable copy), the final flush simply
+``DurableStreamsApp`` gets a starter that opens storage + engine, recovers their state and
+assembles the handlers over them (``started.py``; ``server.py`` builds it from a
+``ServerConfig``); its ``asgi`` app (the gate in front of a Starlette router, see ``gate.py``)
+can be mounted inside the user's own ASGI application. The routing shell exists at once;
+starting calls the starter once and keeps the ``Started`` it returns, which every route is
+handed (``_guarded``); stopping closes it (the final flush). Mounted apps do not get their own
+lifespan events from Starlette, so the app also starts itself on its first request; without
+the shutdown event nothing is lost (the WAL is the durable copy), the final flush simply
 happens at the next start.
 """
 
@@ -22,9 +24,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope
 
-from ..engine.engine import Engine
-from ..engine.memory_writes import WriteAdmission
-from ..engine.subscriptions import SubscriptionManager
 from ..protocol.errors import BadRequest, MethodNotAllowed, NotFound, ProtocolError, ServiceUnavailable
 from ..protocol.ids import (
     BASE_SURFACE_PREFIX,
@@ -35,24 +34,19 @@ from ..protocol.ids import (
 )
 from ..protocol.subscriptions import RESERVED_SEGMENT
 from ..protocol.tokens import AuthConfig
-from ..storage.committer import Storage
-from ..storage.observer import StorageObserver
 from . import fork_exports
-from .extensions import ExtensionHandlers
-from .fork_copies import CrossShardForks
 from .gate import Gate
-from .internal import InternalHandlers
 from .limits import HttpLimits, LiveReaders, RequestLimits
 from .metrics import ROUTE_KEY, STREAM_ROUTE, ServerMetrics
-from .read_plans import ReadPlanHandlers, wants_plan
+from .read_plans import wants_plan
 from .request_policy import RequestPolicy
 from .responses import error_response, http_error_response, preflight_response
 from .routes import route_path, starlette_routes
 from .shard_guard import ShardGuard
-from .streams import StreamHandlers
-from .subscriptions import SubscriptionHandlers
+from .started import Started, Starter
+from .state_metrics import StateCollector
 from .targets import base_target
-from .time_lookup import TimeLookupHandlers, wants_time_lookup
+from .time_lookup import wants_time_lookup
 from .ui.status import StatusPage
 
 log = logging.getLogger("durable_streams_server.http")
@@ -76,9 +70,8 @@ _REMEMBERED_PATHS = 1024
 _REMEMBERED_PATH_BYTES = 256
 """``stream_target`` remembers the answers for up to this many paths of up to this length."""
 
-Opener = Callable[[StorageObserver], tuple[Storage, Engine, SubscriptionManager]]
-"""Builds storage (reporting to the observer), its engine and the subscription manager,
-and recovers their state (the manager not yet started)."""
+Route = Callable[[Started], Awaitable[Response]]
+"""A route's work once the app has started (``_guarded`` starts it)."""
 
 
 class DurableStreamsApp:
@@ -86,35 +79,26 @@ class DurableStreamsApp:
 
     def __init__(
         self,
-        opener: Opener,
+        starter: Starter,
         limits: HttpLimits,
+        live_readers: LiveReaders,
         auth: AuthConfig | None = None,
         on_started: Callable[[], object] | None = None,
         shard_guard: ShardGuard | None = None,
     ) -> None:
-        self.opener = opener
+        self._starter = starter
         self.on_started = on_started
         """Called once the app has started (storage recovered and running): the standalone
         server's (``cli.main``) freezes what start-up built (``collector.py``)."""
-        self.limits = limits
-        self.storage: Storage | None = None
-        self.engine: Engine | None = None
-        self.handlers: StreamHandlers | None = None
-        self.extensions: ExtensionHandlers | None = None
-        self.subscriptions: SubscriptionHandlers | None = None
-        self.internal: InternalHandlers | None = None
         self.shard_guard = shard_guard
-        self.read_plans: ReadPlanHandlers | None = None
-        self.time_lookups: TimeLookupHandlers | None = None
-        self.shard_guard = shard_guard
-        self.cross_shard: CrossShardForks | None = None
-        """A cluster shard server's forks of other shards' streams (``fork_copies``)."""
+        self.started: Started | None = None
+        """What the app serves with once it has started (``_start``); ``None`` until then."""
         self._start_lock = asyncio.Lock()
         self._stream_names: dict[tuple[bytes, str, str], str | None] = {}
         """``stream_target``'s answers by raw path, decoded path and root path."""
-        self.live_readers = LiveReaders(limits.max_live_readers)
-        self.metrics = ServerMetrics(self)
-        self.status_page = StatusPage(self, auth, self._guarded)
+        self.live_readers = live_readers
+        self.metrics = ServerMetrics(live_readers)
+        self.status_page = StatusPage(self.metrics, live_readers, auth, self._guarded)
         """``/ui`` and ``/v1/status/...``: the status page (``ui/``)."""
         self.router = Starlette(
             routes=starlette_routes(
@@ -146,7 +130,7 @@ class DurableStreamsApp:
                 rate_limit_burst=limits.rate_limit_burst,
             ),
             self.metrics,
-            self.live_readers,
+            live_readers,
             shard_guard,
         )
         """Admit, observe, decorate: what every request passes, on either path (``request_policy.py``)."""
@@ -155,53 +139,24 @@ class DurableStreamsApp:
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, _: Starlette) -> AsyncIterator[None]:
-        await self._start()
+        started = await self._start()
         try:
             yield
         finally:
-            if self.engine is not None:
-                await self.engine.guard.close()
-                await self.engine.idle.close()
-            if self.subscriptions is not None:
-                await self.subscriptions.manager.close()
-            if self.cross_shard is not None:
-                await self.cross_shard.close()
-            if self.storage is not None:
-                await self.storage.close()
+            await started.close()
             log.info("stopped")
 
-    async def _start(self) -> None:
+    async def _start(self) -> Started:
+        """The app started: at the first call, storage opened, recovered and running, the
+        handlers assembled over it (``Started``); every later call, the same."""
         async with self._start_lock:
-            if self.handlers is None:
-                self._start_now()
-                assert self.storage is not None and self.engine is not None
-                await self.storage.start()
-                self.engine.guard.start()
-                self.engine.idle.start()
-                if self.cross_shard is not None:
-                    self.cross_shard.start()
+            if self.started is None:
+                self.started = started = self._starter(self.metrics)
+                self.metrics.registry.register(StateCollector(started))
+                await started.start()
                 if self.on_started is not None:
                     self.on_started()
-
-    def _start_now(self) -> None:
-        self.storage, engine, subscriptions = self.opener(self.metrics)
-        self.engine = engine
-        if self.shard_guard is not None:
-            self.cross_shard = CrossShardForks(engine, self.shard_guard)
-        self.handlers = handlers = StreamHandlers(engine, self.limits, self.live_readers, self.cross_shard)
-        self.extensions = ExtensionHandlers(handlers)
-        assert self.storage is not None
-        storage = self.storage
-        if self.limits.write_bytes:  # (bodies wait, then 503, while writes in flight fill their share)
-            writes = WriteAdmission(
-                self.limits.write_bytes, lambda: storage.unflushed_bytes, stalled=lambda: storage.degraded is not None
-            )
-            handlers.writes = self.policy.writes = writes
-        self.read_plans = ReadPlanHandlers(engine, self.storage.plans.access, self.storage.config.read_plan_ttl_s)
-        self.time_lookups = TimeLookupHandlers(engine)
-        subscriptions.start()
-        self.subscriptions = SubscriptionHandlers(subscriptions)
-        self.internal = InternalHandlers(subscriptions, self.shard_guard)
+            return self.started
 
     # -- routing ----------------------------------------------------------------------
 
@@ -217,7 +172,7 @@ class DurableStreamsApp:
         request it might serve (``fastpath.route``). Remembered per path for the paths of recent
         requests: a busy stream's requests all have the same, and checking a path again is work
         first-touched after an idle moment (bench/README.md)."""
-        if self.handlers is None:
+        if self.started is None:
             return None
         raw_path: bytes = scope.get("raw_path", b"")
         key = (raw_path, scope["path"], scope.get("root_path", ""))
@@ -253,48 +208,44 @@ class DurableStreamsApp:
         stream, resource, token = base_target(name)
         request.scope[ROUTE_KEY] = resource or STREAM_ROUTE
 
-        async def route() -> Response:
+        async def route(started: Started) -> Response:
             validate_raw_path(request.scope.get("raw_path", b""))
             validate_base_path(name)
             if resource is not None:
-                return await self._sub_resource(request, stream, resource, token)
-            return await self._stream(request, name)
+                return await _sub_resource(started, request, stream, resource, token)
+            return await _stream(started, request, name)
 
         return await self._guarded(request, route)
 
     async def _files_endpoint(self, request: Request) -> Response:
         request.scope[ROUTE_KEY] = "files"
 
-        async def route() -> Response:
-            assert self.read_plans is not None
-            return await self.read_plans.file(request, request.path_params["path"])
+        async def route(started: Started) -> Response:
+            return await started.read_plans.file(request, request.path_params["path"])
 
         return await self._guarded(request, route)
 
     async def _cluster_endpoint(self, request: Request) -> Response:
         request.scope[ROUTE_KEY] = "cluster"
 
-        async def route() -> Response:
-            assert self.engine is not None
-            return await fork_exports.answer(self.engine, self.shard_guard, request)
+        async def route(started: Started) -> Response:
+            return await fork_exports.answer(started.engine, self.shard_guard, request)
 
         return await self._guarded(request, route)
 
     async def _consumers_endpoint(self, request: Request) -> Response:
         request.scope[ROUTE_KEY] = "consumers"
 
-        async def route() -> Response:
-            assert self.subscriptions is not None
-            return self.subscriptions.consumers.listing(request, self.policy.auth)
+        async def route(started: Started) -> Response:
+            return started.subscriptions.consumers.listing(request, self.policy.auth)
 
         return await self._guarded(request, route)
 
     async def _internal_endpoint(self, request: Request) -> Response:
         request.scope[ROUTE_KEY] = "internal"
 
-        async def route() -> Response:
-            assert self.internal is not None
-            return await self.internal.handle(request, request.path_params["rest"])
+        async def route(started: Started) -> Response:
+            return await started.internal.handle(request, request.path_params["rest"])
 
         return await self._guarded(request, route)
 
@@ -302,15 +253,14 @@ class DurableStreamsApp:
         bucket_id = request.path_params["bucket_id"]
         request.scope[ROUTE_KEY] = "bucket"
 
-        async def route() -> Response:
-            assert self.extensions is not None
+        async def route(started: Started) -> Response:
             validate_bucket_id(bucket_id)
             if request.method == "PUT":
-                return await self.extensions.create_bucket(bucket_id)
+                return await started.extensions.create_bucket(bucket_id)
             if request.method in ("GET", "HEAD"):
-                return self.extensions.get_bucket(bucket_id)
+                return started.extensions.get_bucket(bucket_id)
             if request.method == "DELETE":
-                return await self.extensions.delete_bucket(bucket_id)
+                return await started.extensions.delete_bucket(bucket_id)
             raise MethodNotAllowed(f"{request.method} is not supported on a bucket")
 
         return await self._guarded(request, route)
@@ -323,14 +273,13 @@ class DurableStreamsApp:
         rest = params.get("rest")
         request.scope[ROUTE_KEY] = "subscriptions"
 
-        async def route() -> Response:
-            assert self.subscriptions is not None and self.engine is not None
+        async def route(started: Started) -> Response:
             validate_raw_path(request.scope.get("raw_path", b""))
             if bucket_id is not None:
-                self.engine.buckets.get(validate_bucket_id(bucket_id))
+                started.engine.buckets.get(validate_bucket_id(bucket_id))
             root = BASE_SURFACE_PREFIX if bucket_id is None else bucket_id + "/"
             segments = rest.split("/") if rest is not None else []
-            return await self.subscriptions.handle(request, root, segments, bucket_id is not None)
+            return await started.subscriptions.handle(request, root, segments, bucket_id is not None)
 
         return await self._guarded(request, route)
 
@@ -338,12 +287,11 @@ class DurableStreamsApp:
         bucket_id = request.path_params["bucket_id"]
         request.scope[ROUTE_KEY] = "listing"
 
-        async def route() -> Response:
-            assert self.extensions is not None
+        async def route(started: Started) -> Response:
             validate_bucket_id(bucket_id)
             if request.method not in ("GET", "HEAD"):
                 raise MethodNotAllowed("the stream listing is read-only ('streams' is a reserved stream id)")
-            return self.extensions.list_streams(request, bucket_id)
+            return started.extensions.list_streams(request, bucket_id)
 
         return await self._guarded(request, route)
 
@@ -352,8 +300,7 @@ class DurableStreamsApp:
         resource = params.get("resource")
         request.scope[ROUTE_KEY] = resource if resource in ("snapshot", "bootstrap") else "bucketed_stream"
 
-        async def route() -> Response:
-            assert self.engine is not None
+        async def route(started: Started) -> Response:
             bucket_id = validate_bucket_id(params["bucket_id"])
             raw_path = request.scope.get("raw_path", b"")
             if b"%2f" in raw_path.lower():
@@ -361,12 +308,12 @@ class DurableStreamsApp:
                 raise BadRequest("a stream id must not contain '/' (also not as %2F)", code="INVALID_STREAM_ID")
             validate_raw_path(raw_path)
             name = validate_stream_id(bucket_id, params["stream_id"])
-            self.engine.buckets.get(bucket_id)
+            started.engine.buckets.get(bucket_id)
             if resource is None:
-                return await self._stream(request, name)
+                return await _stream(started, request, name)
             if resource not in ("snapshot", "bootstrap") or (resource == "bootstrap" and "token" in params):
                 raise NotFound(f"no resource {request.url.path!r}", code="NOT_FOUND")
-            return await self._sub_resource(request, name, resource, params.get("token"))
+            return await _sub_resource(started, request, name, resource, params.get("token"))
 
         return await self._guarded(request, route)
 
@@ -390,13 +337,12 @@ class DurableStreamsApp:
         if (refusal := self._probe_refusal(request, "ready")) is not None:
             return refusal
         try:
-            await self._start()
+            started = await self._start()
         except Exception as exc:  # recovery failed; the next probe tries again
             log.warning("not ready: start failed", exc_info=exc)
             reason: str | None = f"the server cannot start: {exc}"
         else:
-            assert self.storage is not None
-            reason = self.storage.degraded
+            reason = started.storage.degraded
         if reason is not None:
             return error_response(ServiceUnavailable(reason, code="NOT_READY", headers={"Retry-After": "5"}))
         return JSONResponse({"status": "ready"}, headers={"Cache-Control": "no-store"})
@@ -406,52 +352,51 @@ class DurableStreamsApp:
             return refusal
         return self.metrics.response()
 
-    async def _guarded(self, request: Request, route: Callable[[], Awaitable[Response]]) -> Response:
+    async def _guarded(self, request: Request, route: Route) -> Response:
         """Start on first use, answer CORS preflights, and turn protocol errors into responses."""
-        if self.handlers is None:
-            await self._start()
+        started = self.started
+        if started is None:
+            started = await self._start()
         if request.method == "OPTIONS":
             return preflight_response()
         try:
-            return await route()
+            return await route(started)
         except ProtocolError as error:
             return error_response(error)
 
-    async def _stream(self, request: Request, name: str) -> Response:
-        handlers = self.handlers
-        assert handlers is not None
-        method = request.method
-        if method == "GET" and wants_plan(request.headers.get("accept")):
-            assert self.read_plans is not None
-            return await self.read_plans.plan(request, name)
-        if method == "GET" and wants_time_lookup(request.headers.get("accept")):
-            assert self.time_lookups is not None
-            return await self.time_lookups.lookup(request, name)
-        if method == "GET":
-            return await handlers.read(request, name)
-        if method == "HEAD":
-            return await handlers.head(name)
-        if method == "PUT":
-            return await handlers.create(request, name)
-        if method == "POST":
-            return await handlers.append(request, name)
-        if method == "DELETE":
-            return await handlers.delete(name)
-        raise MethodNotAllowed(f"{method} is not supported on a stream")
 
-    async def _sub_resource(self, request: Request, name: str, resource: str, token: str | None) -> Response:
-        extensions = self.extensions
-        assert extensions is not None
-        method = "GET" if request.method == "HEAD" else request.method  # HEAD: GET without a body
-        if resource == "bootstrap" and method == "GET":
-            return await extensions.bootstrap(request, name)
-        if resource == "snapshot" and token is None and method == "GET":
-            return extensions.latest_snapshot(request, name)
-        if resource == "snapshot" and token is not None:
-            if method == "PUT":
-                return await extensions.publish_snapshot(request, name, token)
-            if method == "GET":
-                return await extensions.read_snapshot(name, token)
-            if method == "DELETE":
-                return extensions.delete_snapshot(name, token)
-        raise MethodNotAllowed(f"{method} is not supported on {request.url.path}")
+async def _stream(started: Started, request: Request, name: str) -> Response:
+    handlers = started.streams
+    method = request.method
+    if method == "GET" and wants_plan(request.headers.get("accept")):
+        return await started.read_plans.plan(request, name)
+    if method == "GET" and wants_time_lookup(request.headers.get("accept")):
+        return await started.time_lookups.lookup(request, name)
+    if method == "GET":
+        return await handlers.read(request, name)
+    if method == "HEAD":
+        return await handlers.head(name)
+    if method == "PUT":
+        return await handlers.create(request, name)
+    if method == "POST":
+        return await handlers.append(request, name)
+    if method == "DELETE":
+        return await handlers.delete(name)
+    raise MethodNotAllowed(f"{method} is not supported on a stream")
+
+
+async def _sub_resource(started: Started, request: Request, name: str, resource: str, token: str | None) -> Response:
+    extensions = started.extensions
+    method = "GET" if request.method == "HEAD" else request.method  # HEAD: GET without a body
+    if resource == "bootstrap" and method == "GET":
+        return await extensions.bootstrap(request, name)
+    if resource == "snapshot" and token is None and method == "GET":
+        return extensions.latest_snapshot(request, name)
+    if resource == "snapshot" and token is not None:
+        if method == "PUT":
+            return await extensions.publish_snapshot(request, name, token)
+        if method == "GET":
+            return await extensions.read_snapshot(name, token)
+        if method == "DELETE":
+            return extensions.delete_snapshot(name, token)
+    raise MethodNotAllowed(f"{method} is not supported on {request.url.path}")

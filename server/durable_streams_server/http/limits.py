@@ -42,6 +42,9 @@ LIVE_RETRY_AFTER_S = 2
 WRITE_BYTES_KEY = "durable_streams.write_bytes"
 """ASGI scope key: bytes of the request's body admitted by ``engine.memory_writes.WriteAdmission``,
 released when the request ends (``RequestPolicy.end``)."""
+WRITES_KEY = "durable_streams.writes"
+"""ASGI scope key: the ``WriteAdmission`` that admitted them (a started app's: the request policy,
+built before the app starts, releases them to it)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,7 +32,7 @@ from ..protocol.errors import ProtocolError
 from ..protocol.tokens import AuthConfig
 from .auth import authorize
 from .cluster_secret import presented
-from .limits import WRITE_BYTES_KEY, LiveReaders, RequestLimits
+from .limits import WRITE_BYTES_KEY, WRITES_KEY, LiveReaders, RequestLimits
 from .metrics import ServerMetrics
 from .responses import EXPOSED_HEADERS, error_response
 from .routes import match_route, route_path
@@ -77,7 +77,7 @@ def security_lines(headers: Headers) -> bytes:
 class RequestPolicy:
     """The steps every request passes (module docstring), for one app."""
 
-    __slots__ = ("auth", "limits", "live_readers", "metrics", "shard_guard", "writes")
+    __slots__ = ("auth", "limits", "live_readers", "metrics", "shard_guard")
 
     def __init__(
         self,
@@ -92,8 +92,6 @@ class RequestPolicy:
         self.limits = limits
         self.metrics = metrics
         self.live_readers = live_readers
-        self.writes: WriteAdmission | None = None
-        """Admits request bodies (``StreamHandlers``); the bytes a request was admitted are released at its end."""
 
     def admit(self, scope: Scope) -> Response | None:
         """Shard, auth, then limits: the refusal to answer instead of routing, or ``None``: go on."""
@@ -117,8 +115,9 @@ class RequestPolicy:
         metrics.in_flight -= 1
         self.live_readers.release(scope)
         written = scope.pop(WRITE_BYTES_KEY, 0)
-        if written and self.writes is not None:
-            self.writes.release(written)
+        if written:  # (admitted by the started app's ``WriteAdmission``, in the scope with them)
+            writes: WriteAdmission = scope.pop(WRITES_KEY)
+            writes.release(written)
         metrics.observe_scope(scope, status, time.perf_counter() - started)
 
 

@@ -27,7 +27,7 @@ from ..protocol.json_mode import frame
 from ..protocol.offsets import BEGINNING_SENTINEL, NOW_SENTINEL, Offset, encode_seq, parse_offset
 from . import arrow_ipc, multipart, sse
 from .fork_copies import CrossShardForks
-from .limits import WRITE_BYTES_KEY, BodyDeadline, HttpLimits, LiveReaders
+from .limits import WRITE_BYTES_KEY, WRITES_KEY, BodyDeadline, HttpLimits, LiveReaders
 from .read_answers import (
     ANSWER_AFTER_WAKE,
     ANSWERED_AT_WAKE,
@@ -48,14 +48,19 @@ _DECIMAL_RE = re.compile(r"[0-9]{1,19}")
 
 class StreamHandlers:
     def __init__(
-        self, engine: Engine, limits: HttpLimits, live_readers: LiveReaders, cross_shard: CrossShardForks | None = None
+        self,
+        engine: Engine,
+        limits: HttpLimits,
+        live_readers: LiveReaders,
+        cross_shard: CrossShardForks | None = None,
+        writes: WriteAdmission | None = None,
     ) -> None:
         self.engine = engine
         self.cross_shard = cross_shard
         """Forks of other shards' streams, on a cluster's shard server (``fork_copies``)."""
         self.limits = limits
         self.live_readers = live_readers
-        self.writes: WriteAdmission | None = None
+        self.writes = writes
         """The memory budget's admission of request bodies (``engine.memory_writes``); ``None``: none."""
         self.answered_at_wake = 0
         """Long-polls answered at their wake (``read_answers.Parking``; tests check the path is taken)."""
@@ -71,7 +76,7 @@ class StreamHandlers:
         if len(body) > self.limits.max_body_bytes:
             raise self._too_large()
         if self.writes is not None and body:
-            await self._admit(scope, len(body))
+            await _admit(self.writes, scope, len(body))
         return body
 
     async def read_body(self, declared: str | None, chunks: AsyncIterator[bytes], scope: Scope) -> bytes:
@@ -83,8 +88,9 @@ class StreamHandlers:
         admitted = int(declared) if declared is not None and _DECIMAL_RE.fullmatch(declared) else 0
         if admitted > limit:
             raise self._too_large()
-        if self.writes is not None and admitted:
-            await self._admit(scope, admitted)  # (waits while writes in flight fill their share)
+        writes = self.writes
+        if writes is not None and admitted:
+            await _admit(writes, scope, admitted)  # (waits while writes in flight fill their share)
         parts: list[bytes] = []
         size = 0
         with BodyDeadline(self.limits.request_timeout_s):
@@ -92,19 +98,11 @@ class StreamHandlers:
                 size += len(chunk)
                 if size > limit:
                     raise self._too_large()
-                if self.writes is not None and size > admitted:
-                    await self._admit(scope, size - admitted)
+                if writes is not None and size > admitted:
+                    await _admit(writes, scope, size - admitted)
                     admitted = size
                 parts.append(chunk)
         return b"".join(parts)
-
-    async def _admit(self, scope: Scope, nbytes: int) -> None:
-        """Admit ``nbytes`` of the request's body, counted in its scope until it ends."""
-        writes = self.writes
-        assert writes is not None
-        if not writes.try_admit(nbytes):
-            await writes.admit(nbytes)
-        scope[WRITE_BYTES_KEY] = scope.get(WRITE_BYTES_KEY, 0) + nbytes
 
     def _too_large(self) -> PayloadTooLarge:
         """The one 413 of a body over the limit, whichever way it was read."""
@@ -379,6 +377,15 @@ class StreamHandlers:
             return Response(parts + multipart.closing(boundary), status_code=200, headers=headers)
         body = frame(result.chunks) if stream.is_json else b"".join(result.chunks)
         return Response(body, status_code=200, headers=headers)
+
+
+async def _admit(writes: WriteAdmission, scope: Scope, nbytes: int) -> None:
+    """Admit ``nbytes`` of a request's body, counted in its scope with the admission that admitted
+    them until the request ends (``request_policy.RequestPolicy.end`` releases them)."""
+    if not writes.try_admit(nbytes):
+        await writes.admit(nbytes)
+    scope[WRITE_BYTES_KEY] = scope.get(WRITE_BYTES_KEY, 0) + nbytes
+    scope[WRITES_KEY] = writes
 
 
 def _empty(result: ReadResult | reads.Slice) -> bool:

@@ -41,7 +41,8 @@ from ..read_answers import ANSWER_AFTER_WAKE, Parking
 from ..read_plans import wants_plan
 from ..request_policy import RequestPolicy
 from ..responses import error_response
-from ..streams import StreamHandlers, append_flags
+from ..started import Started
+from ..streams import append_flags
 from ..time_lookup import wants_time_lookup
 from .forwarded import FORWARDING, Forwarded
 
@@ -55,7 +56,7 @@ _NOT_FAST = frozenset({b"transfer-encoding", bulk.BULK_CONTENT_TYPE.lower().enco
 class FastPathApp(Protocol):
     """What the fast path needs of the app (``DurableStreamsApp``)."""
 
-    handlers: StreamHandlers | None
+    started: Started | None
     policy: RequestPolicy
 
     @property
@@ -125,8 +126,9 @@ class FastPath:
         when the client goes). ``parking``: the connection's (``FastCycle``), which may answer a
         long-poll at its wake (``StreamHandlers.read``: the response returned is then written already)."""
         self.served += 1
-        handlers = self.app.handlers
-        assert handlers is not None  # (stream_target: the app has started)
+        started = self.app.started
+        assert started is not None  # (stream_target: the app has started)
+        handlers = started.streams
         writing = False
         try:
             refusal = self.policy.admit(scope)

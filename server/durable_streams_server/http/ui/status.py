@@ -22,7 +22,7 @@ request hot path.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -32,36 +32,28 @@ from ...protocol.tokens import AuthConfig, TokenGrant
 from ..limits import PRINCIPAL_KEY, LiveReaders
 from ..metrics import ROUTE_KEY, ServerMetrics
 from ..policy import Need
+from ..started import Started
 from . import page, streams_view
 from .samples import RateHistory, appends_answered, registry_samples, total
 
 if TYPE_CHECKING:
-    from ...engine.engine import Engine
     from ...engine.subscription_state import Subscription
     from ...engine.subscriptions import SubscriptionManager
-    from ...storage.committer import Storage
-    from ..subscriptions import SubscriptionHandlers
 
-Guarded = Callable[[Request, Callable[[], Awaitable[Response]]], Awaitable[Response]]
-"""The app's wrapper of a route: start on first use, preflights, protocol errors as JSON."""
+Guarded = Callable[[Request, Callable[[Started], Awaitable[Response]]], Awaitable[Response]]
+"""The app's wrapper of a route: start on first use (the route gets what the app started with),
+preflights, protocol errors as JSON."""
 
 _OPEN = TokenGrant("(no tokens configured)", "admin")
 _NO_STORE = {"Cache-Control": "no-store"}
 
 
-class StatusSource(Protocol):
-    """What the views read (the app; its parts appear once it has started)."""
-
-    storage: Storage | None
-    engine: Engine | None
-    live_readers: LiveReaders
-    subscriptions: SubscriptionHandlers | None
-    metrics: ServerMetrics
-
-
 class StatusPage:
-    def __init__(self, source: StatusSource, auth: AuthConfig | None, guarded: Guarded) -> None:
-        self.source = source
+    def __init__(
+        self, metrics: ServerMetrics, live_readers: LiveReaders, auth: AuthConfig | None, guarded: Guarded
+    ) -> None:
+        self.metrics = metrics
+        self.live_readers = live_readers
         self.guarded = guarded
         self.grants = {grant.name: grant for grant in auth.grants} if auth is not None else None
         self.rates = RateHistory()
@@ -70,7 +62,7 @@ class StatusPage:
         """``/ui`` and ``/ui/<file>``."""
         request.scope[ROUTE_KEY] = "ui"
 
-        async def route() -> Response:
+        async def route(_: Started) -> Response:
             if request.method not in ("GET", "HEAD"):
                 raise_method(request)
             if "asset" not in request.path_params:  # ``/`` or ``/ui``: the page's relative links need ``/ui/``
@@ -83,23 +75,22 @@ class StatusPage:
         """``/v1/status/<view>``."""
         request.scope[ROUTE_KEY] = "status"
 
-        async def route() -> Response:
+        async def route(started: Started) -> Response:
             if request.method not in ("GET", "HEAD"):
                 raise_method(request)
             grant = self._grant(request)
             view = request.path_params["view"]
-            engine = self.source.engine
-            assert engine is not None
+            engine = started.engine
             params = dict(request.query_params)
             body: dict[str, Any]
             if view == "overview":
-                body = await self.overview(grant)
+                body = await self.overview(started, grant)
             elif view == "streams":
                 body = await streams_view.list_streams(engine, grant, params)
             elif view == "stream":
                 body = await streams_view.recent_messages(engine, grant, params.get("name", ""))
             elif view == "subscriptions":
-                body = self.subscriptions(grant)
+                body = self.subscriptions(started.subscriptions.manager, grant)
             else:
                 raise NotFound(f"no status view {view!r} (overview, streams, stream, subscriptions)", code="NOT_FOUND")
             return JSONResponse(body, headers=_NO_STORE)
@@ -113,21 +104,19 @@ class StatusPage:
 
     # -- overview ---------------------------------------------------------------------------
 
-    async def overview(self, grant: TokenGrant) -> dict[str, Any]:
-        source = self.source
-        engine, storage = source.engine, source.storage
-        assert engine is not None and storage is not None
+    async def overview(self, started: Started, grant: TokenGrant) -> dict[str, Any]:
+        engine, storage = started.engine, started.storage
         streams = await streams_view.count_readable(engine, grant)
         buckets = [bucket for bucket in engine.buckets.by_id if Need("read", "bucket", bucket).covered_by(grant)]
         body: dict[str, Any] = {"token": grant.name, "whole_server": grant.unlimited, "streams": streams}
         body["buckets"] = sorted(buckets)
         if not grant.unlimited:
             return body  # the server's own figures are for a token that covers all of it
-        samples = registry_samples(source.metrics.registry)
+        samples = registry_samples(self.metrics.registry)
         self.rates.note(appends_answered(samples), total(samples, "durable_streams_stored_bytes_total"))
         memory = engine.memory
         body |= {
-            "live_readers": {"long_poll": source.live_readers.long_poll, "sse": source.live_readers.sse},
+            "live_readers": {"long_poll": self.live_readers.long_poll, "sse": self.live_readers.sse},
             "storage": {
                 "durability": storage.config.durability,
                 "wal_bytes": storage.wal_bytes,
@@ -153,10 +142,7 @@ class StatusPage:
 
     # -- subscriptions ------------------------------------------------------------------------
 
-    def subscriptions(self, grant: TokenGrant) -> dict[str, Any]:
-        handlers = self.source.subscriptions
-        assert handlers is not None
-        manager = handlers.manager
+    def subscriptions(self, manager: SubscriptionManager, grant: TokenGrant) -> dict[str, Any]:
         rows = [_subscription_row(manager, sub) for sub in manager.all() if _root_readable(grant, sub.root)]
         rows.sort(key=lambda row: (row["root"], row["id"]))
         body: dict[str, Any] = {"subscriptions": rows}
