@@ -7,8 +7,9 @@ Each option is an ``Option`` spec: its documented name, how its text is parsed a
 functions apply them and then check what involves several options at once (exactly one
 target, mutually exclusive names, offsets naming streams that are read).
 
-The specs live in ``_options`` (``common``: parsers and connection options; ``read``;
-``write``); this module is the stable import point for the rest of the package and for users.
+The specs live in ``_options`` (``common``: parsers and connection options; ``range_limits``:
+where a read starts and ends, one typed kind each; ``read``; ``write``); this module is the
+stable import point for the rest of the package and for users.
 
 Names follow Spark's Kafka source where they fit (``startingOffsets``, ``endingOffsets``,
 ``maxMessagesPerTrigger``, ``failOnDataLoss`` …). Spark passes option names
@@ -24,11 +25,23 @@ from ._options.common import (
     LATEST,
     TEST_HOOKS_ENV,
     ConnectionOptions,
-    Offsets,
     Option,
     OptionError,
     parse_connection_options,
     reject_unknown,
+)
+from ._options.range_limits import (
+    EarliestStart,
+    End,
+    LatestEnd,
+    LatestStart,
+    SnapshotStart,
+    SpecificEnd,
+    SpecificStart,
+    Start,
+    StreamTimestampsStart,
+    TimestampEnd,
+    TimestampStart,
 )
 from ._options.read import READ, READ_OPTIONS, VALUE_TYPES, ReadOptions, parse_read_options
 from ._options.write import WRITE, WRITE_OPTIONS, WriteOptions, parse_write_options
@@ -44,10 +57,20 @@ __all__ = [
     "WRITE",
     "WRITE_OPTIONS",
     "ConnectionOptions",
-    "Offsets",
+    "EarliestStart",
+    "End",
+    "LatestEnd",
+    "LatestStart",
     "Option",
     "OptionError",
     "ReadOptions",
+    "SnapshotStart",
+    "SpecificEnd",
+    "SpecificStart",
+    "Start",
+    "StreamTimestampsStart",
+    "TimestampEnd",
+    "TimestampStart",
     "WriteOptions",
     "parse_connection_options",
     "parse_read_options",

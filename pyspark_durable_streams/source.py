@@ -36,40 +36,24 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Inp
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType, TimestampType
 
 from ._connect import connect
+from ._source.admission import RateLimit, delayed, read_limits
 from ._source.consumer_progress import record_progress
-from ._source.deletions import judge
 from ._source.direct_plans import DirectRange
 from ._source.direct_reads import read_direct
 from ._source.driver_streams import DriverStreams
 from ._source.first_batch import batch_start, with_first_start
-from ._source.incarnations import (
-    SparkOffset,
-    decode,
-    deleted_message,
-    encode,
-    new_incarnation,
-    range_start,
-    recreated_message,
-)
-from ._source.offsets import (
-    EARLIEST,
-    SEQ_OFFSET,
-    allocate_rows,
-    is_seq_offset,
-    pending_messages,
-    seq_of,
-    seq_offset,
-    starts_inside,
-)
+from ._source.incarnations import SparkOffset, decode, encode, range_start
+from ._source.offsets import EARLIEST
 from ._source.pacing import Pacing
 from ._source.pushdown import Bounds, narrowed
 from ._source.schema_record import SCHEMA_KEY, check_schema, schema_record
 from ._source.snapshot_start import SnapshotRow, marked, read_snapshot, snapshot_rows
+from ._source.stream_changes import Position, StreamChanges
 from ._source.task_reader import DataLossError, StreamRange, read_range
 from ._worker_gc import freeze_worker_imports
 from .client import TransportError
 from .client.models import is_json, media_type
-from .options import OptionError, ReadOptions
+from .options import OptionError, ReadOptions, TimestampEnd
 
 if TYPE_CHECKING:
     from pyspark.sql.datasource import Filter  # (pyspark >= 4.1)
@@ -93,7 +77,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("pyspark_durable_streams.source")
-_EMPTY_STREAM = seq_offset(0)
 CONTENT_TYPE_METADATA = "durable_streams.content_type"
 """Metadata of the ``value`` column: the content type of every stream read, when they share one."""
 
@@ -205,7 +188,7 @@ class DurableStreamsStreamReader(_Reader, DataSourceStreamReader, SupportsTrigge
     """``spark.readStream``: micro-batches with admission control and ``Trigger.AvailableNow``."""
 
     def __init__(self, options: ReadOptions, schema: StructType) -> None:
-        if options.ending_timestamp is not None:
+        if isinstance(options.end, TimestampEnd):
             raise OptionError("option 'endingTimestamp' applies to batch reads (spark.read) only")
         if options.filter_pushdown:  # (PySpark asks a stream reader for no filters)
             raise OptionError("option 'filterPushdown' applies to batch reads (spark.read) only")
@@ -217,10 +200,10 @@ class DurableStreamsStreamReader(_Reader, DataSourceStreamReader, SupportsTrigge
         self._last: SparkOffset | None = None
         self._initial: SparkOffset | None = None
         """What ``initialOffset`` answered: a batch starting there is the query's first."""
-        self._deleted_logged: set[str] = set()
+        self._changes = StreamChanges(options.fail_on_data_loss)
+        self._rate = RateLimit()
         self._recorded: SparkOffset | None = None
         """The last end recorded as option ``consumer``'s position."""
-        self._turn = 0
         self._idle = False
 
     def initialOffset(self) -> SparkOffset:
@@ -258,121 +241,53 @@ class DurableStreamsStreamReader(_Reader, DataSourceStreamReader, SupportsTrigge
         return self._encode(tails, self.streams.incarnations) if tails else None
 
     def latestOffset(self, start: SparkOffset | None = None, limit: ReadLimit | None = None) -> SparkOffset:
-        """The end of the next batch. After a batch with data the tails are looked up afresh (the
-        stream is live: more is likely there already); while idle they are cached for
-        ``pollIntervalMs``, since Spark asks every few milliseconds then.
+        """The end of the next batch, in named steps (as Kafka's): where the batch starts, what is
+        available now, what became of each stream since the start (``_source.stream_changes``:
+        new streams, new incarnations and deletions, judged for data loss), then what a trigger's
+        pacing delays or else what the read limit admits (``_source.admission``)."""
+        begin = self._batch_start(start)
+        was = decode(begin)
+        tails = self._available()
+        if start is not None:  # the batch ending there is committed (``_source.consumer_progress``)
+            self._record(start)
+        now = self._changes.follow(self.streams, was, tails)
+        reading = {key: range_start(key, was, now) for key in now[0]}
+        if now[1] == was[1] and delayed(self._active_pacing(), self.streams, reading, now[0], limit):
+            end = dict(was[0])  # fewer than minMessagesPerTrigger, within maxTriggerDelay
+        else:
+            end = self._rate.admit(self.streams, reading, now[0], read_limits(limit, self._options))
+        return self._answer(begin, was, (end, now[1]))
 
-        A stream deleted, or deleted and created again, since ``start`` is data loss (see
-        ``_source.incarnations``) unless the server's tombstone shows the query had read all of it
-        (``_source.deletions``: a deleted stream then leaves the query, a new incarnation is read
-        from its beginning, both logged): with ``failOnDataLoss=false`` a deleted stream keeps its
-        offset (it yields nothing) and a new incarnation is read from its beginning."""
-        committed = start
-        if start is None:  # pyspark < 4.2 calls latestOffset() without arguments
+    def _batch_start(self, start: SparkOffset | None) -> SparkOffset:
+        """Spark's start (pyspark < 4.2 passes none: the last end answered, or the initial offset),
+        checked against the query's schema."""
+        if start is None:
             start = self._last if self._last is not None else self.initialOffset()
         self._check_schema(start)
-        offsets, known = decode(start)
-        streams = self.streams
-        tails = streams.tails(self._options.poll_interval_ms / 1000 if self._idle else 0.0)
-        if committed is not None:  # the batch ending there is committed (``_source.consumer_progress``)
-            self._record(committed)
-        if self._target is not None:
-            tails = {key: min(tail, self._target[key]) for key, tail in tails.items() if key in self._target}
-        end, incarnations = dict(offsets), dict(known)
-        for key, tail in tails.items():
-            if key not in offsets and tail == _EMPTY_STREAM:
-                continue  # a new, still empty stream of a subscription: nothing to read yet
-            first = offsets.get(key, EARLIEST)
-            current = streams.incarnations.get(key)
-            reason = new_incarnation(first, known.get(key), tail, current) if key in offsets else None
-            if reason is not None:
-                verdict = judge(streams, key, first, known.get(key))
-                if verdict.read_all:
-                    log.info("durable_streams: stream %s was created again after this query read all of it", key)
-                else:
-                    reason = f"{reason}; {verdict.cause}" if verdict.cause else reason
-                    self._data_loss(recreated_message(key, first, known.get(key), current, reason))
-            end[key] = tail if reason is not None else max(first, tail)
-            self._deleted_logged.discard(key)
-            incarnations.pop(key, None)
-            if current is not None:
-                incarnations[key] = current
-        for key in sorted(set(offsets) - set(tails)):
-            if (key in streams.missing or streams.bucket is not None) and key not in self._deleted_logged:
-                verdict = judge(streams, key, offsets[key], known.get(key))
-                if verdict.read_all:  # a routine deletion: the stream leaves the query
-                    log.info("durable_streams: stream %s was deleted after this query read all of it", key)
-                    del end[key]
-                    incarnations.pop(key, None)
-                    continue
-                cause = verdict.cause or str(streams.missing.get(key) or "it is no longer in the bucket's listing")
-                self._data_loss(deleted_message(key, offsets[key], known.get(key), cause), once=key)
-        begin = {key: range_start(key, (offsets, known), (end, incarnations)) for key in end}
-        if incarnations == known and self._held(begin, end, limit):
-            end = dict(offsets)  # fewer than minMessagesPerTrigger, within maxTriggerDelay
-        else:
-            end = self._admit(begin, end, limit)
-        self._idle = end == offsets and incarnations == known
-        self._last = self._encode(end, incarnations)
-        if start == self._initial:  # the first batch: its end keeps its start (``_source.first_batch``)
-            self._last = with_first_start(self._last, start)
+        return start
+
+    def _available(self) -> dict[str, str]:
+        """The tails now, capped at ``Trigger.AvailableNow``'s target. After a batch with data they
+        are looked up afresh (the stream is live: more is likely there already); while idle they
+        are cached for ``pollIntervalMs``, since Spark asks every few milliseconds then."""
+        tails = self.streams.tails(self._options.poll_interval_ms / 1000 if self._idle else 0.0)
+        target = self._target
+        if target is None:
+            return tails
+        return {key: min(tail, target[key]) for key, tail in tails.items() if key in target}
+
+    def _active_pacing(self) -> Pacing | None:
+        """``minMessagesPerTrigger``'s pacing, except under ``Trigger.AvailableNow`` (all of its target is read)."""
+        return self._pacing if self._target is None else None
+
+    def _answer(self, begin: SparkOffset, was: Position, end: Position) -> SparkOffset:
+        """The Spark offset of ``end``, remembered: idle when nothing moved, and a first batch's
+        end keeps its start (``_source.first_batch``)."""
+        self._idle = end == was
+        self._last = self._encode(*end)
+        if begin == self._initial:
+            self._last = with_first_start(self._last, begin)
         return self._last
-
-    def _data_loss(self, message: str, once: str | None = None) -> None:
-        """Fail (``failOnDataLoss=true``) or log the loss (once per deleted stream)."""
-        if self._options.fail_on_data_loss:
-            raise DataLossError(message)
-        if once is None or once not in self._deleted_logged:
-            log.warning("durable_streams: %s (failOnDataLoss=false: continuing)", message)
-        if once is not None:
-            self._deleted_logged.add(once)
-
-    def _held(self, start: Mapping[str, str], end: Mapping[str, str], limit: ReadLimit | None) -> bool:
-        """``minMessagesPerTrigger``: hold the batch back (``_source.pacing``); never under
-        ``Trigger.AvailableNow`` or when Spark asks for everything available."""
-        pacing = self._pacing
-        if pacing is None or self._target is not None or type(limit).__name__ == "ReadAllAvailable":
-            return False
-        streams, pending = self.streams, 0
-        for key in sorted(end):
-            first = start.get(key, EARLIEST)
-            if end[key] <= first or pending >= pacing.min_messages:
-                continue
-            if streams.boundaries(key) and is_seq_offset(first) and SEQ_OFFSET.match(end[key]):
-                pending += pending_messages(first, end[key])
-            else:
-                pending += streams.read_forward(key, first, end[key], pacing.min_messages - pending, None)[1]
-        return pacing.hold(pending)
-
-    def _admit(self, start: Mapping[str, str], end: dict[str, str], limit: ReadLimit | None) -> dict[str, str]:
-        max_rows, max_bytes = _limits(limit, self._options)
-        keys = [key for key in sorted(end) if end[key] > start.get(key, EARLIEST)]
-        if not keys or (max_rows is None and max_bytes is None):
-            return end
-        streams = self.streams
-        countable = all(
-            streams.boundaries(k) and is_seq_offset(start.get(k, EARLIEST)) and SEQ_OFFSET.match(end[k]) for k in keys
-        )
-        if countable and max_bytes is None and max_rows is not None:
-            lags = {k: pending_messages(start.get(k, EARLIEST), end[k]) for k in keys}
-            taken = allocate_rows(lags, max_rows)
-            for k in keys:
-                if taken[k] < lags[k]:
-                    first = start.get(k, EARLIEST)
-                    end[k] = seq_offset(seq_of(first) + starts_inside(first) + taken[k]) if taken[k] else first
-            return end
-        # Read forward on the driver, sharing the budgets; the first stream turns round-robin.
-        self._turn = (self._turn + 1) % len(keys)
-        rows_left, bytes_left = max_rows, max_bytes
-        for k in keys[self._turn :] + keys[: self._turn]:
-            first = start.get(k, EARLIEST)
-            if rows_left == 0 or bytes_left == 0:
-                end[k] = first
-                continue
-            end[k], rows, size = streams.read_forward(k, first, end[k], rows_left, bytes_left)
-            rows_left = None if rows_left is None else max(0, rows_left - rows)
-            bytes_left = None if bytes_left is None else max(0, bytes_left - size)
-        return end
 
     def partitions(self, start: SparkOffset, end: SparkOffset) -> Sequence[InputPartition]:
         self._check_schema(start)  # (a restart may replay its last batch without asking for offsets)
@@ -395,12 +310,3 @@ class DurableStreamsStreamReader(_Reader, DataSourceStreamReader, SupportsTrigge
     def stop(self) -> None:
         if self._driver is not None:
             self._driver.client.close()
-
-
-def _limits(limit: ReadLimit | None, options: ReadOptions) -> tuple[int | None, int | None]:
-    name = type(limit).__name__
-    if name == "ReadMaxRows":
-        return int(getattr(limit, "max_rows")), options.max_bytes_per_trigger  # noqa: B009
-    if name == "ReadMaxBytes":
-        return None, int(getattr(limit, "max_bytes"))  # noqa: B009
-    return None, None

@@ -16,8 +16,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from .._source.offsets import EARLIEST
-
 T = TypeVar("T")
 
 
@@ -102,14 +100,21 @@ def duration_s(raw: str, name: str) -> float:
     return int(match.group(1)) * _UNIT_S[match.group(2)]
 
 
-def timestamps(raw: str, name: str) -> tuple[tuple[str, int], ...]:
-    """A JSON object of stream -> milliseconds since the epoch."""
+def json_object(raw: str, name: str, invalid: str, of: str) -> dict[str, Any]:
+    """A non-empty JSON object (``of``: what it maps); ``invalid`` is what the option must be, as
+    the error for text that is no JSON says."""
     try:
         parsed = json.loads(raw)
     except ValueError as exc:
-        raise OptionError(f"option '{name}' must be a JSON object of stream -> timestamp (ms), got {raw!r}") from exc
+        raise OptionError(f"option '{name}' must be {invalid}, got {raw!r}") from exc
     if not isinstance(parsed, dict) or not parsed:
-        raise OptionError(f"option '{name}' must be a non-empty JSON object of stream -> timestamp (ms), got {raw!r}")
+        raise OptionError(f"option '{name}' must be a non-empty JSON object of {of}, got {raw!r}")
+    return parsed
+
+
+def timestamps(raw: str, name: str) -> tuple[tuple[str, int], ...]:
+    """A JSON object of stream -> milliseconds since the epoch."""
+    parsed = json_object(raw, name, "a JSON object of stream -> timestamp (ms)", "stream -> timestamp (ms)")
     pairs = []
     for stream, value in parsed.items():
         text = str(value) if isinstance(value, int | str) and not isinstance(value, bool) else ""
@@ -145,39 +150,8 @@ def one_of(*choices: str) -> Callable[[str, str], str | None]:
     return parse
 
 
-_PROTOCOL_OFFSET = re.compile(r"[0-9A-Za-z_.:~-]{1,256}")
 LATEST = "now"
 """Placeholder for "the tail when the query starts"; resolved to a real offset at once."""
-
-
-Offsets = tuple[str, tuple[tuple[str, str], ...]]
-"""A word (``earliest``, ``latest``) and no pairs, or ``json`` and stream -> offset pairs."""
-
-
-def offsets(*words: str) -> Callable[[str, str], Offsets]:
-    """One of ``words``, or a JSON object of stream -> offset (then ``("json", pairs)``)."""
-
-    def parse(raw: str, name: str) -> Offsets:
-        raw = raw.strip()
-        if raw.lower() in words:
-            return raw.lower(), ()
-        try:
-            parsed = json.loads(raw)
-        except ValueError as exc:
-            raise OptionError(f"option '{name}' must be {' or '.join(words)} or a JSON object, got {raw!r}") from exc
-        if not isinstance(parsed, dict) or not parsed:
-            raise OptionError(f"option '{name}' must be a non-empty JSON object of stream -> offset, got {raw!r}")
-        pairs: list[tuple[str, str]] = []
-        for stream, offset in parsed.items():
-            if not isinstance(offset, str | int) or isinstance(offset, bool):
-                raise OptionError(f"option '{name}': the offset of {stream!r} must be a string, got {offset!r}")
-            value = {"earliest": EARLIEST, "latest": LATEST, "-2": EARLIEST}.get(str(offset).lower(), str(offset))
-            if not _PROTOCOL_OFFSET.fullmatch(value):
-                raise OptionError(f"option '{name}': {value!r} is not an offset (stream {stream!r})")
-            pairs.append((str(stream).rstrip("/"), value))
-        return "json", tuple(sorted(pairs))
-
-    return parse
 
 
 TEST_HOOKS_ENV = "DURABLE_STREAMS_TEST_HOOKS"

@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._source.offsets import EARLIEST
 from .common import (
     BUCKET,
     FREEZE_WORKER_GC,
@@ -15,22 +14,33 @@ from .common import (
     SERVER,
     URL,
     ConnectionOptions,
-    Offsets,
     Option,
     OptionError,
     boolean,
     duration_s,
     fields,
     lowered_keys,
-    millis,
-    offsets,
     one_of,
     parse_connection_options,
     positive_int,
     reject_unknown,
     text,
-    timestamps,
     verbatim,
+)
+from .range_limits import (
+    BY_TIMESTAMP,
+    ENDING,
+    ENDING_TIMESTAMP,
+    STARTING,
+    STARTING_TIMESTAMP,
+    STRATEGY,
+    EarliestStart,
+    End,
+    LatestEnd,
+    Start,
+    check_range,
+    resolve_end,
+    resolve_start,
 )
 
 _CONSUMER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._~:@-]{0,199}")
@@ -47,13 +57,6 @@ def consumer_name(raw: str, name: str) -> str:
 
 
 VALUE_TYPES = ("binary", "string", "json")
-STARTING = Option[Offsets]("startingOffsets", offsets("earliest", "latest", "snapshot"), ("earliest", ()))
-ENDING = Option[Offsets]("endingOffsets", offsets("latest"), ("latest", ()))
-STARTING_TIMESTAMP = Option[int | None]("startingTimestamp", millis, None, "starting_timestamp")
-ENDING_TIMESTAMP = Option[int | None]("endingTimestamp", millis, None, "ending_timestamp")
-BY_TIMESTAMP = Option[tuple[tuple[str, int], ...]](
-    "startingOffsetsByTimestamp", timestamps, (), "starting_by_timestamp"
-)
 MIN_MESSAGES = Option[int | None]("minMessagesPerTrigger", positive_int, None, "min_messages_per_trigger")
 MAX_DELAY = Option("maxTriggerDelay", duration_s, 15 * 60.0, "max_trigger_delay_s")
 READ: tuple[Option[Any], ...] = (
@@ -68,7 +71,7 @@ READ: tuple[Option[Any], ...] = (
     STARTING_TIMESTAMP,
     ENDING_TIMESTAMP,
     BY_TIMESTAMP,
-    Option("startingOffsetsByTimestampStrategy", one_of("error", "latest"), "error", "timestamp_strategy"),
+    STRATEGY,
     MIN_MESSAGES,
     MAX_DELAY,
     Option("valueType", one_of(*VALUE_TYPES), None, "value_type"),
@@ -94,29 +97,19 @@ class ReadOptions:
 
     Streams are named by ``urls`` (options ``url``/``urls``/``path``: full stream URLs), or by a
     bucket subscription (``server`` + ``bucket`` + ``prefix``), whose streams are keyed by their
-    bucket-local id. ``starting``/``ending`` hold ``earliest``/``latest`` or ``json``, in which
-    case ``*_json`` maps stream keys to protocol offsets (``-1`` = earliest, ``now`` = latest).
+    bucket-local id. ``start`` and ``end`` are where a read starts and ends, each one of a
+    closed set of kinds (``_options.range_limits``).
     """
 
     urls: tuple[str, ...] = ()
     server: str | None = None
     bucket: str | None = None
     prefix: str = _READ_DEFAULTS["prefix"]
-    starting: str = STARTING.default[0]
-    starting_json: tuple[tuple[str, str], ...] = ()
-    ending: str = ENDING.default[0]
-    ending_json: tuple[tuple[str, str], ...] = ()
+    start: Start = field(default_factory=EarliestStart)
+    end: End = field(default_factory=LatestEnd)
     max_messages_per_trigger: int | None = _READ_DEFAULTS["max_messages_per_trigger"]
     max_bytes_per_trigger: int | None = _READ_DEFAULTS["max_bytes_per_trigger"]
     fail_on_data_loss: bool = _READ_DEFAULTS["fail_on_data_loss"]
-    starting_timestamp: int | None = _READ_DEFAULTS["starting_timestamp"]
-    """Start each stream at its first message appended at or after this time (ms since the epoch)."""
-    starting_by_timestamp: tuple[tuple[str, int], ...] = ()
-    """The same per stream (streams not named start at the beginning)."""
-    timestamp_strategy: str = _READ_DEFAULTS["timestamp_strategy"]
-    """``error``: a starting time after every message of a stream fails; ``latest``: start at its tail."""
-    ending_timestamp: int | None = _READ_DEFAULTS["ending_timestamp"]
-    """Batch reads stop before each stream's first message appended at or after this time."""
     min_messages_per_trigger: int | None = _READ_DEFAULTS["min_messages_per_trigger"]
     max_trigger_delay_s: float = _READ_DEFAULTS["max_trigger_delay_s"]
     """With ``min_messages_per_trigger``: a batch waits for that many messages at most this long."""
@@ -162,50 +155,26 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
             raise OptionError(f"option 'bucket' must match ^[a-z0-9_-]{{4,64}}$, got {bucket!r}")
     elif "prefix" in lowered:
         raise OptionError("option 'prefix' needs 'server' + 'bucket' (a bucket subscription)")
-    starting, starting_json = STARTING.get(lowered)
-    ending, ending_json = ENDING.get(lowered)
-    if ending == "json" and any(value == EARLIEST for _, value in ending_json):
-        raise OptionError("option 'endingOffsets' cannot use 'earliest' / -1")
-    _check_times(lowered)
-    by_timestamp = tuple((key, str(ms)) for key, ms in BY_TIMESTAMP.get(lowered))
-    named = ((STARTING.name, starting_json), (ENDING.name, ending_json), (BY_TIMESTAMP.name, by_timestamp))
-    for name, mapping in named:
-        unknown = sorted(key for key, _ in mapping if urls and key not in urls)
-        if unknown:
-            raise OptionError(f"option '{name}' names stream(s) that are not read: {', '.join(unknown)}")
+    start, end = resolve_start(lowered), resolve_end(lowered)
+    _check_pacing(lowered)
+    check_range(start, end, urls)
     return ReadOptions(
         **fields(READ, lowered),
         urls=urls,
         server=server.rstrip("/") if server and not urls else None,
         bucket=bucket if not urls else None,
-        starting=starting,
-        starting_json=starting_json,
-        ending=ending,
-        ending_json=ending_json,
+        start=start,
+        end=end,
         connection=connection,
     )
 
 
-def _check_times(lowered: Mapping[str, str]) -> None:
-    """Where to start is said one way; the trigger shaping options make sense together."""
-    starts = [option.name for option in (STARTING, STARTING_TIMESTAMP, BY_TIMESTAMP) if option.key in lowered]
-    if len(starts) > 1:
-        raise OptionError(f"options {' and '.join(repr(name) for name in starts)} are mutually exclusive")
-    if ENDING.key in lowered and ENDING_TIMESTAMP.key in lowered:
-        raise OptionError("options 'endingOffsets' and 'endingTimestamp' are mutually exclusive")
-    by_time = {STARTING_TIMESTAMP.key, BY_TIMESTAMP.key} & set(lowered)
-    if "startingoffsetsbytimestampstrategy" in lowered and not by_time:
-        raise OptionError(
-            "option 'startingOffsetsByTimestampStrategy' needs 'startingTimestamp' or 'startingOffsetsByTimestamp'"
-        )
+def _check_pacing(lowered: Mapping[str, str]) -> None:
+    """The trigger shaping options make sense together."""
     if MAX_DELAY.key in lowered and MIN_MESSAGES.key not in lowered:
         raise OptionError("option 'maxTriggerDelay' needs option 'minMessagesPerTrigger' (it bounds that wait)")
     if MAX_DELAY.key in lowered and MAX_DELAY.get(lowered) <= 0:
         raise OptionError(f"option 'maxTriggerDelay' must be more than 0, got {lowered[MAX_DELAY.key]!r}")
-    ending = ENDING_TIMESTAMP.get(lowered)
-    starting = STARTING_TIMESTAMP.get(lowered)
-    if ending is not None and starting is not None and starting > ending:
-        raise OptionError(f"option 'startingTimestamp' ({starting}) must not be after 'endingTimestamp' ({ending})")
     minimum, maximum = MIN_MESSAGES.get(lowered), lowered.get("maxmessagespertrigger")
     if minimum is not None and maximum is not None and maximum.strip().isdigit() and minimum > int(maximum):
         raise OptionError(

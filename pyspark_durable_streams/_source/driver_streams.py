@@ -11,12 +11,12 @@ from urllib.parse import urlsplit
 
 from .._connect import connect
 from ..client import Bucket, Client, Gone, NotFound, ReadFraming, Stream, TransportError
-from ..options import LATEST, OptionError, ReadOptions
+from ..options import OptionError, ReadOptions
 from .direct_plans import DirectRange, PlansUnavailable, plan_stream
 from .offsets import EARLIEST, SEQ_OFFSET, is_seq_offset, pending_messages, sorted_offsets, split_range
-from .snapshot_start import snapshot_start
+from .range_offsets import end_offset, start_offset
 from .task_reader import StreamRange
-from .time_offsets import offset_at, starting_time
+from .time_offsets import offset_at
 
 log = logging.getLogger("pyspark_durable_streams.source")
 
@@ -104,36 +104,17 @@ class DriverStreams:
         return self.framing(key) != "plain"
 
     def starting_offsets(self, tails: Mapping[str, str]) -> dict[str, str]:
-        """Where a new query starts: ``startingOffsets``, or the offsets of a starting time."""
-        options = self.options
-        chosen = dict(options.starting_json)
+        """Where a new query starts: each stream's offset under the read's start kind."""
         start = {}
         for key, tail in tails.items():
-            word = options.starting if options.starting != "json" else chosen.get(key, EARLIEST)
-            offset = {"earliest": EARLIEST, "latest": tail, LATEST: tail}.get(word, word)
-            if word == "snapshot":
-                found = snapshot_start(self.stream(key))
-                offset = found if found is not None else EARLIEST
-                if found is not None:
-                    self.snapshots[key] = found
-            timed = starting_time(options, key)
-            if timed is not None:
-                offset = offset_at(self.stream(key), key, *timed, strategy=options.timestamp_strategy)
-            start[key] = offset
+            start[key], at_snapshot = start_offset(self.options.start, key, tail, self.stream(key))
+            if at_snapshot:
+                self.snapshots[key] = start[key]
         return sorted_offsets(start)
 
     def ending_offsets(self, tails: Mapping[str, str]) -> dict[str, str]:
-        """Where a batch read ends: ``endingOffsets`` or ``endingTimestamp`` (default: the tails)."""
-        end = dict(tails)
-        if self.options.ending == "json":
-            for key, offset in self.options.ending_json:
-                if key in end:
-                    end[key] = tails[key] if offset == LATEST else offset
-        at = self.options.ending_timestamp
-        if at is not None:  # (capped at the tails: messages appended since are not part of this read)
-            for key in end:
-                end[key] = min(tails[key], offset_at(self.stream(key), key, "endingTimestamp", at, strategy="latest"))
-        return end
+        """Where a batch read ends: each stream's offset under the read's end kind (default: the tails)."""
+        return {key: end_offset(self.options.end, key, tail, self.stream(key)) for key, tail in tails.items()}
 
     def offset_at(self, key: str, at_ms: int) -> str | None:
         """For filter pushdown: the first offset appended at or after ``at_ms`` (the tail if none

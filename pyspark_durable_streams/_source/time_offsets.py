@@ -6,23 +6,14 @@ time lookup extension (``client.time_lookup``: answered from Delta statistics an
 memory tail, never by reading history). A start at a time after every message is an error
 naming the option (``startingOffsetsByTimestampStrategy=error``, Kafka's default) or the
 stream's tail (``latest``); an end at such a time is the tail. A server without the
-extension fails the query with an error naming the option.
+extension fails the query with an error naming the option. Which time applies to which stream
+is the read's start or end kind (``range_offsets``).
 """
 
 from __future__ import annotations
 
 from ..client import Stream, TimeLookupUnavailable
-from ..options import OptionError, ReadOptions
-
-
-def starting_time(options: ReadOptions, key: str) -> tuple[str, int] | None:
-    """The option and time that place the start of stream ``key``, if a time does."""
-    by_stream = dict(options.starting_by_timestamp)
-    if key in by_stream:
-        return "startingOffsetsByTimestamp", by_stream[key]
-    if options.starting_timestamp is not None:
-        return "startingTimestamp", options.starting_timestamp
-    return None
+from ..options import OptionError
 
 
 def offset_at(stream: Stream, key: str, option: str, at_ms: int, *, strategy: str) -> str:

@@ -13,8 +13,13 @@ from pyspark_durable_streams.options import (
     TEST_HOOKS_ENV,
     WRITE_OPTIONS,
     ConnectionOptions,
+    LatestEnd,
     OptionError,
     ReadOptions,
+    SpecificStart,
+    StreamTimestampsStart,
+    TimestampEnd,
+    TimestampStart,
     WriteOptions,
     parse_read_options,
     parse_write_options,
@@ -97,9 +102,8 @@ def test_read_defaults_and_values() -> None:
     )
     assert parsed == ReadOptions(
         urls=(URL, "http://h/v1/stream/b"),
-        starting="json",
-        starting_json=((URL, "-1"), ("http://h/v1/stream/b", "-1")),
-        ending="latest",
+        start=SpecificStart(((URL, "-1"), ("http://h/v1/stream/b", "-1"))),
+        end=LatestEnd(),
         max_messages_per_trigger=10,
         max_bytes_per_trigger=2048,
         fail_on_data_loss=False,
@@ -121,9 +125,8 @@ def test_read_defaults_and_values() -> None:
     )
     assert timed == ReadOptions(
         urls=(URL,),
-        starting_by_timestamp=((URL, 1_700_000_000_000),),
-        timestamp_strategy="latest",
-        ending_timestamp=1_700_000_005_000,
+        start=StreamTimestampsStart(((URL, 1_700_000_000_000),), "latest"),
+        end=TimestampEnd(1_700_000_005_000),
         min_messages_per_trigger=20,
         max_trigger_delay_s=1.5,
     )
@@ -131,7 +134,7 @@ def test_read_defaults_and_values() -> None:
     for text, seconds in (("250", 0.25), ("30s", 30), ("2 min", 120), ("1h", 3600)):
         options = {"url": URL, "minMessagesPerTrigger": "1", "maxTriggerDelay": text}
         assert parse_read_options(options).max_trigger_delay_s == seconds
-    assert parse_read_options({"url": URL, "startingTimestamp": "0"}).starting_timestamp == 0
+    assert parse_read_options({"url": URL, "startingTimestamp": "0"}).start == TimestampStart(0)
     subscription = parse_read_options({"server": "http://h:1/", "bucket": "orders", "prefix": "eu/"})
     assert (subscription.server, subscription.bucket, subscription.prefix, subscription.subscription) == (
         "http://h:1",
