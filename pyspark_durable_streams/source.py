@@ -199,7 +199,7 @@ class DurableStreamsStreamReader(_Reader, DataSourceStreamReader, SupportsTrigge
         self._schema_checked = False
         self._last: SparkOffset | None = None
         self._initial: SparkOffset | None = None
-        """What ``initialOffset`` answered: a batch starting there is the query's first."""
+        """What ``initialOffset`` answered while no batch was planned: a batch starting there is the query's first."""
         self._changes = StreamChanges(options.fail_on_data_loss)
         self._rate = RateLimit()
         self._recorded: SparkOffset | None = None
@@ -282,11 +282,16 @@ class DurableStreamsStreamReader(_Reader, DataSourceStreamReader, SupportsTrigge
 
     def _answer(self, begin: SparkOffset, was: Position, end: Position) -> SparkOffset:
         """The Spark offset of ``end``, remembered: idle when nothing moved, and a first batch's
-        end keeps its start (``_source.first_batch``)."""
+        end keeps its start (``_source.first_batch``). Once Spark asks from anywhere else a batch
+        was planned, and no later batch is the first, though its start may read as the initial
+        offset (``latest`` with nothing new): its end keeping that start would differ from the
+        start in text alone, and Spark would run empty batches without end."""
         self._idle = end == was
         self._last = self._encode(*end)
         if begin == self._initial:
             self._last = with_first_start(self._last, begin)
+        else:
+            self._initial = None
         return self._last
 
     def partitions(self, start: SparkOffset, end: SparkOffset) -> Sequence[InputPartition]:

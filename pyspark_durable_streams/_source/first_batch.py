@@ -10,7 +10,9 @@ first run (or nothing). So the first batch's end carries its start in the schema
 (``schema_record``, under ``"first_start"``: the record is not a stream's, and readers that
 do not know the key ignore it), and planning a batch whose end carries one starts there,
 whatever start Spark passes. Later batches' ends do not carry it: their starts are logged
-ends already.
+ends already, even where one reads as the initial offset (``latest`` with nothing new since:
+carrying it there would make every end differ from its start, and Spark would run empty
+batches without end).
 """
 
 from __future__ import annotations
