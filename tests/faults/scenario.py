@@ -4,7 +4,8 @@ the time until every shard is served again, the checker (``checker.check``).
 ``run_scenario`` runs the workload (``workload.Workload``) until every producer has had
 appends acknowledged, for ``before_s`` more, injects the fault, keeps the workload going for
 ``hold_s`` (longer than a lease ttl), heals, times how long until every node sees every shard
-served by exactly one holder ("seconds until every shard is served again"), waits until every
+served by exactly one holder, each node holding its share ("seconds until every shard is
+served again": a shard moved back to the healed node counts), waits until every
 producer has appends acknowledged again (every stream writable), stops the workload and
 checks. The row is written to ``tests/faults/results/<scenario>.json`` only when the
 environment variable ``FAULT_RESULTS`` is set (a normal run writes nothing into the tree).
@@ -52,10 +53,14 @@ class FaultCluster:
         return found
 
     def served(self) -> bool:
-        """Every node answers, and sees every shard served, each held by exactly one node."""
+        """Every node answers, and sees every shard served, each held by exactly one node, and
+        every node holds its share: no move back to a node that was away is still to come (a
+        shard moving is unavailable, so the time to serve again includes that move)."""
         held: list[int] = []
         for view in self.views():
             if not isinstance(view, dict) or any(shard["state"] != "serving" for shard in view["shards"]):
+                return False
+            if len(view["held"]) < self.shards // len(self.nodes):
                 return False
             held += view["held"]
         return sorted(held) == list(range(self.shards))
