@@ -126,7 +126,7 @@ class SpareServer:
     settings: a shard this node takes (a failover, a move) starts serving without paying for a
     process start first (measured: 0.9 s from spawn to waiting on an idle machine, 2-3 s while
     the machine is busy, as it is when a node has just died and the others take its shards).
-    It costs one idle process (about 160 MiB of RSS). Started and taken on the supervisor's
+    It costs one idle process (154 MiB of RSS measured here). Started and taken on the supervisor's
     thread (``PR_SET_PDEATHSIG`` follows the thread that started the process); a node that dies
     closes its pipe, and the spare, reading no settings, exits."""
 
