@@ -131,9 +131,13 @@ def _failed_over(cluster: FaultCluster, victim: int, moving: list[int], until_s:
                 shards = requests.get(f"{watcher.url}/v1/cluster", timeout=1).json()["shards"]
             except (requests.RequestException, ValueError, KeyError):
                 shards = None
-            if shards is not None and all(
-                shards[shard]["state"] == "serving" and shards[shard]["holder"] != cluster.nodes[victim].node_id
-                for shard in moving
+            if (
+                shards is not None
+                and moving
+                and all(
+                    shards[shard]["state"] == "serving" and shards[shard]["holder"] != cluster.nodes[victim].node_id
+                    for shard in moving
+                )
             ):
                 found = time.monotonic()
         time.sleep(0.1)
