@@ -10,6 +10,7 @@ snapshot predates the newer claim (Delta's conflict check) and when it has read 
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -238,3 +239,43 @@ def test_a_node_id_is_kept_in_the_data_dir(tmp_path: Path) -> None:
     made = node_id_for(tmp_path, None)
     assert made and node_id_for(tmp_path, None) == made
     assert node_id_for(tmp_path, "given") == "given"
+
+
+def test_a_claim_without_a_wait_goes_on_through_an_old_owners_concurrent_commits(tmp_path: Path) -> None:
+    """A cluster claims an expired lease's storage without waiting (``take_over_timeout_s=0``);
+    the old owner may still run (its node paused) and commit meanwhile: its flush, or its release
+    once it sees the handover asked. Such a commit landing between the claim's snapshot and its
+    commit failed the claim (the shard server's start failed, the shard's lease was let go).
+    Now the claim is asked again: epoch 2, and every commit the old owner made at epoch 1 is
+    in the table under it; nothing it tries after the claim lands. (Three tables: the old owner
+    commits back to back, so a claim meets its commits most times.)"""
+    for table in range(3):
+        location = tmp_path / str(table)
+        old = DeltaLog(str(location), {})
+        old.claim(_node("a", durability="delta"), holds_wal=False)
+        landed: list[int] = []
+
+        def keep_committing(old: DeltaLog = old, landed: list[int] = landed) -> None:
+            """Appends, each followed by a release (a commit naming the owner: the metadata change
+            that conflicts with a claim's), owning the table again after it: until fenced."""
+            serving, lsn = old.owner, 1
+            while lsn < 10_000:
+                try:
+                    _append(old, lsn)
+                    landed.append(lsn)
+                    old.release()
+                except Fenced:
+                    return
+                old.owner = serving
+                lsn += 1
+
+        committer = threading.Thread(target=keep_committing)
+        committer.start()
+        while len(landed) < 3:
+            time.sleep(0.005)
+        node = _node("b", take_over="ask", poll_interval_s=0.05, take_over_timeout_s=0.0)
+        claimed = DeltaLog(str(location), {}).claim(node, holds_wal=False)
+        committer.join(timeout=30)
+        assert not committer.is_alive(), "the old owner was never fenced"
+        assert claimed.epoch == 2
+        assert _messages(location) == landed  # (every commit that landed is there; none after the claim)

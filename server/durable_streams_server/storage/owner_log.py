@@ -150,18 +150,42 @@ def claim_table(table: DeltaTable, lock: threading.Lock, uri: str, node: Node, h
     if decision == "ask":
         assert current is not None
         _ask_handover(table, lock, node, epoch, current)
-    with lock:
-        table.update_incremental()
-        if epoch_of(table) != epoch:
-            raise newer_owner(newest_owner(table), epoch_of(table))
-        owner = node.owner(epoch + 1)
-        claim(table, owner)
+    owner = _claim_next(table, lock, node, epoch)
     if current is not None and current.state != "released" and not restart_of(node, current):
         log.warning(
             "took the storage over",
             extra={"previous_owner": current.describe(), "epoch": owner.epoch, **_given_up(current, decision)},
         )
     return owner
+
+
+CLAIM_ATTEMPTS = 20
+"""Claims tried while commits of the same epoch keep landing first (a previous owner still
+running, asked to hand over and not waited for: its last flush and its release)."""
+
+
+def _claim_next(table: DeltaTable, lock: threading.Lock, node: Node, epoch: int) -> Owner:
+    """Claim ``epoch + 1``. A commit of the previous owner's that lands between this snapshot and
+    the claim's commit (it is still running: its flush, its release) makes the claim's commit fail
+    without a newer owner: the claim is asked again on the newer snapshot, which holds that commit,
+    so what the previous owner committed is this owner's history. A newer epoch is ``Fenced``."""
+    for attempt in range(CLAIM_ATTEMPTS):
+        with lock:
+            table.update_incremental()
+            if epoch_of(table) != epoch:
+                raise newer_owner(newest_owner(table), epoch_of(table))
+            owner = node.owner(epoch + 1)
+            try:
+                claim(table, owner)
+                return owner
+            except Fenced:
+                raise
+            except Exception as error:
+                if attempt == CLAIM_ATTEMPTS - 1:
+                    raise
+                log.info("claim met a commit of the previous owner's; claiming again", extra={"error": str(error)})
+        time.sleep(min(0.05 * (attempt + 1), node.poll_interval_s))
+    raise AssertionError("unreachable")
 
 
 def _given_up(previous: Owner, decision: Decision) -> dict[str, object]:
