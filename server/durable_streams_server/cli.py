@@ -207,6 +207,17 @@ def build_parser() -> argparse.ArgumentParser:
         "a deleted stream's final offset and incarnation are kept this long, for readers that find it gone; "
         "0: none kept (every deletion then looks like a loss to readers)",
     )
+    for flag, what in (
+        ("--retention-max-age-s", "appended longer ago than this"),
+        ("--retention-max-bytes", "older than the newest this many bytes"),
+        ("--retention-max-messages", "older than the newest this many"),
+    ):
+        _add_config(
+            parser,
+            flag,
+            f"a new stream's retention limit unless its PUT or its bucket names one: messages {what} are removed "
+            "by maintenance passes (--compaction-interval-s); 0: none",
+        )
     _add_config(
         parser,
         "--rate-limit-rps",

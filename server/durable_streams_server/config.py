@@ -67,6 +67,9 @@ _NON_NEGATIVE = (
     "max_streams_per_bucket",
     "idle_stream_s",
     "tombstone_retention_s",
+    "retention_max_age_s",
+    "retention_max_bytes",
+    "retention_max_messages",
     "rate_limit_rps",
     "rate_limit_burst",
     "tail_cache_bytes",
@@ -104,6 +107,12 @@ class ServerConfig:
     tombstone_retention_s: int = 7 * 24 * 3600
     """A deleted stream's final offset and incarnation are kept this long (at most 100,000 of
     them: ``engine.tombstones``), so a reader finding it gone can tell whether it missed any."""
+    retention_max_age_s: int = 0
+    """A new stream's retention limit of age, unless it or its bucket names one (``protocol.retention``). 0: none."""
+    retention_max_bytes: int = 0
+    """A new stream's retention limit of bytes, unless it or its bucket names one. 0: none."""
+    retention_max_messages: int = 0
+    """A new stream's retention limit of messages, unless it or its bucket names one. 0: none."""
     rate_limit_rps: float = 0.0
     """Requests per second per token (or client address without auth); more get 429. 0: off."""
     rate_limit_burst: int = 0

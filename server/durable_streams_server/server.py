@@ -32,6 +32,7 @@ from .http.app import DurableStreamsApp
 from .http.fastpath import HttpParser, connection_protocol
 from .http.limits import HttpLimits, LiveReaders
 from .http.started import Started, assemble
+from .protocol.retention import RetentionPolicy
 from .protocol.webhook_rules import parse_networks
 from .storage.committer import Storage, StorageConfig
 from .storage.compaction import CompactionConfig
@@ -82,6 +83,11 @@ def open_storage(config: ServerConfig, observer: StorageObserver) -> tuple[Stora
         max_streams_per_bucket=config.max_streams_per_bucket,
         idle_stream_ms=config.idle_stream_s * 1000,
         tombstone_retention_ms=config.tombstone_retention_s * 1000,
+        default_retention=RetentionPolicy(
+            max_age_s=config.retention_max_age_s or None,
+            max_bytes=config.retention_max_bytes or None,
+            max_messages=config.retention_max_messages or None,
+        ),
     )
     engine = Engine(storage, engine_config)
     if config.shard_guard is not None:

@@ -33,6 +33,8 @@ class Bucket:
     uid: int
     created_ms: int
     stream_ids: list[str] = field(default_factory=list)
+    retention: dict[str, int | None] = field(default_factory=dict)
+    """The retention limits its new streams get unless they name their own (``None``: no limit)."""
 
     def to_state(self, *, written_ms: int, deleted: bool = False) -> dict[str, Any]:
         return {
@@ -40,6 +42,7 @@ class Bucket:
             "name": self.bucket_id,
             "uid": self.uid,
             "created_ms": self.created_ms,
+            **({"retention": self.retention} if self.retention else {}),
             "tail": 0,
             "deleted": deleted,
             "written_ms": written_ms,
@@ -70,7 +73,7 @@ class Buckets:
         self.by_uid: dict[int, Bucket] = {}
 
     def load(self, state: dict[str, Any]) -> None:
-        self.add(Bucket(state["name"], state["uid"], state["created_ms"]))
+        self.add(Bucket(state["name"], state["uid"], state["created_ms"], retention=state.get("retention") or {}))
 
     def add(self, bucket: Bucket) -> None:
         self.by_id[bucket.bucket_id] = bucket

@@ -32,13 +32,14 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..protocol import preconditions, producers
 from ..protocol.errors import Conflict, Gone, NotFound
 from ..protocol.headers import DEFAULT_CONTENT_TYPE, is_json, normalize_content_type
 from ..protocol.json_mode import split_messages
 from ..protocol.offsets import encode_seq
+from ..protocol.retention import RetentionPolicy
 from ..storage.message_batch import MessageBatch
 from ..storage.records import (
     AppendHeader,
@@ -46,7 +47,6 @@ from ..storage.records import (
     BucketDeleteHeader,
     CreateHeader,
     DeleteHeader,
-    SnapshotHeader,
 )
 from ..storage.view import Recovery, StreamState
 from . import forks
@@ -59,6 +59,8 @@ from .memory import MemoryBudget
 from .memory_guard import MemoryGuard
 from .ports import StoragePort
 from .reserved_records import ReservedRecords
+from .retention import Retention
+from .snapshots import Snapshots
 from .stream import Stream
 from .tombstones import DEFAULT_MAX_COUNT, DEFAULT_RETENTION_MS, Tombstones
 from .transitions import LiveState
@@ -85,6 +87,8 @@ class EngineConfig:
     tombstone_retention_ms: int = DEFAULT_RETENTION_MS
     """A deleted stream's final offset and incarnation are kept this long (``tombstones``)."""
     max_tombstones: int = DEFAULT_MAX_COUNT
+    default_retention: RetentionPolicy = field(default_factory=RetentionPolicy)
+    """The retention limits of a new stream that neither it nor its bucket names (``retention``)."""
 
 
 def _now_ms() -> int:
@@ -110,6 +114,8 @@ class Engine:
         )
         self.consumers = Consumers(self, self.live.index)
         self.unlinks = PendingUnlinks(self.reserved)  # (copied forks' links to remove: ``fork_copies``)
+        self.retention = Retention(storage, self.live, clock, self.config.default_retention)
+        self.snapshots = Snapshots(storage, self.live, self.get_live, self.touch, clock)
         storage.attach(self)
 
     @property
@@ -160,34 +166,28 @@ class Engine:
 
     def on_flushed(self, states: Mapping[int, StreamState]) -> None:
         keep = self.config.tail_cache_bytes
-        for uid, state in states.items():
-            stream = self.by_uid.get(uid)
-            if stream is not None:
-                stream.mark_flushed(state["tail"])
-                stream.trim_flushed(keep)
-                self.memory.hold(("tail", uid), stream.flushed_mem_bytes, functools.partial(stream.trim_flushed, 0))
-                if stream.snapshot_lsn == state.get("snapshot_lsn"):
-                    stream.snapshot_data = None  # in Delta now
+        flushed = [(stream, state) for uid, state in states.items() if (stream := self.by_uid.get(uid)) is not None]
+        self.retention.on_flushed(flushed)
+        for stream, state in flushed:
+            stream.mark_flushed(state["tail"])
+            stream.trim_flushed(keep)
+            self.memory.hold(("tail", stream.uid), stream.flushed_mem_bytes, functools.partial(stream.trim_flushed, 0))
+            if stream.snapshot_lsn == state.get("snapshot_lsn"):
+                stream.snapshot_data = None  # in Delta now
 
     def earliest_readable(self, stream: Stream) -> int:
-        """Reads below this answer 410: the stream's own snapshot, or below its fork point
-        whatever its ancestry no longer retains."""
+        """Reads below this answer 410: the stream's own retention point (``Stream.earliest_retained``),
+        or below its fork point whatever its ancestry no longer retains."""
         earliest = stream.earliest_retained
         if stream.fork_of is not None and stream.fork_of in self.by_uid:
             earliest = max(earliest, min(stream.fork_seq, self.earliest_readable(self.by_uid[stream.fork_of])))
         return earliest
 
     def retention_plan(self) -> dict[int, int]:
-        # Only once the messages below the snapshot are in Delta: a purge planned earlier
-        # would run before they land, and count as done.
-        return {
-            stream.uid: stream.snapshot_seq
-            for stream in self.live.index.loaded()  # (a dormant stream has no retention point)
-            if stream.snapshot_seq
-            and stream.forks == 0
-            and not stream.soft_deleted
-            and stream.flushed_tail >= stream.snapshot_seq
-        }
+        return self.retention.plan()
+
+    async def advance_retention(self) -> None:
+        await self.retention.advance()
 
     # -- lookups ----------------------------------------------------------------------
 
@@ -272,6 +272,8 @@ class Engine:
             if initial:
                 messages.extend(initial)
                 batches.append(len(initial))
+        bucket = self.buckets.by_id.get(located[0]) if located is not None else None
+        retention = self.retention.policy_for(request.retention, bucket)
         header = CreateHeader(
             name=request.name,
             content_type=content_type,
@@ -288,6 +290,7 @@ class Engine:
             ts=self.clock(),
             fork_source=copy.meta.name if copy is not None else None,
             fork_link=copy.link if copy is not None else None,
+            retention=retention.to_json() or None,
         )
         record = self.storage.submit(self.storage.next_lsn, header, tuple(messages))
         stream = self.live.create(record)
@@ -401,10 +404,10 @@ class Engine:
 
     # -- buckets ----------------------------------------------------------------------
 
-    async def create_bucket(self, bucket_id: str) -> Bucket:
+    async def create_bucket(self, bucket_id: str, retention: Mapping[str, int | None] | None = None) -> Bucket:
         self.storage.check_writable()
         self.buckets.require_absent(bucket_id)
-        header = BucketCreateHeader(bucket_id=bucket_id, ts=self.clock())
+        header = BucketCreateHeader(bucket_id=bucket_id, ts=self.clock(), retention=retention or None)
         record = self.storage.submit(self.storage.next_lsn, header)
         bucket = self.live.create_bucket(record)
         await self.storage.wait_durable(record.lsn)
@@ -419,33 +422,6 @@ class Engine:
         record = self.storage.submit(bucket.uid, BucketDeleteHeader(ts=self.clock()))
         self.live.delete_bucket(bucket, record)
         await self.storage.wait_durable(record.lsn)
-
-    # -- snapshots ----------------------------------------------------------------------
-
-    async def publish_snapshot(self, name: str, seq: int, content_type: str, blob: bytes) -> Stream:
-        self.storage.check_writable()
-        stream = self.get_live(name)
-        if seq > stream.visible_tail:
-            raise Conflict("the snapshot offset is beyond the stream's tail", code="OFFSET_BEYOND_TAIL")
-        if seq < stream.earliest_retained:
-            raise Gone("the snapshot offset is older than the earliest retained offset", code="OFFSET_GONE")
-        self.touch(stream)
-        header = SnapshotHeader(seq=seq, content_type=content_type, ts=self.clock())
-        record = self.storage.submit(stream.uid, header, (blob,))
-        self.live.snapshot(stream, record)
-        await self.storage.wait_durable(record.lsn)
-        return stream
-
-    async def snapshot_blob(self, stream: Stream) -> bytes:
-        """The latest snapshot's bytes, from memory or (once flushed) from Delta."""
-        seq = stream.snapshot_seq
-        assert seq is not None
-        if stream.snapshot_data is not None:
-            return stream.snapshot_data
-        stored = await self.storage.read_snapshot(stream.uid, seq)
-        if stored is None:
-            raise NotFound("the snapshot's data is missing from storage", code="SNAPSHOT_NOT_FOUND")
-        return stored[1]
 
     # -- visibility -------------------------------------------------------------------
 

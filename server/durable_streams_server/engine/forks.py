@@ -11,6 +11,7 @@ from typing import Protocol
 
 from ..protocol.errors import BadRequest, Gone
 from ..protocol.headers import DEFAULT_CONTENT_TYPE, is_json, normalize_content_type
+from ..protocol.retention import RetentionPolicy
 from .stream import Stream
 from .types import CreateRequest
 
@@ -80,6 +81,10 @@ def config_differences(stream: Stream, request: CreateRequest, source: ForkSourc
         ("fork offset", stream.fork_offset, fork_offset),
         ("fork sub-offset", stream.fork_sub_offset, request.fork_sub_offset or 0),
     ]
+    if request.retention:  # (named limits only: a default, or a later change, is not the request's)
+        policy = stream.retention.policy if stream.retention is not None else RetentionPolicy()
+        named = request.retention.items()
+        compared.extend((f"retention {name}", getattr(policy, name), value) for name, value in named)
     return [f"{name} is {have!r}, the request asks {asked!r}" for name, have, asked in compared if have != asked]
 
 

@@ -16,7 +16,7 @@ number of streams), and puts to sleep each one that
   close durable (``visible_tail``, ``visible_closed``), no snapshot waiting to be flushed;
 - no reader waits on (long-polls, SSE);
 - holds nothing derived that its state does not carry: no forks of it, not a fork, not
-  soft-deleted, no retention point -- the streams recovery parses at start for the same
+  soft-deleted, no retention point or policy -- the streams recovery parses at start for the same
   reason (``storage.state_rows``);
 - and nothing else refers to (``StreamIndex.sleep`` counts the references).
 
@@ -90,6 +90,7 @@ class IdleStreams:
             or stream.fork_of is not None  # (these three, ``StreamIndex.sleep`` refuses too, from the
             or stream.soft_deleted  # state's flags; looked at here first so their cached tails stay)
             or stream.snapshot_seq
+            or stream.retention is not None
             or stream.snapshot_data is not None
             or not stream.visible_tail == stream.tail == stream.flushed_tail
             or stream.visible_closed != stream.closed

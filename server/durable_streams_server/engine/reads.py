@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from ..protocol.errors import BadRequest, Gone
 from ..protocol.offsets import Offset, encode_seq
+from ..protocol.retention import STREAM_EARLIEST_OFFSET
 from ..storage.history_reader import within_budget
 from .engine import Engine
 from .runs import COLUMNS, Run, StoredRun
@@ -152,6 +153,7 @@ def check_start(engine: Engine, stream: Stream, start: Offset) -> None:
             f"offset {start} is older than the earliest retained offset {encode_seq(earliest)}: "
             "re-initialize from /bootstrap",
             code="OFFSET_GONE",
+            headers={STREAM_EARLIEST_OFFSET: encode_seq(earliest)},
         )
     tail = stream.visible_tail
     if start.seq > tail or (start.seq == tail and start.within != 0):

@@ -21,6 +21,7 @@ from ..protocol.headers import JSON_CONTENT_TYPE, normalize_content_type
 from ..protocol.producers import ProducerState
 from ..storage.message_batch import MessageBatch
 from .memory_tail import MemoryTail
+from .retention_state import RetentionState
 
 log = logging.getLogger("durable_streams_server.engine")
 
@@ -64,6 +65,8 @@ class Stream:
     snapshot_seq: int | None = None
     snapshot_content_type: str | None = None
     snapshot_lsn: int = 0
+    retention: RetentionState | None = None
+    """A retention policy's state (``retention_state``), for a stream that has or had one."""
     # Derived, never persisted.
     media_type: str = field(init=False)
     """``content_type`` without parameters, lower-cased: what content types compare by."""
@@ -97,11 +100,17 @@ class Stream:
 
     @property
     def earliest_retained(self) -> int:
-        """This stream's own retention point: a snapshot replaced everything before it.
+        """This stream's own retention point: a snapshot replaced everything before it, and a
+        retention policy let go of everything below its point.
 
         (A fork also inherits its source's retention below the fork point: see
         ``Engine.earliest_readable``.)"""
-        return max(self.snapshot_seq or 0, self.base_seq)
+        return max(self.snapshot_seq or 0, self.base_seq, self.retention.seq if self.retention else 0)
+
+    @property
+    def retained_bytes(self) -> int:
+        """Bytes of the messages from the retention policy's point to the tail (of all, without one)."""
+        return self.bytes_total - (self.retention.dropped_bytes if self.retention else 0)
 
     # -- lifetime ---------------------------------------------------------------------
 
@@ -197,6 +206,7 @@ class Stream:
             "snapshot_seq": self.snapshot_seq,
             "snapshot_content_type": self.snapshot_content_type,
             "snapshot_lsn": self.snapshot_lsn,
+            **({"retention": self.retention.to_json()} if self.retention is not None else {}),
             "deleted": deleted,
             "written_ms": written_ms,
         }
@@ -231,6 +241,7 @@ class Stream:
             snapshot_seq=state.get("snapshot_seq"),
             snapshot_content_type=state.get("snapshot_content_type"),
             snapshot_lsn=state.get("snapshot_lsn", 0),
+            retention=RetentionState.from_json(state["retention"]) if state.get("retention") else None,
         )
         stream.visible_tail = stream.tail
         stream.visible_closed = stream.closed

@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 Each record kind has one transition here (``create``, ``append``, ``snapshot``,
-``delete``, ``create_bucket``, ``delete_bucket``; subscription and signing-key records go
+``retention``, ``delete``, ``create_bucket``, ``delete_bucket``; subscription and signing-key records go
 to ``subscription_store.SubscriptionLog.apply``), and a transition is the *only* way
 that kind changes live state. A live request validates against the applied state,
 builds the record, submits it to storage and applies it through its transition, in one
@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..protocol import producers
+from ..protocol.retention import RetentionPolicy
 from ..storage.records import (
     AppendHeader,
     BucketCreateHeader,
@@ -39,6 +40,7 @@ from ..storage.records import (
     DeleteHeader,
     Header,
     Record,
+    RetentionHeader,
     SigningKeysHeader,
     SnapshotHeader,
     SubscriptionHeader,
@@ -47,6 +49,7 @@ from ..storage.records import (
 from ..storage.view import Recovery, StreamState
 from .buckets import Bucket, Buckets
 from .fork_links import LinkCounts
+from .retention_state import RetentionState
 from .stream import Stream
 from .stream_index import StreamIndex
 from .subscription_store import SubscriptionLog
@@ -120,6 +123,8 @@ class LiveState:
             self.append(stream, record)
         elif is_kind(record, SnapshotHeader):
             self.snapshot(stream, record)
+        elif is_kind(record, RetentionHeader):
+            self.retention(stream, record)
         elif is_kind(record, DeleteHeader):
             self.delete(stream, record)
         return stream
@@ -166,6 +171,7 @@ class LiveState:
             base_seq=header.first_seq if header.fork_source is not None else 0,
             last_access_ms=now,
             last_write_ms=now,
+            retention=RetentionState(RetentionPolicy.from_json(header.retention)) if header.retention else None,
         )
         first = header.first_seq
         stream.tail = stream.visible_tail = stream.mem_base = stream.flushed_tail = first
@@ -184,6 +190,8 @@ class LiveState:
 
     def append(self, stream: Stream, record: Record[AppendHeader]) -> None:
         header = record.header
+        if stream.retention is not None and record.messages:
+            stream.retention.note_append(header.first_seq, stream.bytes_total, stream.last_write_ms, header.ts)
         stream.last_write_ms = header.ts
         if record.messages:
             stream.remember(header.first_seq, record.messages, header.ts)
@@ -205,6 +213,17 @@ class LiveState:
         stream.snapshot_data = record.messages[0]
         stream.snapshot_lsn = stream.last_lsn = record.lsn
 
+    def retention(self, stream: Stream, record: Record[RetentionHeader]) -> None:
+        header = record.header
+        if stream.retention is None:
+            stream.retention = RetentionState(RetentionPolicy())
+        if header.policy is not None:
+            policy = RetentionPolicy.from_json(header.policy)
+            stream.retention.change(policy, stream.tail, stream.bytes_total, header.ts)
+        if header.seq is not None:
+            stream.retention.cut(header.seq, header.dropped_bytes)
+        stream.last_lsn = record.lsn
+
     def delete(self, stream: Stream, record: Record[DeleteHeader]) -> None:
         if stream.forks > 0:
             stream.soft_deleted = True
@@ -217,7 +236,8 @@ class LiveState:
         stream.wake()
 
     def create_bucket(self, record: Record[BucketCreateHeader]) -> Bucket:
-        bucket = Bucket(record.header.bucket_id, record.uid, record.header.ts)
+        header = record.header
+        bucket = Bucket(header.bucket_id, record.uid, header.ts, retention=dict(header.retention or {}))
         self.buckets.add(bucket)
         return bucket
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Protocol
 
@@ -25,6 +26,8 @@ class CreateRequest:
     fork_from: str | None = None
     fork_offset: Offset | None = None
     fork_sub_offset: int | None = None
+    retention: Mapping[str, int | None] = field(default_factory=dict)
+    """The retention limits the request names (``protocol.retention.parse_changes``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,6 +41,7 @@ from .metrics import ROUTE_KEY, STREAM_ROUTE, ServerMetrics
 from .read_plans import wants_plan
 from .request_policy import RequestPolicy
 from .responses import error_response, http_error_response, preflight_response
+from .retention import change_retention
 from .routes import route_path, starlette_routes
 from .shard_guard import ShardGuard
 from .started import Started, Starter
@@ -256,7 +257,7 @@ class DurableStreamsApp:
         async def route(started: Started) -> Response:
             validate_bucket_id(bucket_id)
             if request.method == "PUT":
-                return await started.extensions.create_bucket(bucket_id)
+                return await started.extensions.create_bucket(bucket_id, request.headers)
             if request.method in ("GET", "HEAD"):
                 return started.extensions.get_bucket(bucket_id)
             if request.method == "DELETE":
@@ -382,6 +383,8 @@ async def _stream(started: Started, request: Request, name: str) -> Response:
         return await handlers.append(request, name)
     if method == "DELETE":
         return await handlers.delete(name)
+    if method == "PATCH":
+        return await change_retention(started.engine, request, name)
     raise MethodNotAllowed(f"{method} is not supported on a stream")
 
 

@@ -7,19 +7,22 @@ layer's; these functions only translate between them and HTTP.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ..engine import reads
+from ..engine.buckets import Bucket
 from ..engine.engine import Engine
 from ..engine.stream import Stream
 from ..protocol import headers as h
+from ..protocol import retention
 from ..protocol.errors import BadRequest, Conflict, NotFound
 from ..protocol.offsets import Offset, encode_seq, parse_offset
 from . import multipart
 from .responses import location
+from .retention import listing_fields
 from .streams import StreamHandlers
 
 MAX_LIST_LIMIT = 1000
@@ -37,13 +40,19 @@ class ExtensionHandlers:
 
     # -- buckets ------------------------------------------------------------------------
 
-    async def create_bucket(self, bucket_id: str) -> Response:
-        bucket = await self.engine.create_bucket(bucket_id)
-        return JSONResponse({"bucket_id": bucket.bucket_id, "created_at_ms": bucket.created_ms}, status_code=201)
+    async def create_bucket(self, bucket_id: str, headers: Mapping[str, str]) -> Response:
+        bucket = await self.engine.create_bucket(bucket_id, retention.parse_changes(headers))
+        body = {"bucket_id": bucket.bucket_id, "created_at_ms": bucket.created_ms, **_bucket_retention(bucket)}
+        return JSONResponse(body, status_code=201)
 
     def get_bucket(self, bucket_id: str) -> Response:
         bucket = self.engine.buckets.get(bucket_id)
-        body = {"bucket_id": bucket.bucket_id, "streams": len(bucket.stream_ids), "created_at_ms": bucket.created_ms}
+        body = {
+            "bucket_id": bucket.bucket_id,
+            "streams": len(bucket.stream_ids),
+            "created_at_ms": bucket.created_ms,
+            **_bucket_retention(bucket),
+        }
         return JSONResponse(body, headers={"Cache-Control": "no-store"})
 
     async def delete_bucket(self, bucket_id: str) -> Response:
@@ -64,7 +73,11 @@ class ExtensionHandlers:
             found = [self.engine.find(f"{bucket_id}/{stream_id}") for stream_id in ids]
             if all(stream is not None for stream in found):
                 break  # else an expired stream just left the index: page again
-        entries = [_listing_entry(stream_id, stream) for stream_id, stream in zip(ids, found, strict=True) if stream]
+        entries = [
+            {**_listing_entry(stream_id, stream), **listing_fields(self.engine, stream)}
+            for stream_id, stream in zip(ids, found, strict=True)
+            if stream
+        ]
         body = {
             "bucket_id": bucket_id,
             "prefix": prefix,
@@ -82,7 +95,7 @@ class ExtensionHandlers:
         self.engine.get_live(name)  # 404 before reading a body that cannot be stored
         content_type = h.parse_content_type(request.headers.get("content-type")) or h.DEFAULT_CONTENT_TYPE
         blob = await self.streams.body(request)
-        await self.engine.publish_snapshot(name, offset.seq, content_type, blob)
+        await self.engine.snapshots.publish(name, offset.seq, content_type, blob)
         return Response(status_code=204)
 
     def latest_snapshot(self, request: Request, name: str) -> Response:
@@ -94,7 +107,7 @@ class ExtensionHandlers:
 
     async def read_snapshot(self, name: str, offset_token: str) -> Response:
         stream = self._snapshot_at(name, offset_token)
-        blob = await self.engine.snapshot_blob(stream)
+        blob = await self.engine.snapshots.blob(stream)
         assert stream.snapshot_seq is not None and stream.snapshot_content_type is not None
         headers = {
             "Content-Type": stream.snapshot_content_type,
@@ -130,7 +143,7 @@ class ExtensionHandlers:
         snapshot = None
         if stream.snapshot_seq is not None:
             assert stream.snapshot_content_type is not None
-            snapshot = (stream.snapshot_content_type, await self.engine.snapshot_blob(stream))
+            snapshot = (stream.snapshot_content_type, await self.engine.snapshots.blob(stream))
         boundary = multipart.new_boundary()
         headers = {
             "Content-Type": multipart.content_type(boundary),
@@ -166,6 +179,11 @@ def _snapshot_offset(token: str) -> Offset:
     if offset.within != 0:
         raise BadRequest(f"snapshot offset {token} is not a message boundary", code="INVALID_OFFSET")
     return offset
+
+
+def _bucket_retention(bucket: Bucket) -> dict[str, object]:
+    """The retention limits a bucket gives its new streams (``null``: none, whatever the server's)."""
+    return {"retention": bucket.retention} if bucket.retention else {}
 
 
 def _listing_entry(stream_id: str, stream: Stream) -> dict[str, object]:

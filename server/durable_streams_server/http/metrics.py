@@ -31,7 +31,7 @@ UNROUTED = "unrouted"
 STREAM_ROUTE = "base_stream"
 """A stream of the base surface itself (not a sub-resource)."""
 _LIVE_ROUTES = {"long-poll": "long_poll", "sse": "sse"}
-_METHODS = frozenset({"GET", "HEAD", "PUT", "POST", "DELETE", "OPTIONS"})
+_METHODS = frozenset({"GET", "HEAD", "PUT", "POST", "PATCH", "DELETE", "OPTIONS"})
 _STORAGE_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 
 

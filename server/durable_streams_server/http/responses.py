@@ -18,7 +18,7 @@ from starlette.types import Scope
 
 from ..protocol.errors import ProtocolError
 
-ALLOWED_METHODS = "GET, POST, PUT, DELETE, HEAD, OPTIONS"
+ALLOWED_METHODS = "GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS"
 ALLOWED_HEADERS = (
     "Content-Type, Authorization, If-None-Match, If-Match, Stream-Seq, Stream-TTL, Stream-Expires-At, Stream-Closed, "
     "Producer-Id, Producer-Epoch, Producer-Seq, Stream-Forked-From, Stream-Fork-Offset, Stream-Fork-Sub-Offset"

@@ -41,7 +41,7 @@ RouteName = Literal[
 ]
 Endpoint = Callable[[Request], Awaitable[Response]]
 
-METHODS = ("GET", "HEAD", "PUT", "POST", "DELETE", "OPTIONS")
+METHODS = ("GET", "HEAD", "PUT", "POST", "PATCH", "DELETE", "OPTIONS")
 PROBES: frozenset[RouteName] = frozenset({"healthz", "readyz", "metrics"})
 """The server's own top-level paths (``/healthz``, ``/readyz``, ``/metrics``)."""
 

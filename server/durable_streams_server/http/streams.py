@@ -19,7 +19,7 @@ from ..engine.engine import Engine
 from ..engine.memory_writes import WriteAdmission
 from ..engine.stream import Stream
 from ..engine.types import AppendOutcome, AppendRequest, AppendResult, CreateRequest, ReadResult
-from ..protocol import bulk, preconditions
+from ..protocol import bulk, preconditions, retention
 from ..protocol import headers as h
 from ..protocol.cursor import response_cursor
 from ..protocol.errors import BadRequest, PayloadTooLarge
@@ -40,6 +40,7 @@ from .read_answers import (
     stream_headers,
 )
 from .responses import location
+from .retention import retention_headers
 from .targets import stream_name_from_reference
 
 _SUB_OFFSET_HEADER_RE = re.compile(r"^(0|[1-9][0-9]{0,15})$")
@@ -142,6 +143,7 @@ class StreamHandlers:
             fork_from=stream_name_from_reference(fork_from) if fork_from is not None else None,
             fork_offset=parse_offset(fork_offset_raw) if fork_offset_raw is not None else None,
             fork_sub_offset=int(sub_raw) if sub_raw is not None else None,
+            retention=retention.parse_changes(headers),
         )
         if self.cross_shard is not None and self.cross_shard.applies(create):
             outcome = await self.cross_shard.create(create)
@@ -237,6 +239,7 @@ class StreamHandlers:
             headers[h.STREAM_CLOSED] = "true"
         if stream.snapshot_seq is not None:
             headers[h.STREAM_SNAPSHOT_OFFSET] = encode_seq(stream.snapshot_seq)
+        headers.update(retention_headers(self.engine, stream))
         return Response(status_code=200, headers=headers)
 
     # -- GET: catch-up, long-poll, SSE --------------------------------------------------

@@ -9,7 +9,8 @@ One pass, each step its own atomic Delta commit (or an idempotent file operation
 2. **purges**: every row of the removed uids (their tombstones too) in few ``DELETE``
    commits of up to ``_PURGE_BATCH`` uids, pruned to the files that can hold them (a uid is
    the LSN of its creation, so no row of it has a smaller LSN); then the messages below
-   retention points. Each ``DELETE`` rewrites only the files holding such rows;
+   retention points (snapshots' and retention policies', moved by the engine just before
+   the pass: ``engine.retention``). Each ``DELETE`` rewrites only the files holding such rows;
 3. **bin-packing** (``compaction_plan``): the small files written since the last pass, cut
    into bins of about ``target_file_bytes``; each bin is read, sorted and cleaned within
    ``memory_bytes`` whatever its size (``bin_rewrite``: an external sort spilling to
@@ -201,6 +202,7 @@ class Compaction:
     async def compact(self) -> CompactionReport:
         """One compaction pass over what has been flushed; runs beside appends and reads."""
         assert self.view is not None
+        await self.view.advance_retention()  # (points in Delta by now are purged below this pass)
         async with self._lock:
             removed = set(self._removed_uids)
             retention = {

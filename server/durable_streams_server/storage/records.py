@@ -46,6 +46,7 @@ class RecordKind(IntEnum):
     BUCKET_DELETE = 6
     SUBSCRIPTION = 7
     SIGNING_KEYS = 8
+    RETENTION = 9
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,11 +72,15 @@ class CreateHeader:
     """A copied fork's source (its path in another shard: ``engine.fork_copies``)."""
     fork_link: str | None = None
     """The id of a copied fork's link, registered at its source's shard."""
+    retention: Mapping[str, int] | None = None
+    """The stream's retention policy (``protocol.retention.RetentionPolicy`` as JSON), if any."""
 
     def to_json(self) -> dict[str, Any]:
         copied = {"fork_source": self.fork_source, "fork_link": self.fork_link} if self.fork_source else {}
+        retention = {"retention": self.retention} if self.retention else {}
         return {
             **copied,
+            **retention,
             "name": self.name,
             "content_type": self.content_type,
             "ttl_s": self.ttl_s,
@@ -109,6 +114,7 @@ class CreateHeader:
             ts=data["ts"],
             fork_source=data.get("fork_source"),
             fork_link=data.get("fork_link"),
+            retention=data.get("retention"),
         )
 
 
@@ -163,6 +169,27 @@ class SnapshotHeader:
 
 
 @dataclass(frozen=True, slots=True)
+class RetentionHeader:
+    """A stream's retention moved (``engine.retention``): its policy changed to ``policy``
+    (``protocol.retention.RetentionPolicy`` as JSON), and/or its retention point advanced to
+    ``seq``, below which its messages (``dropped_bytes`` bytes in all, from the stream's
+    start) are gone."""
+
+    KIND: ClassVar[RecordKind] = RecordKind.RETENTION
+    policy: Mapping[str, int] | None
+    seq: int | None
+    dropped_bytes: int
+    ts: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"policy": self.policy, "seq": self.seq, "dropped_bytes": self.dropped_bytes, "ts": self.ts}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RetentionHeader:
+        return cls(policy=data["policy"], seq=data["seq"], dropped_bytes=data["dropped_bytes"], ts=data["ts"])
+
+
+@dataclass(frozen=True, slots=True)
 class _Removal:
     """A removal carries nothing but its time (the uid says what goes)."""
 
@@ -186,13 +213,17 @@ class BucketCreateHeader:
     KIND: ClassVar[RecordKind] = RecordKind.BUCKET_CREATE
     bucket_id: str
     ts: int
+    retention: Mapping[str, int | None] | None = None
+    """The retention limits the bucket's new streams get unless they name their own
+    (``protocol.retention.resolve``: ``None`` is an explicit no-limit)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"bucket_id": self.bucket_id, "ts": self.ts}
+        retention = {"retention": self.retention} if self.retention else {}
+        return {"bucket_id": self.bucket_id, "ts": self.ts, **retention}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> BucketCreateHeader:
-        return cls(bucket_id=data["bucket_id"], ts=data["ts"])
+        return cls(bucket_id=data["bucket_id"], ts=data["ts"], retention=data.get("retention"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +280,7 @@ Header = (
     CreateHeader
     | AppendHeader
     | SnapshotHeader
+    | RetentionHeader
     | DeleteHeader
     | BucketCreateHeader
     | BucketDeleteHeader
@@ -264,6 +296,7 @@ _DECODERS: dict[RecordKind, Callable[[dict[str, Any]], Header]] = {
         CreateHeader,
         AppendHeader,
         SnapshotHeader,
+        RetentionHeader,
         DeleteHeader,
         BucketCreateHeader,
         BucketDeleteHeader,

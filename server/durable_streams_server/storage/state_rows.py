@@ -4,7 +4,7 @@ A restart must not cost a parsed JSON state per stream ever kept (300,000 idle s
 14 s to restart that way). Most streams need nothing at start: their state can wait until a
 request, a replayed WAL record or a fork first asks for them. A few cannot wait: buckets,
 tombstones (purges to resume), forks and soft-deleted streams (fork links and counts), and
-streams with a retention point (purges of messages below it).
+streams with a retention point or policy (purges of messages below it, points to move).
 
 So every ``state`` row carries one byte of flags in its ``data`` column (unused by state rows
 otherwise): the bits below, computed from the state when the row is written. A row whose
@@ -38,7 +38,7 @@ def state_flags(state: dict[str, Any]) -> bytes:
         | (BUCKET if state.get("type") == "bucket" else 0)
         | (FORK if state.get("fork_of") is not None else 0)
         | (SOFT_DELETED if state.get("soft_deleted") else 0)
-        | (RETENTION if state.get("snapshot_seq") else 0)
+        | (RETENTION if state.get("snapshot_seq") or state.get("retention") else 0)
     )
     return bytes((flags,))
 

@@ -32,6 +32,10 @@ class StateView(Protocol):
         """uid -> first retained seq, for streams whose older messages nothing reads."""
         ...
 
+    async def advance_retention(self) -> None:
+        """Move retention policies' points before a maintenance pass (durable on return)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class Recovery:
