@@ -34,7 +34,7 @@ from ..client import Gone, Message, ReadFraming, Stream
 from ..client.arrow import ArrowSlice
 from ..client.models import is_json
 from ..options import ReadOptions
-from .offsets import EARLIEST
+from .offsets import EARLIEST, is_seq_offset, seq_of
 from .rows import RowBuilder
 
 log = logging.getLogger("pyspark_durable_streams.source")
@@ -95,16 +95,17 @@ def _with_boundaries(stream: Stream, part: StreamRange, options: ReadOptions) ->
     except Gone as exc:
         if options.fail_on_data_loss and part.start != EARLIEST:
             raise DataLossError(gone_message(part.key, track.offset, exc)) from exc
+        gone = exc
     position = track.offset
-    # 410: history before ``position`` was dropped (a snapshot moved the retention point).
+    # 410: history before ``position`` was dropped (a snapshot or a retention policy moved the point).
     with stream.bootstrap() as boot:
         snapshot = boot.snapshot.offset if boot.snapshot is not None else None
         log.warning(
-            "durable_streams: stream %s: offset %s is no longer retained (410 Gone); re-initialized from "
-            "/bootstrap: messages before the snapshot offset %s were skipped and the snapshot itself is "
-            "not emitted (failOnDataLoss=false)",
+            "durable_streams: stream %s: offset %s is no longer retained (410 Gone): %s skipped; re-initialized "
+            "from /bootstrap (snapshot offset %s, not emitted) (failOnDataLoss=false)",
             part.key,
             position,
+            lost_messages(position, gone),
             snapshot,
         )
         for message in boot.messages:
@@ -178,11 +179,21 @@ def _collect(stream: Stream, offset: str) -> tuple[list[Message], str]:
         return items, reader.offset
 
 
-def gone_message(key: str, offset: str, exc: BaseException) -> str:
+def lost_messages(offset: str, exc: Gone) -> str:
+    """How many messages from ``offset`` the server no longer retains, as a phrase."""
+    earliest = exc.earliest_offset
+    if earliest is not None and is_seq_offset(offset) and is_seq_offset(earliest):
+        count = seq_of(earliest) - seq_of(offset)
+        return f"{count} message{'s' if count != 1 else ''} ({offset} up to {earliest})"
+    return f"the messages from {offset} up to {earliest or 'the earliest retained offset'}"
+
+
+def gone_message(key: str, offset: str, exc: Gone) -> str:
     return (
-        f"stream {key}: offset {offset} is no longer retained by the server (410 Gone: a snapshot moved "
-        f"the earliest retained offset past it), so messages were lost to this query. Set option "
-        f"failOnDataLoss=false to continue from the stream's /bootstrap (messages before the snapshot are "
-        f"skipped and the snapshot itself is not emitted), or restart the query with a new checkpoint "
-        f"(startingOffsets=earliest starts from the bootstrap). Server said: {exc}"
+        f"stream {key}: offset {offset} is no longer retained by the server (410 Gone: a snapshot or the "
+        f"stream's retention policy moved the earliest retained offset past it), so {lost_messages(offset, exc)} "
+        f"were lost to this query. Set option failOnDataLoss=false to continue from the stream's /bootstrap "
+        f"(its earliest retained offset: the messages before it are skipped, and a snapshot is not emitted), or "
+        f"restart the query with a new checkpoint (startingOffsets=earliest starts from the bootstrap). Server "
+        f"said: {exc}"
     )

@@ -41,11 +41,12 @@ from .errors import (
     Unauthorized,
 )
 from .files import RemoteFile
-from .models import AppendResult, CreateResult, Message, Snapshot, StreamMetadata
+from .models import NO_LIMIT, AppendResult, CreateResult, Message, Retention, Snapshot, StreamMetadata
 from .producer import Producer, ProducerStats
 from .read_framing import ReadFraming
 from .read_plans import PlannedFile, PlannedRowGroup, PlanSegment, PlansUnavailable, ReadPlan
 from .reading import StreamReader
+from .retention import RetentionPolicy
 from .snapshots import Snapshots
 from .stream import Stream
 from .subscriptions import PullWakeWorker, Subscriptions, Wake, verify_webhook_signature
@@ -53,6 +54,7 @@ from .time_lookup import TimeLookup, TimeLookupUnavailable
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "NO_LIMIT",
     "AppendResult",
     "Backoff",
     "BadRequest",
@@ -89,6 +91,8 @@ __all__ = [
     "ReadPlan",
     "RemoteFile",
     "ResponseError",
+    "Retention",
+    "RetentionPolicy",
     "SequenceGap",
     "ServerError",
     "Snapshot",

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import BinaryIO
 
 from . import _cli_io as io
+from ._cli_retention import add_limits, limits, retention_command
 from ._client import Client
 from .errors import DurableStreamsError, Gone, NotConnected, NotFound, PreconditionFailed, Unauthorized
 from .models import is_json
@@ -89,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--file", type=argparse.FileType("rb"), help="initial content from a file")
     create.add_argument("--fork-from", help="fork this source stream (URL path)")
     create.add_argument("--fork-offset", help="fork at this offset of the source (default: its tail)")
+    add_limits(create)
 
     append = command("append", _append, "Append stdin or a file (idempotent producer, retried on failures).")
     append.add_argument("stream")
@@ -126,6 +128,12 @@ def build_parser() -> argparse.ArgumentParser:
     head = command("head", _head, "Show a stream's metadata (tail offset, content type, TTL, closed).")
     head.add_argument("stream")
     head.add_argument("--json", action="store_true", help="print one JSON object")
+
+    retention = command(
+        "retention", retention_command, "Show a stream's retention limits, or change those named (none removes one)."
+    )
+    retention.add_argument("stream")
+    add_limits(retention)
 
     rm = command("rm", _rm, "Delete a stream.")
     rm.add_argument("stream")
@@ -212,6 +220,7 @@ def _create(client: Client, args: argparse.Namespace) -> int:
         closed=args.closed,
         forked_from=args.fork_from,
         fork_offset=args.fork_offset,
+        retention=limits(args),
     )
     print(f"{'created' if result.created else 'exists'} {stream.url} next-offset {result.next_offset}")
     return 0
@@ -322,6 +331,9 @@ def _head(client: Client, args: argparse.Namespace) -> int:
         "ttl_seconds": meta.ttl_seconds,
         "expires_at": meta.expires_at,
         "snapshot_offset": meta.snapshot_offset,
+        "earliest_offset": meta.earliest_offset,
+        "retained_bytes": meta.retained_bytes,
+        **({"retention": meta.retention.named()} if meta.retention is not None else {}),
     }
     if args.json:
         print(json.dumps(fields))

@@ -17,7 +17,7 @@
         ├── Conflict                409  config mismatch, Stream-Seq regression, bucket not empty
         │   ├── StreamClosed        409 + Stream-Closed: the stream no longer accepts appends
         │   └── SequenceGap         409 + Producer-Expected-Seq: a producer batch arrived early
-        ├── Gone                    410  offset before the retained history: rebuild from /bootstrap
+        ├── Gone                    410  offset before the retained history (``earliest_offset``): use /bootstrap
         ├── PreconditionFailed      412  a conditional append's If-Match was not the tail (``current_offset``)
         ├── PayloadTooLarge         413
         ├── RateLimited             429  (``retry_after`` seconds when the server said)
@@ -188,7 +188,15 @@ class SequenceGap(Conflict):
 
 
 class Gone(HTTPStatusError):
+    """The offset asked for is below what the stream retains (a snapshot, or a retention policy, let
+    go of it), or the stream was deleted. ``earliest_offset``: the first offset still readable, when
+    the server said (``Stream-Earliest-Offset``)."""
+
     status = 410
+
+    @property
+    def earliest_offset(self) -> str | None:
+        return _lower(self.headers).get("stream-earliest-offset")
 
 
 class PreconditionFailed(HTTPStatusError):

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 JSON_CONTENT_TYPE = "application/json"
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
@@ -50,6 +51,49 @@ class Message:
         return json.loads(self.data)
 
 
+NO_LIMIT: Literal["none"] = "none"
+Limit = int | Literal["none"] | None
+"""A retention limit: a positive integer, ``NO_LIMIT``, or ``None`` (not named)."""
+
+_HEADERS = {
+    "max_age_seconds": "Stream-Retention-Max-Age",
+    "max_bytes": "Stream-Retention-Max-Bytes",
+    "max_messages": "Stream-Retention-Max-Messages",
+}
+
+
+@dataclass(frozen=True)
+class Retention:
+    """A stream's retention limits (``client.retention``); ``NO_LIMIT``: none, ``None``: not named."""
+
+    max_age_seconds: Limit = None
+    max_bytes: Limit = None
+    max_messages: Limit = None
+
+    def __post_init__(self) -> None:
+        for name in _HEADERS:
+            value = getattr(self, name)
+            if value is not None and value != NO_LIMIT and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive integer, {NO_LIMIT!r} or None, got {value!r}")
+
+    def named(self) -> dict[str, int | str]:
+        """The limits named, by field name."""
+        return {name: value for name in _HEADERS if (value := getattr(self, name)) is not None}
+
+    def headers(self) -> dict[str, str]:
+        """The request headers naming these limits."""
+        return {header_name: str(value) for name, header_name in _HEADERS.items() if (value := getattr(self, name))}
+
+    @classmethod
+    def from_headers(cls, header: Callable[[str], str | None]) -> Retention | None:
+        """The limits a response (HEAD, PATCH) reports (``header``: its value of a header), or
+        ``None`` when it reports none."""
+        values = {name: header(header_name) for name, header_name in _HEADERS.items()}
+        if not any(values.values()):
+            return None
+        return cls(**{name: int(value) for name, value in values.items() if value is not None and value.isdigit()})
+
+
 @dataclass(frozen=True)
 class StreamMetadata:
     """What HEAD says about a stream (spec 5.5; ``snapshot_offset`` from the extensions)."""
@@ -65,6 +109,13 @@ class StreamMetadata:
     again. None where the server does not send it."""
     bulk_append: bool = False
     """Whether the server takes bulk appends (``client.bulk``, extension) on this stream."""
+    earliest_offset: str | None = None
+    """Our server's ``Stream-Earliest-Offset`` (extension): the first offset a read may ask for
+    (reads below answer ``410 Gone``). None where the server does not send it."""
+    retained_bytes: int | None = None
+    """Our server's ``Stream-Retained-Bytes``: the bytes from the earliest offset to the tail."""
+    retention: Retention | None = None
+    """The stream's retention limits (``client.retention``), if it has any."""
 
 
 @dataclass(frozen=True)

@@ -21,10 +21,11 @@ from .appends import AppendOptions, append_result, body_bytes, encode_json_batch
 from .bootstrap import Bootstrap, follow
 from .delivery import append_retry_rule, retrying
 from .errors import ResponseError
-from .models import ARROW_STREAM, AppendResult, CreateResult, Message, Snapshot, StreamMetadata, is_json
+from .models import ARROW_STREAM, AppendResult, CreateResult, Message, Retention, Snapshot, StreamMetadata, is_json
 from .read_framing import ReadFraming, probe_framing
 from .read_plans import ReadPlan, fetch_plan
 from .reading import BEGINNING, LiveMode, StreamReader
+from .retention import RetentionPolicy
 from .snapshots import Snapshots
 from .time_lookup import TimeLookup, lookup_time
 
@@ -44,6 +45,8 @@ class Stream:
         self._bulk: bool | None = None
         self.snapshots = Snapshots(transport, url)
         """Publish, read and delete snapshots (protocol extensions)."""
+        self.retention = RetentionPolicy(transport, url)
+        """Change the stream's retention limits (our server's extension)."""
 
     def __repr__(self) -> str:
         return f"Stream({self.url!r})"
@@ -66,6 +69,7 @@ class Stream:
         forked_from: Stream | str | None = None,
         fork_offset: str | None = None,
         fork_sub_offset: int | None = None,
+        retention: Retention | None = None,
         headers: Mapping[str, str] | None = None,
         timeout: Timeout | UseDefault = USE_DEFAULT,
     ) -> CreateResult:
@@ -74,8 +78,9 @@ class Stream:
         ``created`` tells the two apart; a different existing configuration raises
         ``Conflict``. With ``forked_from`` the new stream shares the source's messages up to
         ``fork_offset`` (default: the source's tail) and continues on its own after them.
+        ``retention`` names the stream's retention limits (``client.retention``).
         """
-        request: dict[str, str] = {}
+        request: dict[str, str] = retention.headers() if retention is not None else {}
         if content_type is not None:
             request["Content-Type"] = content_type
         if ttl_seconds is not None:
@@ -126,6 +131,9 @@ class Stream:
             snapshot_offset=header(response, "Stream-Snapshot-Offset"),
             incarnation=header(response, "Stream-Incarnation"),
             bulk_append=header(response, "Stream-Bulk-Append") == ARROW_STREAM,
+            earliest_offset=header(response, "Stream-Earliest-Offset"),
+            retained_bytes=int(retained) if (retained := header(response, "Stream-Retained-Bytes")) else None,
+            retention=Retention.from_headers(lambda name: header(response, name)),
         )
 
     # -- writes --------------------------------------------------------------------------

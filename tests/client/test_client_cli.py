@@ -21,7 +21,7 @@ from servers import ServerProcess
 from pyspark_durable_streams.client import Client
 from pyspark_durable_streams.client.cli import build_parser
 
-SUBCOMMANDS = ["create", "append", "cat", "tail", "head", "rm", "ls", "snapshot", "lag", "bootstrap"]
+SUBCOMMANDS = ["create", "append", "cat", "tail", "head", "retention", "rm", "ls", "snapshot", "lag", "bootstrap"]
 
 
 def test_every_subcommand_is_covered_here() -> None:
@@ -262,3 +262,21 @@ def test_append_if_match_appends_at_that_tail_only(ours: ServerProcess) -> None:
     assert closed.returncode == 0, closed.stderr
     assert cli("cat", path, url=ours.url).stdout == b"one\ntwo\n"
     assert json.loads(cli("head", path, "--json", url=ours.url).stdout)["closed"] is True
+
+
+def test_retention_limits_on_create_shown_changed_and_refused(ours: ServerProcess) -> None:
+    url = f"{ours.url}/v1/stream/{unique('cli-retention')}"
+    created = cli("create", url, "-t", "text/plain", "--max-messages", "100", "--max-age", "3600")
+    assert created.returncode == 0, created.stderr
+    shown = cli("retention", url)
+    assert (shown.returncode, shown.stdout) == (0, b"max_age_seconds=3600 max_messages=100\n")
+    head = json.loads(cli("head", url, "--json").stdout)
+    assert head["retention"] == {"max_age_seconds": 3600, "max_messages": 100}
+    assert head["earliest_offset"] == "0000000000000000_0000000000000000"
+
+    changed = cli("retention", url, "--max-messages", "none", "--max-bytes", "1048576")
+    assert (changed.returncode, changed.stdout) == (0, b"max_age_seconds=3600 max_bytes=1048576\n")
+    refused = cli("retention", url, "--max-bytes", "0")
+    assert refused.returncode == 2 and b"--max-bytes" in refused.stderr
+    removed = cli("retention", url, "--max-age", "none", "--max-bytes", "none")
+    assert (removed.returncode, removed.stdout) == (0, b"no retention limits\n")
