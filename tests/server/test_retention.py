@@ -102,6 +102,15 @@ def test_a_1_mib_limit_keeps_the_newest_mib_and_410s_below_it(server_factory: Ca
     assert MIB <= kept <= MIB + MIB // 8
     assert kept == sum(len(chunk) for chunk in chunks[first:])
     assert stored_message_bytes(server, "bounded") == (160 - first, kept)
+    metrics = dict(
+        re.findall(
+            r"^(durable_streams_retention_removed_\w+_total) (\S+)$", http.get(f"{server.url}/metrics").text, re.M
+        )
+    )
+    assert float(metrics["durable_streams_retention_removed_messages_total"]) == first
+    assert float(metrics["durable_streams_retention_removed_bytes_total"]) == len(appended) - kept
+    overview = http.get(f"{server.url}/v1/status/overview").json()
+    assert overview["retention"] == {"removed_messages": first, "removed_bytes": len(appended) - kept}
 
     gone = http.get(url, params={"offset": "-1"})
     assert gone.status_code == 410

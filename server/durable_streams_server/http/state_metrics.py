@@ -52,6 +52,17 @@ class StateCollector:
             "durable_streams_memory_evictions", "Entries the memory budget let go", value=memory.evictions
         )
         yield gauge("durable_streams_tombstones", "Deleted streams' ends kept", len(engine.tombstones))
+        retention = engine.retention
+        yield CounterMetricFamily(
+            "durable_streams_retention_removed_messages",
+            "Messages retention policies let go of since the start (reads below answer 410; maintenance deletes them)",
+            value=retention.removed_messages,
+        )
+        yield CounterMetricFamily(
+            "durable_streams_retention_removed_bytes",
+            "Bytes of the messages retention policies let go of since the start",
+            value=retention.removed_bytes,
+        )
         yield from consumer_lag_metrics(engine.consumers)
         writes = started.streams.writes
         if writes is not None:

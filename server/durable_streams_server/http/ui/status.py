@@ -5,7 +5,8 @@ Views, each documented in the README ("Operations: the status page") so scripts 
 - ``overview``: streams and buckets the token may read, and for a token that covers the
   whole server (no bucket or prefix limits) the server's own figures: live readers, storage
   (WAL bytes, unflushed bytes, flush lag, degraded reason: the object store's health),
-  Delta commits and compaction passes (counts, failures, mean duration), the memory budget,
+  Delta commits and compaction passes (counts, failures, mean duration), what retention
+  policies removed since the start (messages, bytes), the memory budget,
   and appends/s and bytes/s over the last minutes (``samples.RateHistory``);
 - ``streams`` and ``stream``: ``streams_view``;
 - ``subscriptions``: those of the roots the token may read (the base surface, or a bucket),
@@ -134,6 +135,10 @@ class StatusPage:
                 "limit_bytes": memory.limit,
                 "outside_bytes": engine.guard.outside,
                 "evictions": memory.evictions,
+            },
+            "retention": {
+                "removed_messages": engine.retention.removed_messages,
+                "removed_bytes": engine.retention.removed_bytes,
             },
             "appends": appends_answered(samples),
             "rates": self.rates.rates(),

@@ -8,10 +8,10 @@ loop for it. Rows never wake a stream (``peek``): a dormant or sleeping stream i
 its kept state, so a page left open does not rebuild idle streams every poll.
 
 Per stream it shows what the engine keeps anyway: the visible tail, messages still readable
-(tail minus the earliest readable offset), last write, closure, TTL/expiry, the bytes
-appended to it (``Stream.bytes_total``, kept for consumers' lag: 0 for what was appended
-before the server counted them) and the readers waiting at its tail (long-poll and SSE
-waiters).
+(tail minus the earliest readable offset) and that offset, its retention limits, last write,
+closure, TTL/expiry, the bytes it retains (``Stream.retained_bytes``: appended minus what its
+retention policy let go of; 0 for what was appended before the server counted them) and the
+readers waiting at its tail (long-poll and SSE waiters).
 
 A stream's recent messages are read like any read (``engine.reads.read``, whole messages),
 at most ``RECENT_MESSAGES`` of them and ``RECENT_BYTES`` in all; text and JSON as text,
@@ -129,7 +129,9 @@ def _row(engine: Engine, stream: Stream, now_ms: int) -> dict[str, Any]:
         "status": status,
         "tail_offset": encode_seq(stream.visible_tail),
         "messages": stream.visible_tail - min(engine.earliest_readable(stream), stream.visible_tail),
-        "bytes": stream.bytes_total,
+        "bytes": stream.retained_bytes,
+        "earliest_offset": encode_seq(engine.earliest_readable(stream)),
+        "retention": stream.retention.policy.to_json() if stream.retention is not None else None,
         "created_at_ms": stream.created_ms,
         "last_append_at_ms": stream.last_write_ms or None,
         "ttl_s": stream.ttl_s,

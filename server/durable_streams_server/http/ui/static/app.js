@@ -120,6 +120,7 @@ async function overview() {
       card("stored since start", bytes(s.stored_bytes)),
       card("Delta commits (failed)", `${o.delta_commits.count} (${o.delta_commits.failures})`, o.delta_commits.failures ? "bad" : ""),
       card("compactions (failed)", `${o.compaction.count} (${o.compaction.failures})`, o.compaction.failures ? "bad" : ""),
+      card("removed by retention", `${o.retention.removed_messages} messages, ${bytes(o.retention.removed_bytes)}`),
       card("memory held / limit", `${bytes(m.held_bytes)} / ${m.limit_bytes ? bytes(m.limit_bytes) : "no limit"}`),
     );
     chart($("chart-appends"), rates, "appends_per_s", (v) => v.toFixed(1));
