@@ -39,7 +39,10 @@ def _installed() -> None:
 
 @pytest.mark.slow
 def test_conformance_local_delta_storage(server_factory: Callable[..., ServerProcess]) -> None:
-    server = server_factory(*LONG_POLL)
+    """With retention limits on every stream (the server's defaults) and maintenance passes every
+    second: the protocol is the same with both extensions on (conditional appends always are)."""
+    retention = ("--retention-max-age-s", "1d", "--retention-max-messages", "1000000", "--compaction-interval-s", "1")
+    server = server_factory(*LONG_POLL, *retention)
     _assert_all_passed(run_conformance(server.url, include_subscriptions=True))
 
 

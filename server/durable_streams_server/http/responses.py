@@ -21,12 +21,15 @@ from ..protocol.errors import ProtocolError
 ALLOWED_METHODS = "GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS"
 ALLOWED_HEADERS = (
     "Content-Type, Authorization, If-None-Match, If-Match, Stream-Seq, Stream-TTL, Stream-Expires-At, Stream-Closed, "
-    "Producer-Id, Producer-Epoch, Producer-Seq, Stream-Forked-From, Stream-Fork-Offset, Stream-Fork-Sub-Offset"
+    "Producer-Id, Producer-Epoch, Producer-Seq, Stream-Forked-From, Stream-Fork-Offset, Stream-Fork-Sub-Offset, "
+    "Stream-Retention-Max-Age, Stream-Retention-Max-Bytes, Stream-Retention-Max-Messages"
 )
 EXPOSED_HEADERS = (
     "Stream-Next-Offset, Stream-Cursor, Stream-Up-To-Date, Stream-Closed, Stream-TTL, Stream-Expires-At, "
     "Stream-SSE-Data-Encoding, Producer-Epoch, Producer-Seq, Producer-Expected-Seq, Producer-Received-Seq, "
-    "Stream-Incarnation, Stream-Bulk-Append, Stream-Conditional-Append, ETag, Content-Type, Location"
+    "Stream-Incarnation, Stream-Bulk-Append, Stream-Conditional-Append, ETag, Content-Type, Location, "
+    "Stream-Retention-Max-Age, Stream-Retention-Max-Bytes, Stream-Retention-Max-Messages, Stream-Earliest-Offset, "
+    "Stream-Retained-Bytes"
 )
 
 
