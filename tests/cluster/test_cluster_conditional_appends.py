@@ -10,6 +10,7 @@ from pathlib import Path
 
 import requests
 from cluster_support import serving, start_node, until
+from conditional_race import check_race, run_race
 from servers import ServerProcess, session
 
 TEXT = {"Content-Type": "text/plain"}
@@ -43,3 +44,20 @@ def test_if_match_reaches_the_shard_server_relayed_and_redirected(
         star = http.post(url, data="lost", headers={**TEXT, **extra, "If-Match": "*"}, timeout=30)
         assert star.status_code == 400, star.text
     assert requests.get(url, params={"offset": "-1"}, timeout=30).content == b"01"
+
+
+def test_race_32_writers_through_a_node_one_winner_per_offset(
+    server_factory: Callable[..., ServerProcess], tmp_path: Path
+) -> None:
+    """The single server's race (``conditional_race``), every request through a node that holds no
+    shard: appends relayed, HEADs redirected, the history read back through the node too."""
+    storage = ["--storage-uri", str(tmp_path / "root"), "--shards", "1", "--lease-ttl-s", "3"]
+    owner = start_node(server_factory, storage, "n0", tmp_path)
+    until(serving([owner], 1), message=lambda: str(owner.describe()))
+    router = start_node(server_factory, storage, "n1", tmp_path)
+    until(lambda: router.describe()["held"] == [] and serving([owner], 1)(), message=lambda: str(router.describe()))
+    http = session()
+    url = f"{router.url}/v1/stream/raced"
+    assert http.put(url, headers={"Content-Type": "application/json"}, timeout=30).status_code == 201
+    summary = check_race(http, url, run_race(url))
+    print(f"\nrace through a node: {summary}")
