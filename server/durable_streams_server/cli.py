@@ -19,7 +19,7 @@ from .log_format import configure_logging
 from .serve import serve
 from .settings import NO_SOURCES, TOKENS_ENV, Settings, Sources, settings_from_args
 from .settings_json import SettingsFormatError, settings_from_json
-from .storage.committer import Durability
+from .storage.durability import Durability
 from .storage.ownership import TakeOver
 
 ENV_PREFIX = "DURABLE_STREAMS_"
@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
         parser,
         "--durability",
         "acknowledge appends after the local WAL fsync (wal) or after the Delta commit (delta)",
-        choices=list(get_args(Durability)),
+        choices=[mode.value for mode in Durability],
     )
     _add_config(parser, "--node-id", "this server's name as the owner of its storage (default: kept in --data-dir)")
     _add_config(parser, "--advertise-url", "the URL this server is reached at, named to other servers and operators")

@@ -18,7 +18,7 @@ from typing import Literal, get_args
 from .http.shard_guard import ShardGuard
 from .protocol.tokens import AuthConfig
 from .protocol.webhook_rules import parse_networks
-from .storage.committer import Durability
+from .storage.durability import Durability
 from .storage.ownership import TakeOver
 
 _NODE_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -87,7 +87,7 @@ class ServerConfig:
     storage_uri: str | None = None
     """Where the Delta table lives; ``None`` means ``<data_dir>/delta`` (the embedded default)."""
     storage_options: Mapping[str, str] = field(default_factory=dict)
-    durability: Durability = "wal"
+    durability: Durability = Durability.WAL
     long_poll_timeout_ms: int = 30_000
     sse_reconnect_ms: int = 60_000
     max_body_bytes: int = 64 * 1024 * 1024
@@ -204,7 +204,6 @@ class ServerConfig:
                 "read_plan_ttl_s",
                 f"must be at most vacuum_retention_hours ({self.vacuum_retention_hours} h), got {self.read_plan_ttl_s}",
             )
-        modes = get_args(Durability)
         for switch in ("memory_guard", "fast_path"):
             if getattr(self, switch) not in ("on", "off"):
                 raise ConfigError(switch, f"must be on or off, got {getattr(self, switch)!r}")
@@ -221,8 +220,10 @@ class ServerConfig:
                 raise ConfigError(
                     "cluster_shard", f"must be k/N with 0 <= k < N, got {self.cluster_shard!r}: {exc}"
                 ) from None
-        if self.durability not in modes:
-            raise ConfigError("durability", f"must be one of {', '.join(modes)}, got {self.durability!r}")
+        if self.durability not in list(Durability):
+            modes = ", ".join(Durability)
+            raise ConfigError("durability", f"must be one of {modes}, got {self.durability!r}")
+        object.__setattr__(self, "durability", Durability(self.durability))  # (a flag's or a file's string)
 
     @property
     def shard_guard(self) -> ShardGuard | None:

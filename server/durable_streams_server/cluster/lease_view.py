@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Collection
 
+from ..storage.durability import Durability
 from .leases import LeaseFormatError, LeaseRecord, Observed, WalAdoption
 from .objects import ConditionalObjects
 from .shards import lease_key
@@ -81,4 +82,6 @@ class LeaseView:
         back whatever its share, and drains it later as any shard above its share."""
         seen = self.seen.get(shard)
         record = seen.record if seen is not None else None
-        return record is not None and not record.free and record.holder == self._node_id and record.durability == "wal"
+        if record is None or record.free:
+            return False
+        return record.holder == self._node_id and record.durability == Durability.WAL

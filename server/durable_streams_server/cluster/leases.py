@@ -37,6 +37,8 @@ import json
 from dataclasses import asdict, dataclass, replace
 from typing import Literal
 
+from ..storage.durability import Durability
+
 LeaseState = Literal["starting", "serving", "draining", "released"]
 SAFETY = 0.2
 """The fraction of a lease's ttl between its holder's last moment and a contender's first."""
@@ -58,7 +60,7 @@ class LeaseRecord:
     url: str | None = None
     """Where the shard is served (its server's advertised URL), once ``serving``."""
     state: LeaseState = "released"
-    durability: str = "delta"
+    durability: Durability = Durability.DELTA
     ttl_ms: int = 5000
     beat: int = 0
 
@@ -73,6 +75,7 @@ class LeaseRecord:
     def from_bytes(cls, body: bytes) -> LeaseRecord:
         try:
             fields = json.loads(body)
+            fields["durability"] = Durability.recorded(fields.get("durability", Durability.DELTA))
             record = cls(**fields)
         except (ValueError, TypeError) as exc:
             raise LeaseFormatError(f"not a lease record: {exc}") from None
@@ -123,7 +126,7 @@ def may_take(seen: Observed, node_id: str, now: float, *, adopt_wal: bool) -> bo
         return True
     if not seen.expired(now):
         return False
-    return record.durability != "wal" or adopt_wal
+    return record.durability != Durability.WAL or adopt_wal
 
 
 def target_count(shards: int, live_nodes: int) -> int:
@@ -150,7 +153,7 @@ class WalAdoption:
         if shard not in self._looked:
             self._looked.add(shard)
             record = seen.record
-            if self._enabled and not record.free and record.holder != node_id and record.durability == "wal":
+            if self._enabled and not record.free and record.holder != node_id and record.durability == Durability.WAL:
                 self._candidates[shard] = seen.etag
         elif self._candidates.get(shard, seen.etag) != seen.etag:
             del self._candidates[shard]  # written again: its holder was alive after this node started

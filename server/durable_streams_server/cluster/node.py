@@ -59,6 +59,7 @@ from dataclasses import dataclass, field, replace
 
 import httpx
 
+from ..storage.durability import Durability
 from .balance import cold_start_wait, should_drain
 from .lease_view import LeaseView
 from .leases import Held, LeaseRecord, Observed, WalAdoption, may_take, target_count
@@ -86,7 +87,7 @@ class NodeSettings:
     node_id: str
     advertise_url: str
     storage_uri: str
-    durability: str
+    durability: Durability
     lease_ttl_s: float = 5.0
     adopt_wal: bool = False
     incarnation: str = field(default_factory=lambda: secrets.token_hex(8))
@@ -314,7 +315,7 @@ class Supervisor:
         """Whether ``shard``'s lease may be released now that its stopped ``server`` is gone: not
         if it acknowledged from this node's WAL and did not exit cleanly (it may not have flushed,
         and its location still names it: a node taking the free lease would time out and refuse)."""
-        if self.settings.durability != "wal" or server.proc.returncode in CLEAN_EXITS:
+        if self.settings.durability != Durability.WAL or server.proc.returncode in CLEAN_EXITS:
             return True
         code = server.proc.returncode
         log.error("WAL shard server did not exit cleanly: its lease is kept", extra={"shard": shard, "code": code})

@@ -35,6 +35,7 @@ import httpx
 
 from ..settings import Settings
 from ..settings_json import settings_to_json
+from ..storage.durability import Durability
 from ..storage.ownership import TakeOver
 from .leases import LeaseRecord
 
@@ -69,7 +70,7 @@ class TakeOverPlan:
         taken = previous is not None and not previous.free and previous.holder != node_id
         if not taken or previous is None:
             return cls("ask", TAKE_OVER_TIMEOUT_S, None)
-        return cls("force" if previous.durability == "wal" else "ask", 0.0, previous.holder)
+        return cls("force" if previous.durability == Durability.WAL else "ask", 0.0, previous.holder)
 
 
 def free_port(host: str) -> int:

@@ -101,8 +101,9 @@ with pyarrow), ``compaction_plan``, ``compaction`` with ``bin_rewrite`` and ``so
 Storage never imports the engine.
 """
 
-from .committer import Durability, Storage, StorageConfig
+from .committer import Storage, StorageConfig
 from .compaction import CompactionConfig
+from .durability import Durability
 from .view import Recovery, StateView
 
 __all__ = ["CompactionConfig", "Durability", "Recovery", "StateView", "Storage", "StorageConfig"]

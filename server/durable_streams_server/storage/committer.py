@@ -13,7 +13,6 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import pyarrow as pa
 
@@ -21,6 +20,7 @@ from .acks import Acknowledgements
 from .admission import Admission
 from .compaction import Compaction, CompactionConfig, CompactionReport, Compactor
 from .delta_log import DeltaLog
+from .durability import Durability
 from .flusher import DeltaFlusher
 from .history_reader import HistoryReader, StoredMessage
 from .leftover_wal import give_up, refusal, unflushed
@@ -38,15 +38,13 @@ __all__ = ["Durability", "Recovery", "StateView", "Storage", "StorageConfig"]
 
 log = logging.getLogger("durable_streams_server.storage")
 
-Durability = Literal["wal", "delta"]
-
 
 @dataclass(frozen=True, slots=True)
 class StorageConfig:
     data_dir: Path
     storage_uri: str
     storage_options: Mapping[str, str]
-    durability: Durability = "wal"
+    durability: Durability = Durability.WAL
     flush_interval_s: float = 1.0
     flush_bytes: int = 8 * 1024 * 1024
     max_wal_bytes: int = 1024**3
@@ -76,7 +74,7 @@ class Storage:
         self.plans = ReadPlanner(self.delta.uri, config.storage_options, config.read_plan_ttl_s)
         self.wal = (
             WriteAheadLog(config.data_dir / "wal", min(PREALLOCATE_BYTES, config.max_wal_bytes // 16))
-            if config.durability == "wal"
+            if config.durability == Durability.WAL
             else None
         )
         self._acks = Acknowledgements()

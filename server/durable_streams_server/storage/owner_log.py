@@ -27,6 +27,7 @@ from typing import Any
 
 from deltalake import CommitProperties, DeltaTable, Transaction
 
+from .durability import Durability
 from .ownership import (
     HANDOVER_APP_ID,
     HANDOVER_KEY,
@@ -191,7 +192,7 @@ def _claim_next(table: DeltaTable, lock: threading.Lock, node: Node, epoch: int)
 def _given_up(previous: Owner, decision: Decision) -> dict[str, object]:
     """What taking ``previous``'s location over gave up, for the log: nothing after a handover
     (``previous`` flushed first) or from a delta-durability owner (it acknowledged only commits)."""
-    if decision != "force" or previous.durability != "wal":
+    if decision != "force" or previous.durability != Durability.WAL:
         return {}
     return {
         "given_up": "any records that owner acknowledged and had not flushed into Delta: they stay in its "
@@ -216,5 +217,5 @@ def _ask_handover(table: DeltaTable, lock: threading.Lock, node: Node, epoch: in
             newest = newest_owner(table)
         if newest is not None and newest.epoch == epoch and newest.state == "released":
             return
-    if current.durability != "delta":
+    if current.durability != Durability.DELTA:
         raise handover_timed_out(current, node.take_over_timeout_s)

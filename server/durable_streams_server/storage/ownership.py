@@ -69,6 +69,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from .durability import Durability
 from .local_sync import fsync_path
 
 OWNER_APP_ID = "durable-streams-owner"
@@ -98,7 +99,7 @@ class Owner:
     data_dir: str
     host: str
     pid: int
-    durability: str
+    durability: Durability
     state: OwnerState = "serving"
     wal_id: str | None = None
     """The WAL identity of its data directory (``WAL_ID_FILE``). ``None``: unknown, an owner
@@ -112,6 +113,7 @@ class Owner:
     def from_json(cls, text: str) -> Owner | None:
         try:
             fields: dict[str, Any] = json.loads(text)
+            fields["durability"] = Durability.recorded(fields.get("durability"))
             return cls(**fields)
         except (TypeError, ValueError):
             return None
@@ -129,7 +131,7 @@ class Node:
     node_id: str
     url: str = ""
     data_dir: str = ""
-    durability: str = "wal"
+    durability: Durability = Durability.WAL
     wal_id: str = ""
     """Its data directory's WAL identity (``wal_id_for``); empty: none (tools, tests)."""
     take_over: TakeOver = "no"
@@ -222,7 +224,7 @@ def same_wal(node: Node, owner: Owner) -> bool:
 def lost_wal(node: Node, owner: Owner) -> bool:
     """``owner`` is ``node`` on another data directory, whose WAL may hold records it
     acknowledged (it ran with WAL durability) that this one does not."""
-    return owner.node_id == node.node_id and owner.durability == "wal" and not same_wal(node, owner)
+    return owner.node_id == node.node_id and owner.durability == Durability.WAL and not same_wal(node, owner)
 
 
 def restart_of(node: Node, owner: Owner) -> bool:
