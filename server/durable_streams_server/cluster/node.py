@@ -4,7 +4,6 @@ keeps the routing table its router answers from.
 Theory of operation
 -------------------
 One thread (``Supervisor.run``) ticks every ``tick_s`` (a fifth of the lease ttl). Each tick:
-
 1. **Beat**: rewrite this node's object (``_cluster/nodes/<id>.json``), so others count it
    live; a node whose object has not changed for a ttl of the reader's clock is not live.
    One process per node id (``membership``): a node that finds its object written by
