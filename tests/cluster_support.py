@@ -123,13 +123,6 @@ def serving(nodes: list[Node], shards: int) -> Callable[[], bool]:
     return check
 
 
-def until(predicate: Callable[[], bool], timeout_s: float = 60, message: Callable[[], str] = str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"condition not met in {timeout_s} s {message()}"
-        time.sleep(0.05)
-
-
 def name_in_shard(shard: int, shards: int, prefix: str) -> str:
     """A stream name (one path segment: its own shard key) whose shard is ``shard``."""
     for index in range(10_000):

@@ -253,15 +253,19 @@ def append_all(http: requests.Session, url: str, headers: dict[str, str], messag
     return tails
 
 
-def wait_for(predicate: object, timeout_s: float = 10.0, interval_s: float = 0.05) -> None:
-    """Poll ``predicate()`` until it is truthy."""
-    assert callable(predicate)
+def wait_for(
+    predicate: Callable[[], object],
+    timeout_s: float = 10.0,
+    interval_s: float = 0.05,
+    message: Callable[[], str] = str,
+) -> None:
+    """The suite's one wait: poll ``predicate()`` until it is truthy; after ``timeout_s``, an
+    ``AssertionError`` saying so, with ``message()`` (what the state was) when given."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
+    while not predicate():
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"condition not met within {timeout_s}s {message()}".rstrip())
         time.sleep(interval_s)
-    raise AssertionError(f"condition not met within {timeout_s}s")
 
 
 def wal_segments(data_dir: Path) -> list[Path]:

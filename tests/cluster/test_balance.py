@@ -14,8 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from cluster_support import Node, serving, start_node, until
-from servers import ServerProcess
+from cluster_support import Node, serving, start_node
+from servers import ServerProcess, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -44,7 +44,7 @@ def test_nodes_started_together_take_their_shares_without_a_drain(
     with ThreadPoolExecutor(3) as pool:
         nodes = list(pool.map(launch, range(3)))
     listening = time.monotonic()
-    until(_balanced(nodes, 6), timeout_s=120, message=lambda: str([node.describe() for node in nodes]))
+    wait_for(_balanced(nodes, 6), timeout_s=120, message=lambda: str([node.describe() for node in nodes]))
     print(f"three nodes started together: balanced {time.monotonic() - listening:.1f} s after the last listened")
     time.sleep(3 * TTL_S)  # (and it stays so)
     assert _balanced(nodes, 6)()

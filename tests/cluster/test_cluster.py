@@ -30,9 +30,8 @@ from cluster_support import (
     serving,
     shard_servers,
     start_node,
-    until,
 )
-from servers import MotoServer, ServerProcess
+from servers import MotoServer, ServerProcess, wait_for
 
 from durable_streams_server.protocol.shard_keys import shard_of_key
 
@@ -50,7 +49,7 @@ def _cluster(
 ) -> list[Node]:
     storage = [*_root(moto), "--shards", str(shards), "--durability", durability, "--lease-ttl-s", "3"]
     nodes = [start_node(factory, storage, f"n{index}", tmp) for index in range(count)]
-    until(serving(nodes, shards), message=lambda: str([node.describe() for node in nodes]))
+    wait_for(serving(nodes, shards), message=lambda: str([node.describe() for node in nodes]), timeout_s=60)
     return nodes
 
 
@@ -140,15 +139,15 @@ def test_kill_9_of_an_owner_under_appends_loses_nothing(
     appenders = [ProducerAppender(f"{front.url}/v1/stream/{name}", f"p-{name}", 1000) for name in names]
     for appender in appenders:
         appender.start()
-    until(
+    wait_for(
         lambda: all(len(appender.acknowledged) >= 15 for appender in appenders),
         timeout_s=180,
         message=lambda: str([(len(appender.acknowledged), appender.refusals) for appender in appenders]),
     )
 
     servers = victim.kill()
-    until(lambda: all(not Path(f"/proc/{pid}").exists() for pid in servers), timeout_s=10)  # they died with it
-    until(lambda: shard in front.shards_held() + reader.shards_held(), timeout_s=60)  # (ttl 3 s: ~5-10 s here)
+    wait_for(lambda: all(not Path(f"/proc/{pid}").exists() for pid in servers), timeout_s=10)  # they died with it
+    wait_for(lambda: shard in front.shards_held() + reader.shards_held(), timeout_s=60)  # (ttl 3 s: ~5-10 s here)
     taker = front if shard in front.shards_held() else reader
     acquired = [line for line in taker.process.log_text().splitlines() if 'msg="shard acquired"' in line]
     # an expired lease: its holder's servers are gone, so the new one claims without waiting for them
@@ -156,7 +155,7 @@ def test_kill_9_of_an_owner_under_appends_loses_nothing(
     started = [line for line in taker.process.log_text().splitlines() if 'msg="shard server starting"' in line]
     assert f"shard={shard} " in started[-1] and "spare=True" in started[-1], started  # imports done before
     acknowledged_at_kill = [len(appender.acknowledged) for appender in appenders]
-    until(
+    wait_for(
         lambda: all(len(a.acknowledged) >= n + 10 for a, n in zip(appenders, acknowledged_at_kill, strict=True)),
         timeout_s=180,
     )
@@ -179,11 +178,11 @@ def test_a_paused_owner_acknowledges_nothing_that_is_later_missing(
     old_server = paused.describe()["shards"][shard]["url"]  # type: ignore[index]
     appender = ProducerAppender(f"{front.url}/v1/stream/{name}", "p-front", 1000)
     appender.start()
-    until(lambda: len(appender.acknowledged) >= 15, timeout_s=180)
+    wait_for(lambda: len(appender.acknowledged) >= 15, timeout_s=180)
 
     paused.pause()
-    until(lambda: shard in front.shards_held(), timeout_s=30)
-    until(lambda: len(appender.acknowledged) >= 30, timeout_s=180)
+    wait_for(lambda: shard in front.shards_held(), timeout_s=30)
+    wait_for(lambda: len(appender.acknowledged) >= 30, timeout_s=180)
     paused.resume()
     # straight to the old shard server, as a client that kept its URL would: nothing it says
     # it acknowledged may be missing afterwards
@@ -195,7 +194,7 @@ def test_a_paused_owner_acknowledges_nothing_that_is_later_missing(
             continue
         if answer.status_code in (200, 204) and not answer.history:
             stale.append(n)
-    until(lambda: len(appender.acknowledged) >= 40, timeout_s=180)
+    wait_for(lambda: len(appender.acknowledged) >= 40, timeout_s=180)
     appender.stopping.set()
     appender.join(timeout=60)
     read = history(f"{front.url}/v1/stream/{name}")
@@ -209,7 +208,7 @@ def test_a_paused_owner_acknowledges_nothing_that_is_later_missing(
             return True
         return False
 
-    until(old_server_gone, timeout_s=10)  # its lease's validity ended while it was stopped: killed
+    wait_for(old_server_gone, timeout_s=10)  # its lease's validity ended while it was stopped: killed
 
 
 def test_a_shard_server_whose_node_is_paused_stops_once_another_owns_its_shard(
@@ -234,8 +233,8 @@ def test_a_shard_server_whose_node_is_paused_stops_once_another_owns_its_shard(
     assert len(old_servers) == 1, old_servers
     os.kill(paused.process.proc.pid, signal.SIGSTOP)
     try:
-        until(lambda: shard in front.shards_held(), timeout_s=60)
-        until(lambda: not Path(f"/proc/{old_servers[0]}").exists() or _zombie(old_servers[0]), timeout_s=30)
+        wait_for(lambda: shard in front.shards_held(), timeout_s=60)
+        wait_for(lambda: not Path(f"/proc/{old_servers[0]}").exists() or _zombie(old_servers[0]), timeout_s=30)
         for n in range(5, 10):
             answer = send("POST", f"{front.url}/v1/stream/{name}", data=b'{"n": %d}' % n, headers=JSON)
             assert answer.status_code in (200, 204), answer.text
@@ -243,7 +242,7 @@ def test_a_shard_server_whose_node_is_paused_stops_once_another_owns_its_shard(
     finally:
         os.kill(paused.process.proc.pid, signal.SIGCONT)
     check_history(acknowledged, history(f"{front.url}/v1/stream/{name}"))
-    until(serving(nodes, 2), timeout_s=60)  # the node back: the shards balance again, one each
+    wait_for(serving(nodes, 2), timeout_s=60)  # the node back: the shards balance again, one each
     check_history(acknowledged, history(f"{paused.url}/v1/stream/{name}"))
 
 

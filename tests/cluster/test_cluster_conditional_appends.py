@@ -9,9 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import requests
-from cluster_support import serving, start_node, until
+from cluster_support import serving, start_node
 from conditional_race import check_race, run_race
-from servers import ServerProcess, session
+from servers import ServerProcess, session, wait_for
 
 TEXT = {"Content-Type": "text/plain"}
 FOLLOW = {"durable-streams-redirects": "follow"}
@@ -26,7 +26,7 @@ def test_if_match_reaches_the_shard_server_relayed_and_redirected(
 ) -> None:
     storage = ["--storage-uri", str(tmp_path / "root"), "--shards", "1", "--lease-ttl-s", "3"]
     node = start_node(server_factory, storage, "n0", tmp_path)
-    until(serving([node], 1), message=lambda: str(node.describe()))
+    wait_for(serving([node], 1), message=lambda: str(node.describe()), timeout_s=60)
     http = session()
     url = f"{node.url}/v1/stream/conditional"
     assert http.put(url, headers=TEXT, timeout=30).status_code == 201
@@ -53,9 +53,13 @@ def test_race_32_writers_through_a_node_one_winner_per_offset(
     shard: appends relayed, HEADs redirected, the history read back through the node too."""
     storage = ["--storage-uri", str(tmp_path / "root"), "--shards", "1", "--lease-ttl-s", "3"]
     owner = start_node(server_factory, storage, "n0", tmp_path)
-    until(serving([owner], 1), message=lambda: str(owner.describe()))
+    wait_for(serving([owner], 1), message=lambda: str(owner.describe()), timeout_s=60)
     router = start_node(server_factory, storage, "n1", tmp_path)
-    until(lambda: router.describe()["held"] == [] and serving([owner], 1)(), message=lambda: str(router.describe()))
+    wait_for(
+        lambda: router.describe()["held"] == [] and serving([owner], 1)(),
+        message=lambda: str(router.describe()),
+        timeout_s=60,
+    )
     http = session()
     url = f"{router.url}/v1/stream/raced"
     assert http.put(url, headers={"Content-Type": "application/json"}, timeout=30).status_code == 201

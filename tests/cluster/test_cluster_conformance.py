@@ -17,9 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from cluster_support import serving, start_node, until
+from cluster_support import serving, start_node
 from runner import run_conformance
-from servers import MotoServer, ServerProcess
+from servers import MotoServer, ServerProcess, wait_for
 from test_conformance import LONG_POLL, SUITE_TESTS
 
 from durable_streams_server.cluster.proxy import FOLLOWS_HEADER
@@ -34,10 +34,10 @@ def test_conformance_through_a_node_that_owns_nothing(
     moto.create_bucket(bucket)
     storage = [*moto.server_args(f"s3://{bucket}/root"), "--shards", "1", *LONG_POLL]
     owner = start_node(server_factory, storage, "owner", tmp_path)
-    until(serving([owner], 1))
+    wait_for(serving([owner], 1), timeout_s=60)
     front = start_node(server_factory, storage, "front", tmp_path)
     third = start_node(server_factory, storage, "third", tmp_path)
-    until(lambda: owner.describe()["live_nodes"] == ["front", "owner", "third"])
+    wait_for(lambda: owner.describe()["live_nodes"] == ["front", "owner", "third"], timeout_s=60)
     assert front.shards_held() == [] and third.shards_held() == [] and owner.shards_held() == [0]
 
     result = run_conformance(front.url, include_subscriptions=True)
@@ -56,9 +56,9 @@ def test_conformance_relayed_whole_through_a_node_that_owns_nothing(
     node's access log shows it answered every request itself, none with a 307."""
     storage = ["--storage-uri", str(tmp_path / "root"), "--shards", "1", *LONG_POLL]
     owner = start_node(server_factory, storage, "owner", tmp_path)
-    until(serving([owner], 1))
+    wait_for(serving([owner], 1), timeout_s=60)
     front = start_node(server_factory, storage, "front", tmp_path, "--access-log")
-    until(lambda: owner.describe()["live_nodes"] == ["front", "owner"])
+    wait_for(lambda: owner.describe()["live_nodes"] == ["front", "owner"], timeout_s=60)
     assert front.shards_held() == [] and owner.shards_held() == [0]
     logged = front.process.log_path.stat().st_size
 
@@ -83,7 +83,7 @@ def test_conformance_at_three_shards_through_one_node(
     moto.create_bucket(bucket)
     storage = [*moto.server_args(f"s3://{bucket}/root"), "--shards", "3", *LONG_POLL]
     nodes = [start_node(server_factory, storage, name, tmp_path) for name in ("front", "second", "third")]
-    until(serving(nodes, 3))
+    wait_for(serving(nodes, 3), timeout_s=60)
     held = [node.shards_held() for node in nodes]
     assert sorted(shard for shards in held for shard in shards) == [0, 1, 2] and all(len(s) == 1 for s in held)
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 import requests
-from cluster_support import JSON, history, name_in_shard, start_node, until
-from servers import ServerProcess
+from cluster_support import JSON, history, name_in_shard, start_node
+from servers import ServerProcess, wait_for
 
 from durable_streams_server.cluster.leases import LeaseRecord
 from durable_streams_server.cluster.objects import open_objects
@@ -39,9 +39,9 @@ def test_an_unreadable_lease_is_left_alone_while_the_node_goes_on(
         found = objects.get(node_key("n0"))
         return int(json.loads(found.body)["beat"]) if found is not None else -1
 
-    until(lambda: node.describe()["shards"][0]["state"] == "serving", timeout_s=120)  # type: ignore[index]
+    wait_for(lambda: node.describe()["shards"][0]["state"] == "serving", timeout_s=120)  # type: ignore[index]
     ticks_then = beat()
-    until(lambda: beat() >= ticks_then + 5, timeout_s=60)  # five more ticks: the loop goes on
+    wait_for(lambda: beat() >= ticks_then + 5, timeout_s=60)  # five more ticks: the loop goes on
     view = node.describe()
     assert view["held"] == [0]
     assert view["shards"][1]["state"] == "unavailable"  # type: ignore[index]
@@ -51,9 +51,9 @@ def test_an_unreadable_lease_is_left_alone_while_the_node_goes_on(
     assert refused.status_code == 503 and refused.json()["error"]["code"] == "SHARD_UNAVAILABLE"
 
     (root / lease_key(1)).unlink()  # the operator removes it
-    until(lambda: node.describe()["held"] == [0, 1], timeout_s=120)
+    wait_for(lambda: node.describe()["held"] == [0, 1], timeout_s=120)
     url = f"{node.url}/v1/stream/{name_in_shard(1, 2, 'good')}"
-    until(lambda: requests.put(url, headers=JSON, timeout=30).status_code == 201, timeout_s=60)
+    wait_for(lambda: requests.put(url, headers=JSON, timeout=30).status_code == 201, timeout_s=60)
     assert requests.post(url, data=b'{"n": 0}', headers=JSON, timeout=30).status_code in (200, 204)
     assert history(url) == [0]
     objects.close()
@@ -65,7 +65,7 @@ def test_a_free_lease_whose_location_names_a_dead_owner_is_taken_over(
     root = tmp_path / "root"
     storage = ["--storage-uri", str(root), "--shards", "1", "--lease-ttl-s", "2", "--durability", "delta"]
     first = start_node(server_factory, storage, "n0", tmp_path)
-    until(lambda: first.describe()["shards"][0]["state"] == "serving", timeout_s=120)  # type: ignore[index]
+    wait_for(lambda: first.describe()["shards"][0]["state"] == "serving", timeout_s=120)  # type: ignore[index]
     url = f"{first.url}/v1/stream/kept"
     assert requests.put(url, headers=JSON, timeout=30).status_code == 201
     for n in range(3):
@@ -83,7 +83,7 @@ def test_a_free_lease_whose_location_names_a_dead_owner_is_taken_over(
     assert objects.replace(lease_key(0), released.to_bytes(), found.etag) is not None
 
     second = start_node(server_factory, storage, "n1", tmp_path)
-    until(lambda: second.describe()["shards"][0]["state"] == "serving", timeout_s=120)  # type: ignore[index]
+    wait_for(lambda: second.describe()["shards"][0]["state"] == "serving", timeout_s=120)  # type: ignore[index]
     assert second.shards_held() == [0]
     assert history(f"{second.url}/v1/stream/kept") == [0, 1, 2]
     objects.close()

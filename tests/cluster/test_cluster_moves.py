@@ -28,9 +28,8 @@ from cluster_support import (
     name_in_shard,
     serving,
     start_node,
-    until,
 )
-from servers import ServerProcess
+from servers import ServerProcess, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -40,21 +39,21 @@ def test_a_joining_node_takes_its_share_under_load(
 ) -> None:
     storage = ["--storage-uri", str(tmp_path / "root"), "--shards", "4", "--lease-ttl-s", "2"]
     first = [start_node(server_factory, storage, f"n{index}", tmp_path) for index in range(2)]
-    until(serving(first, 4))
+    wait_for(serving(first, 4), timeout_s=60)
     names = [name_in_shard(shard, 4, "move") for shard in range(4)]
     for name in names:
         assert requests.put(f"{first[0].url}/v1/stream/{name}", headers=JSON, timeout=30).status_code == 201
     appenders = [ProducerAppender(f"{first[0].url}/v1/stream/{name}", f"p-{name}", 100_000) for name in names]
     for appender in appenders:
         appender.start()
-    until(lambda: all(len(appender.acknowledged) >= 20 for appender in appenders), timeout_s=180)
+    wait_for(lambda: all(len(appender.acknowledged) >= 20 for appender in appenders), timeout_s=180)
 
     joined = start_node(server_factory, storage, "n2", tmp_path)
     nodes = [*first, joined]
-    until(lambda: len(joined.shards_held()) >= 1 and serving(nodes, 4)(), timeout_s=60)
+    wait_for(lambda: len(joined.shards_held()) >= 1 and serving(nodes, 4)(), timeout_s=60)
     assert sorted(len(node.shards_held()) for node in nodes) == [1, 1, 2]
     counts = [len(appender.acknowledged) for appender in appenders]
-    until(lambda: all(len(a.acknowledged) >= n + 20 for a, n in zip(appenders, counts, strict=True)), timeout_s=180)
+    wait_for(lambda: all(len(a.acknowledged) >= n + 20 for a, n in zip(appenders, counts, strict=True)), timeout_s=180)
     for appender in appenders:
         appender.stopping.set()
         appender.join(timeout=60)
@@ -68,7 +67,7 @@ def test_a_wal_node_that_dies_keeps_its_shards_until_it_returns(
     storage = ["--storage-uri", str(tmp_path / "root"), "--shards", "2", "--lease-ttl-s", "3"]
     storage += ["--durability", "wal", "--flush-interval-ms", "600000"]  # (everything stays in the WAL)
     nodes = [start_node(server_factory, storage, f"n{index}", tmp_path) for index in range(2)]
-    until(serving(nodes, 2))
+    wait_for(serving(nodes, 2), timeout_s=60)
     dying, other = nodes
     shard = dying.shards_held()[0]
     name = name_in_shard(shard, 2, "wal")
@@ -87,7 +86,7 @@ def test_a_wal_node_that_dies_keeps_its_shards_until_it_returns(
     assert refused.headers["Retry-After"] == "1"
 
     dying.process.start()
-    until(serving(nodes, 2), timeout_s=60)
+    wait_for(serving(nodes, 2), timeout_s=60)
     assert dying.shards_held() == [shard]
     assert history(f"{other.url}/v1/stream/{name}") == list(range(20))
 
@@ -105,7 +104,10 @@ def test_a_single_servers_location_opens_as_one_shard(
 
     node = server_factory("--cluster", "--storage-uri", str(data_dir / "delta"), "--shards", "8", data_dir=data_dir)
     answer = requests.get(f"{node.url}/v1/cluster", timeout=30)
-    until(lambda: requests.get(f"{node.url}/v1/cluster", timeout=30).json()["shards"][0]["state"] == "serving")
+    wait_for(
+        lambda: requests.get(f"{node.url}/v1/cluster", timeout=30).json()["shards"][0]["state"] == "serving",
+        timeout_s=60,
+    )
     assert len(answer.json()["shards"]) == 1  # adopted as it is: one shard, the location itself
     assert history(f"{node.url}/v1/stream/kept") == list(range(10))
     assert requests.post(f"{node.url}/v1/stream/kept", data=b'{"n": 10}', headers=JSON, timeout=30).status_code in (
@@ -126,7 +128,7 @@ def test_a_plain_reader_meets_no_dropped_connection_while_a_shard_moves(
     server until its next look at the leases."""
     storage = ["--storage-uri", str(tmp_path / "root"), "--shards", "2", "--lease-ttl-s", "5"]  # (a tick of 1 s)
     first = start_node(server_factory, storage, "n0", tmp_path)
-    until(serving([first], 2))
+    wait_for(serving([first], 2), timeout_s=60)
     names = [name_in_shard(shard, 2, "read") for shard in range(2)]  # (whichever shard moves)
     for name in names:
         assert requests.put(f"{first.url}/v1/stream/{name}", headers=JSON, timeout=30).status_code == 201
@@ -156,7 +158,7 @@ def test_a_plain_reader_meets_no_dropped_connection_while_a_shard_moves(
     readers = [threading.Thread(target=read, args=(url,), daemon=True) for url in urls]
     for reader in readers:
         reader.start()
-    until(
+    wait_for(
         lambda: len(joined.shards_held()) == 1 and serving([first, joined], 2)(),
         timeout_s=120,
         message=lambda: f"{first.describe()} {joined.describe()} {answers}",

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from cluster_support import serving, start_node, until
-from servers import ServerProcess, session
+from cluster_support import serving, start_node
+from servers import ServerProcess, session, wait_for
 
 TEXT = {"Content-Type": "text/plain"}
 FOLLOW = {"durable-streams-redirects": "follow"}
@@ -23,7 +23,7 @@ def test_limits_reach_the_shard_server_relayed_and_redirected(
 ) -> None:
     storage = ["--storage-uri", str(tmp_path / "root"), "--shards", "1", "--lease-ttl-s", "3"]
     node = start_node(server_factory, storage, "n0", tmp_path, "--compaction-interval-s", "0.3")
-    until(serving([node], 1), message=lambda: str(node.describe()))
+    wait_for(serving([node], 1), message=lambda: str(node.describe()), timeout_s=60)
     http = session()
     url = f"{node.url}/v1/stream/kept"
     created = http.put(url, headers={**TEXT, "Stream-Retention-Max-Messages": "4"}, timeout=30)
@@ -34,7 +34,7 @@ def test_limits_reach_the_shard_server_relayed_and_redirected(
     def earliest() -> str:
         return str(http.head(url, allow_redirects=True, timeout=30).headers["Stream-Earliest-Offset"])
 
-    until(lambda: earliest() == _offset(6), message=earliest)
+    wait_for(lambda: earliest() == _offset(6), message=earliest, timeout_s=60)
     gone = http.get(url, params={"offset": "-1"}, timeout=30)
     assert gone.status_code == 410 and gone.headers["Stream-Earliest-Offset"] == _offset(6)
     assert http.get(url, params={"offset": _offset(6)}, timeout=30).text == "m6;m7;m8;m9;"
@@ -47,5 +47,5 @@ def test_limits_reach_the_shard_server_relayed_and_redirected(
     assert refused.status_code == 400 and refused.json()["error"]["code"] == "INVALID_RETENTION"
     for n in range(10, 13):
         assert http.post(url, data=f"m{n};", headers=TEXT, timeout=30).status_code == 204
-    until(lambda: earliest() == _offset(10), message=earliest)  # (the limit of 3 set through the node)
+    wait_for(lambda: earliest() == _offset(10), message=earliest, timeout_s=60)  # (the limit of 3 set through the node)
     assert http.get(url, params={"offset": _offset(10)}, timeout=30).text == "m10;m11;m12;"

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import requests
-from cluster_support import JSON, history, name_in_shard, send, serving, start_node, until
-from servers import ServerProcess
+from cluster_support import JSON, history, name_in_shard, send, serving, start_node
+from servers import ServerProcess, wait_for
 
 from durable_streams_server.cluster.secret import MIN_LENGTH, SECRET_KEY, SecretFileError, read_secret_file
 from durable_streams_server.http.cluster_secret import CLUSTER_SECRET_HEADER, presented, presenting
@@ -53,7 +53,7 @@ def test_nodes_mid_rotation_copy_forks_across_shards_with_the_operators_secrets(
         start_node(server_factory, [*storage, "--cluster-secret-file", str(path)], f"n{index}", tmp_path)
         for index, path in enumerate(files)
     ]
-    until(serving(nodes, 2), timeout_s=120)
+    wait_for(serving(nodes, 2), timeout_s=120)
     assert sorted(len(node.shards_held()) for node in nodes) == [1, 1]
     for source_shard in (0, 1):  # (each shard's server asks the other's, whichever node runs it)
         source = name_in_shard(source_shard, 2, f"src{source_shard}")

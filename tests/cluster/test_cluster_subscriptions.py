@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 import requests
-from cluster_support import JSON, Node, name_in_shard, send, serving, start_node, until
-from servers import MotoServer, ServerProcess
+from cluster_support import JSON, Node, name_in_shard, send, serving, start_node
+from servers import MotoServer, ServerProcess, wait_for
 from webhook_receiver import WebhookReceiver
 
 from durable_streams_server.protocol.offsets import encode_seq
@@ -47,10 +47,10 @@ def _cluster(factory: Callable[..., ServerProcess], moto: MotoServer, tmp: Path)
     storage = [*moto.server_args(f"s3://{bucket}/root"), "--shards", str(SHARDS), "--lease-ttl-s", "3"]
     storage += ["--durability", "delta", *LOOPBACK]  # (a WAL-acknowledging node keeps its shards until it returns)
     owners = [start_node(factory, storage, f"n{index}", tmp) for index in range(SHARDS)]
-    until(serving(owners, SHARDS), message=lambda: str([node.describe() for node in owners]))
+    wait_for(serving(owners, SHARDS), message=lambda: str([node.describe() for node in owners]), timeout_s=60)
     front = start_node(factory, storage, "front", tmp)
-    until(lambda: len(owners[0].describe()["live_nodes"]) == SHARDS + 1)  # type: ignore[arg-type]
-    until(serving([*owners, front], SHARDS))
+    wait_for(lambda: len(owners[0].describe()["live_nodes"]) == SHARDS + 1, timeout_s=60)  # type: ignore[arg-type]
+    wait_for(serving([*owners, front], SHARDS), timeout_s=60)
     assert front.shards_held() == []
     return owners, front
 
@@ -173,40 +173,40 @@ def test_base_surface_subscriptions_span_every_shard(
     # an append in every shard wakes both; the worker's acks (and the webhook's done) move the cursors
     for shard, path in streams.items():
         client.append(path, 100 + shard)
-    until(_pending_in_claim(client, "pull", set(streams.values())), timeout_s=30)
+    wait_for(_pending_in_claim(client, "pull", set(streams.values())), timeout_s=30)
     for shard, path in streams.items():
-        until(_delivered(receiver, path, shard + 2), timeout_s=30)
+        wait_for(_delivered(receiver, path, shard + 2), timeout_s=30)
     moved = {path: encode_seq(shard + 2) for shard, path in streams.items()}
-    until(lambda: client.links("pull") == moved and client.links("hook") == moved, timeout_s=30)
+    wait_for(lambda: client.links("pull") == moved and client.links("hook") == moved, timeout_s=30)
 
     # a stream created later in another shard than the home is linked at 0; deleting it unlinks it
     late = f"{name_in_shard((home + 2) % SHARDS, SHARDS, 'late')}/jobs"
     client.put_stream(late)
     client.append(late, 0)
-    until(lambda: client.links("pull").get(late) == encode_seq(0), timeout_s=30)
+    wait_for(lambda: client.links("pull").get(late) == encode_seq(0), timeout_s=30)
     # (its wake event went to the wake stream, in another shard than the home, before any claim)
-    until(lambda: late in {event["stream"] for event in client.wake_events(wake_stream)}, timeout_s=30)
-    until(_pending_in_claim(client, "pull", {late}), timeout_s=30)
-    until(_delivered(receiver, late, 1), timeout_s=30)
+    wait_for(lambda: late in {event["stream"] for event in client.wake_events(wake_stream)}, timeout_s=30)
+    wait_for(_pending_in_claim(client, "pull", {late}), timeout_s=30)
+    wait_for(_delivered(receiver, late, 1), timeout_s=30)
     assert client.send("DELETE", client.base + late).status_code == 204
-    until(lambda: late not in client.links("pull") and late not in client.links("hook"), timeout_s=30)
+    wait_for(lambda: late not in client.links("pull") and late not in client.links("hook"), timeout_s=30)
 
     # kill -9 of the home's node: the home shard moves, the other shards report to its new server
     victim = next(node for node in owners if home in node.shards_held())
     victim.kill()
     survivors = [node for node in (*owners, front) if node is not victim]
-    until(lambda: any(home in node.shards_held() for node in survivors), timeout_s=180)
-    until(serving(survivors, SHARDS), timeout_s=180)  # (and the survivors done rebalancing: front takes a share)
+    wait_for(lambda: any(home in node.shards_held() for node in survivors), timeout_s=180)
+    wait_for(serving(survivors, SHARDS), timeout_s=180)  # (and the survivors done rebalancing: front takes a share)
     for shard, path in streams.items():
         if shard != home:  # (the home shard's own stream moved with it)
             client.append(path, 200 + shard)
     after = {path for shard, path in streams.items() if shard != home}
-    until(_pending_in_claim(client, "pull", after), timeout_s=180)
+    wait_for(_pending_in_claim(client, "pull", after), timeout_s=180)
     for shard, path in streams.items():
         if shard != home:
-            until(_delivered(receiver, path, shard + 3), timeout_s=180)
+            wait_for(_delivered(receiver, path, shard + 3), timeout_s=180)
     expected = {path: encode_seq(shard + (3 if shard != home else 2)) for shard, path in streams.items()}
-    until(lambda: client.links("pull") == expected and client.links("hook") == expected, timeout_s=180)
+    wait_for(lambda: client.links("pull") == expected and client.links("hook") == expected, timeout_s=180)
 
     # a worker that appends in another shard than the home and then claims sees its append at once
     # (the home asks that shard for its tail instead of waiting for the report)

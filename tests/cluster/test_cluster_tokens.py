@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 import requests
-from cluster_support import JSON, Node, name_in_shard, send, serving, start_node, until
+from cluster_support import JSON, Node, name_in_shard, send, serving, start_node
 from security_support import bearer, new_token, write_tokens
-from servers import ServerProcess
+from servers import ServerProcess, wait_for
 
 from durable_streams_server.protocol.shard_keys import shard_of_key
 
@@ -57,7 +57,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Node]]:
 
     try:
         nodes = [start_node(factory, storage, f"n{index}", tmp) for index in range(SHARDS)]
-        until(serving(nodes, SHARDS), message=lambda: str([node.describe() for node in nodes]))
+        wait_for(serving(nodes, SHARDS), message=lambda: str([node.describe() for node in nodes]), timeout_s=60)
         yield nodes
     finally:
         for process in started:
@@ -148,7 +148,7 @@ def test_a_fork_of_another_shards_stream_is_the_tokens_to_make(cluster: list[Nod
     assert writer.status("PUT", source, headers=JSON) == 409
     assert [item["n"] for item in reader.read(fork)] == [0, 1, 2]
     assert writer.status("DELETE", fork) == 204
-    until(_answers(reader, "GET", source, 404), timeout_s=60)
+    wait_for(_answers(reader, "GET", source, 404), timeout_s=60)
 
     # the internal routes answer the cluster's credential only: a client's token, even admin, opens none
     admin = requests.Session()
@@ -194,7 +194,7 @@ def test_a_subscription_spanning_shards_is_woken_through_the_clusters_credential
         admin.append(path, b'{"n": %d}' % n)
         # the wake event reached the wake stream in the third shard (appended by the home with the
         # cluster's credential: no client token is involved), and a claim shows the stream pending
-        until(_woken(reader, wake_stream, path), timeout_s=60)
+        wait_for(_woken(reader, wake_stream, path), timeout_s=60)
         claimed = admin.send("POST", f"{sub}/claim", json={"worker": "w1"})
         assert claimed.status_code == 200, claimed.text
         wake = claimed.json()
@@ -224,7 +224,7 @@ def test_a_copied_forks_expiry_unlinks_it_from_its_source(cluster: list[Node]) -
     # each fork expires (HEAD does not renew a TTL) and its expiry removes its link, as DELETE does:
     # the source, soft-deleted, goes with the last of them and its path is free again
     for fork in (sliding, deadline):
-        until(_answers(reader, "HEAD", fork, 404), timeout_s=60)
-    until(_answers(reader, "GET", source, 404), timeout_s=60)
+        wait_for(_answers(reader, "HEAD", fork, 404), timeout_s=60)
+    wait_for(_answers(reader, "GET", source, 404), timeout_s=60)
     writer.create(source)
     assert reader.read(source) == []

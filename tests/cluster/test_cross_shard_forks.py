@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 import requests
-from cluster_support import JSON, Node, history, name_in_shard, send, serving, start_node, until
-from servers import MotoServer, ServerProcess
+from cluster_support import JSON, Node, history, name_in_shard, send, serving, start_node
+from servers import MotoServer, ServerProcess, wait_for
 
 from durable_streams_server.protocol.shard_keys import shard_of_key
 
@@ -29,7 +29,7 @@ BINARY = {"Content-Type": "application/octet-stream"}
 
 def _nodes(factory: Callable[..., ServerProcess], storage: list[str], tmp: Path, shards: int) -> list[Node]:
     nodes = [start_node(factory, storage, f"n{index}", tmp) for index in range(3)]
-    until(serving(nodes, shards), message=lambda: str([node.describe() for node in nodes]))
+    wait_for(serving(nodes, shards), message=lambda: str([node.describe() for node in nodes]), timeout_s=60)
     return nodes
 
 
@@ -84,7 +84,7 @@ def _settled_status(url: str) -> int:
 
 
 def _wait_status(url: str, status: int) -> None:
-    until(lambda: _status(url) == status, timeout_s=60)
+    wait_for(lambda: _status(url) == status, timeout_s=60)
 
 
 def test_a_fork_of_another_shards_stream_through_a_node_that_holds_neither(
@@ -234,7 +234,7 @@ def test_an_unlink_waits_for_the_sources_shard(server_factory: Callable[..., Ser
 
     source_node.process.start()
     fork_node.process.start()
-    until(serving(nodes, 3), timeout_s=60)
+    wait_for(serving(nodes, 3), timeout_s=60)
     _wait_status(source_url, 404)  # the unlink arrived: the soft-deleted source went with its last fork
     assert requests.put(source_url, headers=JSON, timeout=30).status_code == 201
 
@@ -260,13 +260,13 @@ def test_a_forks_copy_survives_kill_9_of_its_owner(
     # The survivors' steady state (a shard may move once more while they balance), and the front
     # node sending the fork's shard to its holder: until it has read the new lease it still sends
     # requests to the dead node's server, as any router would until the lease's expiry is seen.
-    until(serving(survivors, 3), timeout_s=60)
+    wait_for(serving(survivors, 3), timeout_s=60)
 
     def front_sends_to_the_holder() -> bool:
         holders = [node.node_id for node in survivors if fork_shard in node.shards_held()]
         return len(holders) == 1 and _view(front, fork_shard) == ("serving", holders[0])
 
-    until(front_sends_to_the_holder, timeout_s=60)
+    wait_for(front_sends_to_the_holder, timeout_s=60)
     assert history(fork_url) == list(range(11))
     assert requests.delete(source_url, timeout=30).status_code == 204
     assert requests.get(source_url, params={"offset": "-1"}, timeout=30).status_code == 410  # the link survived too

@@ -41,9 +41,8 @@ from cluster_support import (
     serving,
     shard_servers,
     start_node,
-    until,
 )
-from servers import MotoServer, ServerProcess, free_port
+from servers import MotoServer, ServerProcess, free_port, wait_for
 
 from durable_streams_server.cli import load_settings
 from durable_streams_server.cluster.leases import Held, LeaseRecord
@@ -63,7 +62,7 @@ def test_a_second_process_with_a_live_node_id_refuses_to_start(
     other's shards (a lease naming one's own id is taken at once)."""
     storage = ["--storage-uri", str(tmp_path / "root"), "--shards", "2", "--lease-ttl-s", "2"]
     first = start_node(server_factory, storage, "n0", tmp_path)
-    until(serving([first], 2), timeout_s=120)
+    wait_for(serving([first], 2), timeout_s=120)
     with pytest.raises(RuntimeError) as refused:
         start_node(server_factory, storage, "n0", tmp_path / "elsewhere")
     assert "node id 'n0' is in use by a live node at " + first.url in str(refused.value)
@@ -71,7 +70,7 @@ def test_a_second_process_with_a_live_node_id_refuses_to_start(
 
     first.process.stop()  # a clean stop marks the id free: the same id starts at once
     again = start_node(server_factory, storage, "n0", tmp_path / "elsewhere")
-    until(serving([again], 2), timeout_s=120)
+    wait_for(serving([again], 2), timeout_s=120)
 
 
 def test_take_over_force_adopts_the_wal_leases_expired_at_the_start_only(
@@ -82,12 +81,12 @@ def test_take_over_force_adopts_the_wal_leases_expired_at_the_start_only(
     storage = ["--storage-uri", str(tmp_path / "root"), "--shards", "2", "--lease-ttl-s", "2"]
     storage += ["--durability", "wal", "--flush-interval-ms", "600000"]
     nodes = [start_node(server_factory, storage, f"n{index}", tmp_path) for index in range(2)]
-    until(serving(nodes, 2), timeout_s=120)
+    wait_for(serving(nodes, 2), timeout_s=120)
     dead, other = nodes
     dead.kill()
 
     forced = start_node(server_factory, storage, "n2", tmp_path, "--take-over", "force")
-    until(serving([forced, other], 2), timeout_s=120)  # (n2 adopted n0's shard; the two may swap after)
+    wait_for(serving([forced, other], 2), timeout_s=120)  # (n2 adopted n0's shard; the two may swap after)
     (held,) = forced.shards_held()
     (kept,) = other.shards_held()
     other.kill()  # its WAL lease expires now, long after n2 started
@@ -164,7 +163,7 @@ def _s3_node(factory: Callable[..., ServerProcess], store: StoreProxy, tmp: Path
     store.moto.create_bucket(bucket)
     storage = [*store.storage(f"s3://{bucket}/root"), "--shards", str(shards), "--lease-ttl-s", "3"]
     node = start_node(factory, storage, "n0", tmp, "--compaction-interval-s", "0")
-    until(serving([node], shards), timeout_s=180)
+    wait_for(serving([node], shards), timeout_s=180)
     return node
 
 
@@ -181,7 +180,7 @@ def test_a_renewal_that_landed_unanswered_keeps_its_lease(
     node = _s3_node(server_factory, store, tmp_path, 1)
     servers = _shard_servers(node)
     store.drop_puts = 1
-    until(lambda: bool(store.dropped), timeout_s=30)
+    wait_for(lambda: bool(store.dropped), timeout_s=30)
     time.sleep(2 * 3)  # two lease ttls: renewals go on from the version that landed
     assert node.shards_held() == [0]
     assert _shard_servers(node) == servers
@@ -222,17 +221,17 @@ def test_a_hung_shard_server_is_killed_and_its_shard_served_again(
     was never served again: the appender got no acknowledgement after the SIGSTOP."""
     storage = ["--storage-uri", str(tmp_path / "root"), "--shards", "2", "--lease-ttl-s", "2"]
     node = start_node(server_factory, storage, "n0", tmp_path)
-    until(serving([node], 2), timeout_s=120)
+    wait_for(serving([node], 2), timeout_s=120)
     url = f"{node.url}/v1/stream/{name_in_shard(1, 2, 'hung')}"
     assert requests.put(url, headers=JSON, timeout=30).status_code == 201
     appender = ProducerAppender(url, "p-hung", 100_000)
     appender.start()
-    until(lambda: len(appender.acknowledged) >= 20, timeout_s=60)
+    wait_for(lambda: len(appender.acknowledged) >= 20, timeout_s=60)
 
     hung = _server_of(node, 1)
     os.kill(hung, signal.SIGSTOP)
     stopped_at, count = time.monotonic(), len(appender.acknowledged)
-    until(lambda: len(appender.acknowledged) >= count + 20, timeout_s=60)
+    wait_for(lambda: len(appender.acknowledged) >= count + 20, timeout_s=60)
     assert _server_of(node, 1) != hung
     served_again_s = time.monotonic() - stopped_at
     appender.stopping.set()
@@ -263,7 +262,7 @@ def test_a_wal_drain_that_did_not_end_cleanly_keeps_its_lease(
     storage = ["--storage-uri", str(root), "--shards", "2", "--lease-ttl-s", "2"]
     storage += ["--durability", "wal", "--flush-interval-ms", "600000"]  # (everything stays in the WAL)
     first = start_node(server_factory, storage, "n0", tmp_path)
-    until(serving([first], 2), timeout_s=120)
+    wait_for(serving([first], 2), timeout_s=120)
     url = f"{first.url}/v1/stream/{name_in_shard(1, 2, 'drain')}"  # (shard 1: the one drained first)
     assert requests.put(url, headers=JSON, timeout=30).status_code == 201
     for n in range(20):
@@ -271,9 +270,9 @@ def test_a_wal_drain_that_did_not_end_cleanly_keeps_its_lease(
     server = _server_of(first, 1)
 
     joined = start_node(server_factory, storage, "n1", tmp_path)
-    until(lambda: (lease := _lease(root, 1)) is not None and lease.state == "draining", timeout_s=60)
+    wait_for(lambda: (lease := _lease(root, 1)) is not None and lease.state == "draining", timeout_s=60)
     os.kill(server, signal.SIGSTOP)  # it never handles the SIGTERM its drain sends...
-    until(lambda: _sigterm_pending(server), timeout_s=30)
+    wait_for(lambda: _sigterm_pending(server), timeout_s=30)
     os.kill(server, signal.SIGKILL)  # ...and dies unflushed, its location still its own
 
     def next_state() -> tuple[str | None, str]:
@@ -281,9 +280,9 @@ def test_a_wal_drain_that_did_not_end_cleanly_keeps_its_lease(
         assert lease is not None
         return lease.holder, lease.state
 
-    until(lambda: next_state() != ("n0", "draining"), timeout_s=60)
+    wait_for(lambda: next_state() != ("n0", "draining"), timeout_s=60)
     assert next_state() == ("n0", "starting")  # kept, its server started again (not released)
-    until(serving([first, joined], 2), timeout_s=120)  # (then a proper handover, the drain again)
+    wait_for(serving([first, joined], 2), timeout_s=120)  # (then a proper handover, the drain again)
     assert history(f"{joined.url}/v1/stream/{name_in_shard(1, 2, 'drain')}") == list(range(20))
     assert "start refused" not in joined.process.log_text()
 
@@ -392,7 +391,7 @@ def test_a_shutdown_slower_than_the_lease_ttl_keeps_its_leases_until_it_ends(
     store.moto.create_bucket(bucket)
     storage = [*store.storage(f"s3://{bucket}/root"), "--shards", "1", "--lease-ttl-s", "3", "--durability", "delta"]
     first = start_node(server_factory, storage, "n0", tmp_path, "--compaction-interval-s", "0")
-    until(serving([first], 1), timeout_s=180)
+    wait_for(serving([first], 1), timeout_s=180)
     second = start_node(server_factory, storage, "n1", tmp_path, "--compaction-interval-s", "0")
     name = name_in_shard(0, 1, "slow-stop")
     assert requests.put(f"{first.url}/v1/stream/{name}", headers=JSON, timeout=30).status_code == 201
@@ -409,7 +408,7 @@ def test_a_shutdown_slower_than_the_lease_ttl_keeps_its_leases_until_it_ends(
     stopped = first.process.log_text()
     assert "lease validity ended" not in stopped and "shard lost" not in stopped, stopped[-3000:]
     assert took_s > 3, f"the shutdown took {took_s:.1f} s, not longer than the lease ttl: nothing was shown"
-    until(lambda: second.shards_held() == [0], timeout_s=60)
+    wait_for(lambda: second.shards_held() == [0], timeout_s=60)
     acquired = [line for line in second.process.log_text().splitlines() if 'msg="shard acquired"' in line]
     assert acquired and all("from=None" in line for line in acquired), acquired
     check_history(acknowledged, history(f"{second.url}/v1/stream/{name}"))

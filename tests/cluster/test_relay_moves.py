@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 import requests
-from cluster_support import JSON, ProducerAppender, check_history, name_in_shard, serving, start_node, until
-from servers import ServerProcess
+from cluster_support import JSON, ProducerAppender, check_history, name_in_shard, serving, start_node
+from servers import ServerProcess, wait_for
 
 from durable_streams_server.cluster.proxy import FOLLOWS_HEADER
 
@@ -71,7 +71,7 @@ def test_relayed_appends_and_long_polls_cross_a_shard_move(
 ) -> None:
     storage = ["--storage-uri", str(tmp_path / "root"), "--shards", "2", "--lease-ttl-s", "2"]
     front = start_node(server_factory, storage, "n0", tmp_path)
-    until(serving([front], 2))
+    wait_for(serving([front], 2), timeout_s=60)
     names = [name_in_shard(shard, 2, "relayed") for shard in range(2)]  # (whichever shard moves)
     urls = [f"{front.url}/v1/stream/{name}" for name in names]
     for url in urls:
@@ -80,17 +80,17 @@ def test_relayed_appends_and_long_polls_cross_a_shard_move(
     readers = [LongPollReader(url) for url in urls]
     for worker in [*appenders, *readers]:
         worker.start()
-    until(lambda: all(len(appender.acknowledged) >= 20 for appender in appenders), timeout_s=120)
+    wait_for(lambda: all(len(appender.acknowledged) >= 20 for appender in appenders), timeout_s=120)
 
     joined = start_node(server_factory, storage, "n1", tmp_path)
-    until(lambda: len(joined.shards_held()) == 1 and serving([front, joined], 2)(), timeout_s=60)
+    wait_for(lambda: len(joined.shards_held()) == 1 and serving([front, joined], 2)(), timeout_s=60)
     counts = [len(appender.acknowledged) for appender in appenders]
-    until(lambda: all(len(a.acknowledged) >= n + 20 for a, n in zip(appenders, counts, strict=True)), timeout_s=120)
+    wait_for(lambda: all(len(a.acknowledged) >= n + 20 for a, n in zip(appenders, counts, strict=True)), timeout_s=120)
     for appender in appenders:
         appender.stopping.set()
         appender.join(timeout=60)
     final = [len(appender.acknowledged) for appender in appenders]
-    until(lambda: all(len(r.values) >= n for r, n in zip(readers, final, strict=True)), timeout_s=60)
+    wait_for(lambda: all(len(r.values) >= n for r, n in zip(readers, final, strict=True)), timeout_s=60)
     for reader in readers:
         reader.stopping.set()
         reader.join(timeout=60)

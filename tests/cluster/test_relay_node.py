@@ -11,9 +11,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from cluster_support import serving, start_node, until
+from cluster_support import serving, start_node
 from rawhttp import RawResponse, exchange, request_bytes
-from servers import ServerProcess
+from servers import ServerProcess, wait_for
 
 from durable_streams_server.cluster.upstream import PIECE
 
@@ -27,7 +27,7 @@ def test_a_node_relays_what_clients_send_as_they_frame_it(
     server_factory: Callable[..., ServerProcess], tmp_path: Path
 ) -> None:
     node = start_node(server_factory, ["--storage-uri", str(tmp_path / "root"), "--shards", "1"], "n0", tmp_path)
-    until(serving([node], 1))
+    wait_for(serving([node], 1), timeout_s=60)
     port, path = node.process.port, f"/v1/stream/relayed-{uuid.uuid4().hex[:8]}".encode()
 
     def relayed(

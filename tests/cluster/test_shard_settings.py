@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from cluster_support import until
-from servers import free_port
+from servers import free_port, wait_for
 
 from durable_streams_server.cli import load_settings
 from durable_streams_server.cluster.workers import (
@@ -108,13 +107,13 @@ def test_a_shard_server_waits_for_its_settings_then_serves_with_them(
     settings = _spec(tmp_path, node).settings(0, str(tmp_path / "shard"), port, take_over="ask", take_over_timeout_s=0)
     spare = spawn_shard_server()
     try:
-        until(lambda: b"deltalake" in Path(f"/proc/{spare.pid}/maps").read_bytes(), timeout_s=60)  # (imported)
+        wait_for(lambda: b"deltalake" in Path(f"/proc/{spare.pid}/maps").read_bytes(), timeout_s=60)  # (imported)
         assert spare.poll() is None
         with pytest.raises(requests.ConnectionError):
             requests.get(f"http://127.0.0.1:{port}/readyz", timeout=5)
         send_settings(spare, settings)
         url = f"http://127.0.0.1:{port}"
-        until(lambda: _ready(url), timeout_s=60)
+        wait_for(lambda: _ready(url), timeout_s=60)
 
         assert Path(f"/proc/{spare.pid}/cmdline").read_bytes().split(b"\0")[:-1] == [
             part.encode() for part in SHARD_SERVER_COMMAND

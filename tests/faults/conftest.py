@@ -11,10 +11,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from cluster_support import Node, start_node, until
+from cluster_support import Node, start_node
 from netns import Network, missing_capability, namespace_pids, private_network
 from scenario import NODE_OPTIONS, FaultCluster
-from servers import MotoServer, ServerProcess
+from servers import MotoServer, ServerProcess, wait_for
 
 NODES = 3
 SHARDS = 3
@@ -50,7 +50,7 @@ def _storage(moto: MotoServer, durability: str) -> list[str]:
 
 def _wait_served(cluster: FaultCluster) -> FaultCluster:
     """Every shard served, and every node holding one (no rebalancing move still to come)."""
-    until(
+    wait_for(
         lambda: cluster.served() and all(node.shards_held() for node in cluster.nodes),
         timeout_s=120,
         message=lambda: f"{cluster.views()}\n" + "\n".join(_log_tail(node) for node in cluster.nodes),

@@ -23,8 +23,9 @@ from pathlib import Path
 
 import requests
 from checker import Row, check
-from cluster_support import JSON, Node, name_in_shard, send, until
+from cluster_support import JSON, Node, name_in_shard, send
 from moves import log_sizes, moves_since
+from servers import wait_for
 from workload import Workload
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -97,7 +98,7 @@ def run_scenario(
         acknowledged_in_fault = workload.acknowledged() - acknowledged_before
         heal()
         healed = time.monotonic()
-        until(cluster.served, timeout_s=120, message=lambda: str(cluster.views()))
+        wait_for(cluster.served, timeout_s=120, message=lambda: str(cluster.views()))
         served = time.monotonic()
         _progress(workload, cluster, 5)
     finally:
@@ -147,7 +148,7 @@ def _failed_over(cluster: FaultCluster, victim: int, moving: list[int], until_s:
 def _progress(workload: Workload, cluster: FaultCluster, count: int) -> None:
     """Every producer has ``count`` more appends acknowledged than now."""
     start = [len(producer.acknowledged) for producer in workload.producers]
-    until(
+    wait_for(
         lambda: all(len(p.acknowledged) >= n + count for p, n in zip(workload.producers, start, strict=True)),
         timeout_s=90,
         message=lambda: f"{[len(p.acknowledged) for p in workload.producers]} {workload.failures()} {cluster.views()}",

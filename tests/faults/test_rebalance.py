@@ -15,8 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from cluster_support import serving, start_node, until
-from servers import ServerProcess
+from cluster_support import serving, start_node
+from servers import ServerProcess, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -28,10 +28,10 @@ def drains(process: ServerProcess) -> list[str]:
 def test_a_joining_node_costs_one_move(server_factory: Callable[..., ServerProcess], tmp_path: Path) -> None:
     storage = ["--storage-uri", str(tmp_path / "root"), "--shards", "2", "--lease-ttl-s", "2"]
     holder = start_node(server_factory, storage, "n1", tmp_path)
-    until(serving([holder], 2))
+    wait_for(serving([holder], 2), timeout_s=60)
     assert holder.shards_held() == [0, 1]
     joining = start_node(server_factory, storage, "n0", tmp_path)
-    until(lambda: serving([holder, joining], 2)() and len(joining.shards_held()) == 1, timeout_s=60)
+    wait_for(lambda: serving([holder, joining], 2)() and len(joining.shards_held()) == 1, timeout_s=60)
     time.sleep(3 * 2)  # (three lease ttls: any further move would have started)
     assert serving([holder, joining], 2)()
     moves = drains(holder.process) + drains(joining.process)

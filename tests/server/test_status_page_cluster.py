@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 import requests
-from cluster_support import JSON, name_in_shard, serving, start_node, until
-from servers import ServerProcess, session
+from cluster_support import JSON, name_in_shard, serving, start_node
+from servers import ServerProcess, session, wait_for
 from ui_browser import Browser
 
 from durable_streams_server.http.shard_guard import shard_of_path
@@ -37,7 +37,7 @@ def test_the_page_works_through_a_cluster_node(
 ) -> None:
     storage = ["--storage-uri", str(tmp_path / "root"), "--shards", "2", "--lease-ttl-s", "3"]
     node = start_node(server_factory, storage, "n0", tmp_path)
-    until(serving([node], 2), message=lambda: str(node.describe()))
+    wait_for(serving([node], 2), message=lambda: str(node.describe()), timeout_s=60)
     names = [name_in_shard(shard, 2, f"ui{shard}") for shard in (0, 1)]
     for name in names:
         url = f"{node.url}/v1/stream/{name}"

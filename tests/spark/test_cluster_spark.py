@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 import requests
-from cluster_support import JSON, name_in_shard, serving, start_node, until
+from cluster_support import JSON, name_in_shard, serving, start_node
 from direct_support import read_rows
 from pyspark.sql import SparkSession
-from servers import ServerProcess
+from servers import ServerProcess, wait_for
 from sink_support import read_json
 
 from pyspark_durable_streams.client import Client
@@ -34,7 +34,7 @@ def test_batch_write_and_read_through_a_node(
 ) -> None:
     storage = ["--storage-uri", str(tmp_path / "root"), *STORAGE]
     nodes = [start_node(server_factory, storage, f"n{index}", tmp_path) for index in range(2)]
-    until(serving(nodes, 2))
+    wait_for(serving(nodes, 2), timeout_s=60)
     front = nodes[0]
     urls = [f"{front.url}/v1/stream/{name_in_shard(shard, 2, 'spark')}" for shard in range(2)]
     for url in urls:
@@ -64,7 +64,7 @@ def test_streaming_copy_is_exactly_once_across_a_failover(
 ) -> None:
     storage = ["--storage-uri", str(tmp_path / "root"), *STORAGE]
     nodes = [start_node(server_factory, storage, f"n{index}", tmp_path) for index in range(2)]
-    until(serving(nodes, 2))
+    wait_for(serving(nodes, 2), timeout_s=60)
     survivor, victim = nodes
     source_url = f"{survivor.url}/v1/stream/{name_in_shard(survivor.shards_held()[0], 2, 'copy-in')}"
     target_url = f"{survivor.url}/v1/stream/{name_in_shard(victim.shards_held()[0], 2, 'copy-out')}"
@@ -86,11 +86,11 @@ def test_streaming_copy_is_exactly_once_across_a_failover(
         .start()
     )
     try:
-        until(lambda: len(read_json(target_url)) >= 20, timeout_s=120)
+        wait_for(lambda: len(read_json(target_url)) >= 20, timeout_s=120)
         victim.kill()
         with Client(source_url) as client:
             client.stream(source_url).append_json_batch([{"n": n} for n in range(100, 200)])
-        until(lambda: len(read_json(target_url)) >= 200, timeout_s=180)
+        wait_for(lambda: len(read_json(target_url)) >= 200, timeout_s=180)
         query.processAllAvailable()
     finally:
         query.stop()
