@@ -16,11 +16,13 @@ from durable_streams_server.engine import reads
 from durable_streams_server.engine.engine import Engine, EngineConfig
 from durable_streams_server.engine.idle import IdleStreams
 from durable_streams_server.engine.memory import MemoryBudget
+from durable_streams_server.engine.retention_state import RetentionState
 from durable_streams_server.engine.stream import ProducerState, Stream
 from durable_streams_server.engine.stream_index import StreamIndex
 from durable_streams_server.engine.types import AppendRequest, AppendResult, CreateRequest
 from durable_streams_server.protocol.headers import ProducerHeaders
 from durable_streams_server.protocol.offsets import Offset
+from durable_streams_server.protocol.retention import RetentionPolicy
 from durable_streams_server.storage.committer import Storage
 
 IDLE_MS = 60_000
@@ -193,8 +195,10 @@ def test_a_sleeping_state_keeps_every_field() -> None:
     index.by_uid[8] = index.by_name["v1/stream/plain"] = Stream("v1/stream/plain", 8, "text/plain", 1)
     expected = index.by_uid[8].to_state(written_ms=0)
     assert index.sleep(8) and index.by_uid[8].to_state(written_ms=0) == expected
-    # what recovery parses at start (a fork, soft-deleted, a retention point) does not sleep either
-    for uid, derived in ((9, {"fork_of": 8}), (10, {"soft_deleted": True}), (11, {"snapshot_seq": 3})):
+    # what recovery parses at start (a fork, soft-deleted, a retention point or policy) does not sleep either
+    policy = {"retention": RetentionState(RetentionPolicy(max_messages=5))}
+    derived_states = ({"fork_of": 8}, {"soft_deleted": True}, {"snapshot_seq": 3}, policy)
+    for uid, derived in enumerate(derived_states, start=9):
         name = f"v1/stream/{uid}"
         index.by_uid[uid] = index.by_name[name] = Stream(name, uid, "text/plain", 1, **derived)  # type: ignore[arg-type]
         assert not index.sleep(uid) and index.built(uid) is not None
