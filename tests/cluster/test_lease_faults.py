@@ -46,7 +46,8 @@ from servers import MotoServer, ServerProcess, free_port, wait_for
 
 from durable_streams_server.cli import load_settings
 from durable_streams_server.cluster.leases import Held, LeaseRecord
-from durable_streams_server.cluster.node import NodeSettings, Supervisor
+from durable_streams_server.cluster.node import Supervisor
+from durable_streams_server.cluster.node_settings import NodeSettings
 from durable_streams_server.cluster.objects import open_objects
 from durable_streams_server.cluster.renewals import replace_lease
 from durable_streams_server.cluster.shards import Layout, lease_key

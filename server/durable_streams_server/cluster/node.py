@@ -40,21 +40,21 @@ client asks again, where a redirect to a closing server would meet a refused or 
 connection. Then the server flushes what it acknowledged and releases its location, and the
 lease is released. Shutdown announces every held shard the same way.
 
-Every shard server is started from this thread (``workers``: the kernel kills it when this
-thread ends). On shutdown the node announces its drains, stops its servers (each flushes
-and releases its location), then releases their leases (but the lease of a WAL-durability
-server that did not exit cleanly, left to expire: only this node takes it back); the renewer
-and the watchdog run until that is done, so a slow flush never outlives its lease.
+Every shard server is started from this thread (``workers``: the kernel kills it when this thread
+ends). On shutdown the node announces its drains, stops its servers (each flushes and releases its
+location), then releases their leases (a WAL-durability server that did not exit cleanly keeps its
+lease, left to expire: only this node takes it back); the renewer and the watchdog run until that
+is done, so a slow flush never outlives its lease. Between ticks the thread sleeps, waking every
+``STARTING_POLL_S`` only while a shard server is starting.
 """
 
 from __future__ import annotations
 
 import logging
-import secrets
 import signal
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 import httpx
 
@@ -63,6 +63,7 @@ from .balance import cold_start_wait, should_drain
 from .lease_view import LeaseView
 from .leases import Held, LeaseRecord, Observed, WalAdoption, may_take, target_count
 from .membership import Membership
+from .node_settings import NodeSettings
 from .objects import ConditionalObjects, ObjectStoreError
 from .probes import Liveness
 from .renewals import LeaseLocks, Renewer, replace_lease
@@ -75,26 +76,11 @@ log = logging.getLogger("durable_streams_server.cluster")
 DRAIN_TIMEOUT_S = 60.0
 WATCHDOG_S = 0.1
 STARTING_POLL_S = 0.1
-"""How often, between ticks, a starting shard server is asked whether it is ready."""
+"""How often, between ticks, a starting shard server is asked whether it is ready (an idle node
+sleeps until its next tick)."""
 CLEAN_EXITS = (0, -signal.SIGTERM)
 """A shard server's exit codes after its shutdown ran to its end (uvicorn raises the SIGTERM
 it handled again once shut down); a drain is only asked of a ready server, whose handler is set."""
-
-
-@dataclass(frozen=True)
-class NodeSettings:
-    node_id: str
-    advertise_url: str
-    storage_uri: str
-    durability: Durability
-    lease_ttl_s: float = 5.0
-    adopt_wal: bool = False
-    incarnation: str = field(default_factory=lambda: secrets.token_hex(8))
-    """This node process's random id, written in its node object (``membership``)."""
-
-    @property
-    def tick_s(self) -> float:
-        return self.lease_ttl_s / 5
 
 
 class Supervisor:
@@ -119,10 +105,8 @@ class Supervisor:
         self._released_at: dict[int, float] = {}
         self._started_at = time.monotonic()
         self._stop = threading.Event()
-        self._closed = threading.Event()
-        """Set once shutdown is over: the renewer and the watchdog run until then."""
-        self._announced: dict[int, float] = {}
-        """Shards whose drain was announced (``draining`` written), and when."""
+        self._closed = threading.Event()  # set once shutdown is over: the renewer and watchdog run until then
+        self._announced: dict[int, float] = {}  # shards whose drain was announced (``draining``), and when
         self._thread = threading.Thread(target=self.run, name="cluster-supervisor", daemon=True)
         self._watchdog = threading.Thread(target=self._watch, name="cluster-lease-watchdog", daemon=True)
         self._renewer = Renewer(lambda: list(self._held), self._renew, settings.tick_s, self._closed)
@@ -162,11 +146,15 @@ class Supervisor:
         while not self._stop.is_set():
             next_tick = time.monotonic() + self.settings.tick_s
             self.tick()
-            while not self._stop.wait(min(STARTING_POLL_S, max(0.0, next_tick - time.monotonic()))):
+            while not self._stop.wait(max(0.0, min(self._poll_s(), next_tick - time.monotonic()))):
                 if time.monotonic() >= next_tick:
                     break
                 self._publish_ready()
         self._shut_down()
+
+    def _poll_s(self) -> float:
+        starting = any(held.record.state == "starting" for held in self._held.values())
+        return STARTING_POLL_S if starting else self.settings.tick_s
 
     def _publish_ready(self) -> None:
         """Between ticks, a starting shard server that became ready is published ``serving`` at

@@ -20,7 +20,8 @@ from ..settings import Listen, Settings
 from ..storage.delta_log import TABLE_NAME
 from ..storage.ownership import node_id_for
 from .membership import IdInUse, wait_until_id_free
-from .node import NodeSettings, Supervisor
+from .node import Supervisor
+from .node_settings import NodeSettings
 from .objects import ConditionalObjects, ObjectStoreError, open_objects
 from .proxy import relay_idle_s, relay_read_timeout_s
 from .router import ClusterRouter
