@@ -192,7 +192,7 @@ def _replan(client: Client, options: ReadOptions, part: DirectRange) -> tuple[Fi
         plan = client.stream(part.url).read_plan(seq_offset(part.first), end=seq_offset(part.end))
     except Gone as exc:
         if options.fail_on_data_loss:
-            raise DataLossError(gone_message(part.key, seq_offset(part.first), exc)) from exc
+            raise DataLossError(gone_message(part.key, seq_offset(part.first), seq_offset(part.end), exc)) from exc
         return None
     if plan.incarnation != part.incarnation:
         raise DataLossError(

@@ -94,7 +94,7 @@ def _with_boundaries(stream: Stream, part: StreamRange, options: ReadOptions) ->
         return
     except Gone as exc:
         if options.fail_on_data_loss and part.start != EARLIEST:
-            raise DataLossError(gone_message(part.key, track.offset, exc)) from exc
+            raise DataLossError(gone_message(part.key, track.offset, part.end, exc)) from exc
         gone = exc
     position = track.offset
     # 410: history before ``position`` was dropped (a snapshot or a retention policy moved the point).
@@ -105,7 +105,7 @@ def _with_boundaries(stream: Stream, part: StreamRange, options: ReadOptions) ->
             "from /bootstrap (snapshot offset %s, not emitted) (failOnDataLoss=false)",
             part.key,
             position,
-            lost_messages(position, gone),
+            lost_messages(position, part.end, gone),
             snapshot,
         )
         for message in boot.messages:
@@ -179,19 +179,20 @@ def _collect(stream: Stream, offset: str) -> tuple[list[Message], str]:
         return items, reader.offset
 
 
-def lost_messages(offset: str, exc: Gone) -> str:
-    """How many messages from ``offset`` the server no longer retains, as a phrase."""
+def lost_messages(offset: str, end: str, exc: Gone) -> str:
+    """How many messages of ``[offset, end)`` the server no longer retains, as a phrase."""
     earliest = exc.earliest_offset
-    if earliest is not None and is_seq_offset(offset) and is_seq_offset(earliest):
-        count = seq_of(earliest) - seq_of(offset)
-        return f"{count} message{'s' if count != 1 else ''} ({offset} up to {earliest})"
+    if earliest is not None and all(is_seq_offset(each) for each in (offset, end, earliest)):
+        upto = min(earliest, end)
+        count = seq_of(upto) - seq_of(offset)
+        return f"{count} message{'s' if count != 1 else ''} ({offset} up to {upto})"
     return f"the messages from {offset} up to {earliest or 'the earliest retained offset'}"
 
 
-def gone_message(key: str, offset: str, exc: Gone) -> str:
+def gone_message(key: str, offset: str, end: str, exc: Gone) -> str:
     return (
         f"stream {key}: offset {offset} is no longer retained by the server (410 Gone: a snapshot or the "
-        f"stream's retention policy moved the earliest retained offset past it), so {lost_messages(offset, exc)} "
+        f"stream's retention policy moved the earliest retained offset past it), so {lost_messages(offset, end, exc)} "
         f"were lost to this query. Set option failOnDataLoss=false to continue from the stream's /bootstrap "
         f"(its earliest retained offset: the messages before it are skipped, and a snapshot is not emitted), or "
         f"restart the query with a new checkpoint (startingOffsets=earliest starts from the bootstrap). Server "

@@ -73,7 +73,7 @@ class Retention:
     def __post_init__(self) -> None:
         for name in _HEADERS:
             value = getattr(self, name)
-            if value is not None and value != NO_LIMIT and (not isinstance(value, int) or value < 1):
+            if value is not None and value != NO_LIMIT and (type(value) is not int or value < 1):
                 raise ValueError(f"{name} must be a positive integer, {NO_LIMIT!r} or None, got {value!r}")
 
     def named(self) -> dict[str, int | str]:

@@ -34,7 +34,9 @@ def test_limits_on_create_the_point_they_move_and_a_change(server_factory: Calla
         assert stream.retention.change(Retention(max_bytes=NO_LIMIT)) is None
 
 
-@pytest.mark.parametrize("bad", [{"max_bytes": 0}, {"max_messages": -1}, {"max_age_seconds": "forever"}])
+@pytest.mark.parametrize(
+    "bad", [{"max_bytes": 0}, {"max_messages": -1}, {"max_age_seconds": "forever"}, {"max_bytes": True}]
+)
 def test_a_bad_limit_is_refused_before_any_request(bad: dict[str, object]) -> None:
     with pytest.raises(ValueError, match=next(iter(bad))):
         Retention(**bad)  # type: ignore[arg-type]

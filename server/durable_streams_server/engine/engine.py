@@ -114,7 +114,7 @@ class Engine:
         )
         self.consumers = Consumers(self, self.live.index)
         self.unlinks = PendingUnlinks(self.reserved)  # (copied forks' links to remove: ``fork_copies``)
-        self.retention = Retention(storage, self.live, clock, self.config.default_retention)
+        self.retention = Retention(storage, self.live, clock, self.config.default_retention, self.earliest_readable)
         self.snapshots = Snapshots(storage, self.live, self.get_live, self.touch, clock)
         storage.attach(self)
 

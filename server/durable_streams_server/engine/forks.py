@@ -11,7 +11,6 @@ from typing import Protocol
 
 from ..protocol.errors import BadRequest, Gone
 from ..protocol.headers import DEFAULT_CONTENT_TYPE, is_json, normalize_content_type
-from ..protocol.retention import RetentionPolicy
 from .stream import Stream
 from .types import CreateRequest
 
@@ -66,7 +65,8 @@ def config_differences(stream: Stream, request: CreateRequest, source: ForkSourc
     """What a repeated PUT asks for that ``stream`` was not created with (empty: the same). A
     fork compares the values it resolved at creation (inherited content type and expiry
     included) against ``source``, its fork source. Each entry names the setting, the stream's
-    value and the one asked for."""
+    value and the one asked for. Retention limits are not
+    compared: they are the stream's to change (``PATCH``), and a repeated ``PUT`` leaves them be."""
     requested_type = normalize_content_type(
         request.content_type or (source.content_type if source else DEFAULT_CONTENT_TYPE)
     )
@@ -81,10 +81,6 @@ def config_differences(stream: Stream, request: CreateRequest, source: ForkSourc
         ("fork offset", stream.fork_offset, fork_offset),
         ("fork sub-offset", stream.fork_sub_offset, request.fork_sub_offset or 0),
     ]
-    if request.retention:  # (named limits only: a default, or a later change, is not the request's)
-        policy = stream.retention.policy if stream.retention is not None else RetentionPolicy()
-        named = request.retention.items()
-        compared.extend((f"retention {name}", getattr(policy, name), value) for name, value in named)
     return [f"{name} is {have!r}, the request asks {asked!r}" for name, have, asked in compared if have != asked]
 
 

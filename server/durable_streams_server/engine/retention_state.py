@@ -16,8 +16,9 @@ so that for any mark each limit of a policy is decided without reading a message
 * ``max_messages``: keeping from the mark keeps ``tail - seq`` messages.
 
 Each limit is monotone over the marks (an older mark keeps more), so the next point is the
-newest mark that some limit lets go of (``next_cut``); the stream keeps what its limits ask for
-plus at most the run up to the next mark. A mark is taken at an append once the run since the
+newest mark that some limit lets go of (``next_cut``), or its tail once the age limit lets go of
+everything (a stream that stopped growing); the stream keeps what its limits ask for plus at most
+the run up to the next mark. A mark is taken at an append once the run since the
 last one reaches an eighth of a limit (``_spacing``; for age, the time from the last mark to the
 append, so the first append after a quiet hour marks where that hour's messages end), so the
 marks in a retained window are a handful per limit. Marks are taken in the append's transition
@@ -48,6 +49,8 @@ class RetentionState:
     dropped_bytes: int = 0
     """Bytes of the messages below ``seq``."""
     marks: list[Mark] = field(default_factory=list)
+    visible_seq: int = 0
+    """The point readers see: ``seq`` once the record that moved it is durable (derived)."""
     flushed_seq: int = 0
     """The retention point as last written to Delta: what maintenance may delete below (derived)."""
 
@@ -70,11 +73,15 @@ class RetentionState:
             half = MAX_MARKS // 2
             self.marks[:half] = self.marks[:half:2]
 
-    def next_cut(self, limit: int, visible_tail: int, bytes_total: int, now_ms: int) -> Mark | None:
-        """The newest mark (at most ``limit``) some limit of the policy lets go of, if past ``seq``."""
+    def next_cut(
+        self, limit: int, visible_tail: int, bytes_total: int, now_ms: int, tail: Mark | None = None
+    ) -> Mark | None:
+        """The newest mark (at most ``limit``) some limit of the policy lets go of, if past ``seq``.
+        ``tail``: the stream's tail as a mark too, when every append is visible, so that an age
+        limit lets go of a stream that stopped growing (keeping bytes or messages never cuts there)."""
         policy = self.policy
         age_ms = policy.max_age_s * 1000 if policy.max_age_s is not None else None
-        for mark in reversed(self.marks):
+        for mark in reversed([*self.marks, *([tail] if tail is not None else [])]):
             seq, before, ts = mark
             if seq <= self.seq or seq > limit:
                 continue
@@ -119,7 +126,7 @@ class RetentionState:
             dropped_bytes=data.get("dropped_bytes", 0),
             marks=[(seq, before, ts) for seq, before, ts in data.get("marks", ())],
         )
-        state.flushed_seq = state.seq  # (loaded from Delta, or replayed from durable records)
+        state.visible_seq = state.flushed_seq = state.seq  # (loaded from Delta: durable and flushed)
         return state
 
 

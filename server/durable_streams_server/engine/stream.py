@@ -105,7 +105,7 @@ class Stream:
 
         (A fork also inherits its source's retention below the fork point: see
         ``Engine.earliest_readable``.)"""
-        return max(self.snapshot_seq or 0, self.base_seq, self.retention.seq if self.retention else 0)
+        return max(self.snapshot_seq or 0, self.base_seq, self.retention.visible_seq if self.retention else 0)
 
     @property
     def retained_bytes(self) -> int:

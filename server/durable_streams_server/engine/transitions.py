@@ -98,6 +98,8 @@ class LiveState:
             if isinstance(changed, Stream):
                 changed.visible_tail = changed.tail  # durable already
                 changed.visible_closed = changed.closed
+                if changed.retention is not None:
+                    changed.retention.visible_seq = changed.retention.seq
         for stream in self.index.loaded():
             if stream.soft_deleted and stream.forks == 0 and stream.uid in self.by_uid:
                 self._remove(stream)
@@ -222,6 +224,8 @@ class LiveState:
             stream.retention.change(policy, stream.tail, stream.bytes_total, header.ts)
         if header.seq is not None:
             stream.retention.cut(header.seq, header.dropped_bytes)
+        if not stream.retention.policy and not stream.retention.seq:
+            stream.retention = None  # (no policy left and nothing removed: a plain stream again)
         stream.last_lsn = record.lsn
 
     def delete(self, stream: Stream, record: Record[DeleteHeader]) -> None:
