@@ -58,8 +58,8 @@ from server_bench import OCTETS, PAYLOAD, REPO
 
 sys.path.append(str(REPO / "tests" / "cluster"))
 
-from cluster_support import Node, children, name_in_shard, until
-from servers import MotoServer, ServerProcess, session
+from cluster_support import Node, children, name_in_shard
+from servers import MotoServer, ServerProcess, session, wait_for
 
 SHARDS = 6
 STREAMS_PER_SHARD = 4
@@ -199,7 +199,7 @@ class Cluster:
         args += ["--durability", self.durability, "--lease-ttl-s", str(LEASE_TTL_S)]
         started = time.monotonic()
         self.nodes.append(Node(ServerProcess(self.work / f"{self.label}-n{index}", args).start(), f"n{index}"))
-        until(self.balanced, timeout_s=300, message=lambda: json.dumps([node.describe() for node in self.nodes]))
+        wait_for(self.balanced, timeout_s=300, message=lambda: json.dumps([node.describe() for node in self.nodes]))
         return time.monotonic() - started
 
     def balanced(self) -> bool:

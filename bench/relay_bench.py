@@ -54,8 +54,8 @@ from server_bench import OCTETS, PAYLOAD, REPO
 
 sys.path.append(str(REPO / "tests" / "cluster"))
 
-from cluster_support import Node, children, until
-from servers import _wait_until_listening, free_port
+from cluster_support import Node, children
+from servers import _wait_until_listening, free_port, wait_for
 
 START_COMMIT = "06273330188685ea6afe45cd20b9dc880c370767"
 """The commit whose relay (``httpx`` per request) is measured as ``httpx``."""
@@ -148,7 +148,7 @@ def measure(relay: str, work: Path, seconds: float, rounds: int, profile: Path |
     try:
         _wait_until_listening(port, proc, log)
         node = Node(types.SimpleNamespace(url=f"http://127.0.0.1:{port}", proc=proc), f"n-{relay}")  # type: ignore[arg-type]
-        until(lambda: node.describe()["shards"][0]["state"] == "serving", timeout_s=120)  # type: ignore[index]
+        wait_for(lambda: node.describe()["shards"][0]["state"] == "serving", timeout_s=120)  # type: ignore[index]
         shard_url = str(node.describe()["shards"][0]["url"])  # type: ignore[index]
         shard_port = int(shard_url.rsplit(":", 1)[1])
         server_pid = _listening(shard_port, children(proc.pid))
