@@ -106,6 +106,8 @@ COVERAGE = {
     "docs/guides/cluster.md:A cluster on one machine#1": "test_cluster_on_one_machine",
     "docs/guides/cluster.md:A cluster on one machine#2": "test_cluster_on_one_machine",
     "docs/guides/cluster.md:A cluster on one machine#3": "test_cluster_on_one_machine",
+    "docs/guides/retention.md:Setting limits#1": "test_retention_examples",
+    "docs/guides/retention.md:Setting limits#2": "test_retention_examples",
     "docs/guides/time-travel-and-lag.md:Named consumers and tombstones#1": "test_consumer_examples",
     "docs/guides/time-travel-and-lag.md:Named consumers and tombstones#2": "test_consumer_examples",
     f"{CONFIGURATION}:A configuration file#1": f"{CONFIG_TESTS}::test_a_server_runs_with_its_files_settings",
@@ -515,6 +517,21 @@ def test_extension_curl_examples(server: ServerProcess, tmp_path: Path) -> None:
     assert "content-type: multipart/mixed" in headers
     assert "stream-snapshot-offset: 0000000000000001_0000000000000000" in headers
     assert '{"op":"set","v":2}' in result.stdout  # the message after the snapshot, in the bootstrap
+
+
+def test_retention_examples(server: ServerProcess, tmp_path: Path) -> None:
+    """The curl lines, then the Python lines, against one server: each leaves the stream as it says."""
+    shell, python = blocks_for("test_retention_examples")
+    result = run_bash(substitute(shell.text, {DEFAULT_URL: server.url}), cwd=tmp_path)
+    headers = result.stdout.lower()  # curl -I: header names are case-insensitive
+    assert "stream-retention-max-bytes: 1073741824" in headers and "stream-retention-max-age:" not in headers
+    assert "stream-earliest-offset: 0000000000000000_0000000000000000" in headers
+    script = substitute(python.text, {DEFAULT_URL: server.url})
+    ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == "0000000000000000_0000000000000000\n"
+    meta = requests.head(server.stream_url("events"), timeout=10).headers
+    assert meta["Stream-Retention-Max-Bytes"] == str(1 << 30) and "Stream-Retention-Max-Age" not in meta
 
 
 def test_consumer_examples(server: ServerProcess) -> None:
