@@ -114,7 +114,9 @@ class Engine:
         )
         self.consumers = Consumers(self, self.live.index)
         self.unlinks = PendingUnlinks(self.reserved)  # (copied forks' links to remove: ``fork_copies``)
-        self.retention = Retention(storage, self.live, clock, self.config.default_retention, self.earliest_readable)
+        self.retention = Retention(
+            storage, self.live, clock, self.config.default_retention, self.get_live, self.earliest_readable
+        )
         self.snapshots = Snapshots(storage, self.live, self.get_live, self.touch, clock)
         storage.attach(self)
 
@@ -166,12 +168,15 @@ class Engine:
 
     def on_flushed(self, states: Mapping[int, StreamState]) -> None:
         keep = self.config.tail_cache_bytes
-        flushed = [(stream, state) for uid, state in states.items() if (stream := self.by_uid.get(uid)) is not None]
-        self.retention.on_flushed(flushed)
-        for stream, state in flushed:
+        for uid, state in states.items():
+            stream = self.by_uid.get(uid)
+            if stream is None:
+                continue
+            if stream.retention is not None:
+                stream.retention.note_flushed(state)
             stream.mark_flushed(state["tail"])
             stream.trim_flushed(keep)
-            self.memory.hold(("tail", stream.uid), stream.flushed_mem_bytes, functools.partial(stream.trim_flushed, 0))
+            self.memory.hold(("tail", uid), stream.flushed_mem_bytes, functools.partial(stream.trim_flushed, 0))
             if stream.snapshot_lsn == state.get("snapshot_lsn"):
                 stream.snapshot_data = None  # in Delta now
 

@@ -10,7 +10,7 @@ limit lets go of (``retention_state``), in one ``RetentionHeader`` record; once 
 durable, reads below it answer ``410`` (so no reader is shown a point a crash takes back). The
 pass then deletes rows below the points already in Delta (``plan``): a point still only in the
 WAL is deleted below by a later pass, so a lost WAL can never leave rows missing above the point
-that Delta remembers.
+that Delta remembers (``RetentionState.note_flushed``, called by the engine's ``on_flushed``).
 
 What wins when rules meet:
 
@@ -25,11 +25,10 @@ What wins when rules meet:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 
 from ..protocol.retention import RetentionPolicy, resolve
 from ..storage.records import RetentionHeader
-from ..storage.view import StreamState
 from .buckets import Bucket
 from .ports import StoragePort
 from .stream import Stream
@@ -45,12 +44,14 @@ class Retention:
         live: LiveState,
         clock: Callable[[], int],
         default: RetentionPolicy,
+        get_live: Callable[[str], Stream],
         earliest_readable: Callable[[Stream], int],
     ) -> None:
         self._storage = storage
         self._live = live
         self._clock = clock
         self.default = default
+        self._get_live = get_live
         self._earliest_readable = earliest_readable
         self.removed_messages = 0
         """Messages below the points this process moved (counted once, as the points move)."""
@@ -60,10 +61,10 @@ class Retention:
         """A new stream's policy: the limits its request names, its bucket's, the server's."""
         return resolve(changes, bucket.retention if bucket is not None else {}, self.default.to_json())
 
-    async def change(self, get_live: Callable[[str], Stream], name: str, changes: Mapping[str, int | None]) -> Stream:
+    async def change(self, name: str, changes: Mapping[str, int | None]) -> Stream:
         """Set the limits ``changes`` names (``None``: removed) on the stream ``name``; durable on return."""
         self._storage.check_writable()
-        stream = get_live(name)
+        stream = self._get_live(name)
         current = stream.retention.policy if stream.retention is not None else RetentionPolicy()
         policy = current.with_changes(changes)
         header = RetentionHeader(policy=policy.to_json(), seq=None, dropped_bytes=0, ts=self._clock())
@@ -119,12 +120,6 @@ class Retention:
                 pins[fork.fork_of] = min(pins.get(fork.fork_of, reads_from), reads_from)
         return pins
 
-    def on_flushed(self, streams: Iterable[tuple[Stream, StreamState]]) -> None:
-        """The flusher wrote these states to Delta: their points are what maintenance may delete below."""
-        for stream, state in streams:
-            if stream.retention is not None and (written := state.get("retention")):
-                stream.retention.flushed_seq = max(stream.retention.flushed_seq, written.get("seq", 0))
-
     def plan(self) -> dict[int, int]:
         """uid -> the first sequence to keep, for the streams whose rows below it may go: below
         a snapshot or a point that is in Delta (a snapshot whose record is only in the WAL is not:
@@ -137,7 +132,7 @@ class Retention:
                 continue
             state = stream.retention
             point = min(state.flushed_seq, state.visible_seq) if state is not None else 0
-            snapshot = stream.snapshot_seq or 0 if stream.snapshot_data is None else 0
+            snapshot = (stream.snapshot_seq or 0) if stream.snapshot_data is None else 0
             seq = min(max(snapshot, point), pins.get(stream.uid, stream.flushed_tail))
             if seq and stream.flushed_tail >= seq:
                 plan[stream.uid] = seq

@@ -93,6 +93,12 @@ class RetentionState:
                 return mark
         return None
 
+    def note_flushed(self, state: dict[str, Any]) -> None:
+        """The flusher wrote the stream's ``state`` to Delta: its point is what maintenance may delete below."""
+        written = state.get("retention")
+        if written:
+            self.flushed_seq = max(self.flushed_seq, written.get("seq", 0))
+
     def cut(self, seq: int, dropped_bytes: int) -> None:
         """Move the retention point up to ``seq``; the marks at or below it are spent."""
         if seq > self.seq:

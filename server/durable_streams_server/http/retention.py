@@ -43,5 +43,5 @@ async def change_retention(engine: Engine, request: Request, name: str) -> Respo
             f"PATCH changes a stream's retention: name a limit ({', '.join(retention.HEADERS.values())})",
             code="INVALID_RETENTION",
         )
-    stream = await engine.retention.change(engine.get_live, name, changes)
+    stream = await engine.retention.change(name, changes)
     return Response(status_code=204, headers=retention_headers(engine, stream))
