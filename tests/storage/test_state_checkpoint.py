@@ -4,15 +4,20 @@ whatever the number of flushes before it, and the newest state always wins."""
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 from deltalake import DeltaTable
+from servers import MotoServer
 
+from durable_streams_server.storage.data_files import WHOLE_FILE_BYTES
 from durable_streams_server.storage.delta_log import DeltaLog
-from durable_streams_server.storage.records import Header, Record, SubscriptionHeader
+from durable_streams_server.storage.records import AppendHeader, Header, Record, SubscriptionHeader
 from durable_streams_server.storage.state_checkpoint import CheckpointPolicy, newest_per_uid
+from durable_streams_server.storage.state_files import StateFiles
 
 
 def _state(uid: int, tail: int, **extra: Any) -> dict[str, Any]:
@@ -104,3 +109,38 @@ def test_policy_folds_rows_when_they_are_worth_it_and_bounds_the_commits_read() 
         assert not many_idle.due()
     many_idle.note_commit(1)
     assert many_idle.due()  # ... until recovery would open too many files
+
+
+@pytest.mark.parametrize("store", ["local", "s3"])
+def test_state_rows_read_from_the_files_are_the_rows_a_delta_scan_finds(
+    store: str, tmp_path: Path, moto: MotoServer
+) -> None:
+    """Recovery and checkpoints read the state rows from the data files themselves
+    (``state_files``): the same rows a Delta scan with the same predicate finds, from small
+    flush files fetched whole and from one larger than ``WHOLE_FILE_BYTES`` read by its row groups."""
+    if store == "s3":
+        bucket = f"state-files-{uuid.uuid4().hex[:8]}"
+        moto.create_bucket(bucket)
+        uri, options = f"s3://{bucket}/shard", moto.storage_options()
+    else:
+        uri, options = str(tmp_path), {}
+    delta = DeltaLog(uri, options)
+    for lsn in range(1, 13):  # (one record per flush: the tail is the LSN)
+        tail = lsn
+        size = WHOLE_FILE_BYTES + 4096 if tail == 7 else 100  # (flush 7 writes one file larger than that)
+        append = Record(lsn, tail % 3 + 1, AppendHeader(tail, 1000 + tail, None, None, False), (b"x" * size,))
+        sub = Record(lsn, 9, SubscriptionHeader("v1/stream/__ds/subscriptions/s", {"generation": tail}, 2000))
+        _flush(delta, lsn, {tail % 3 + 1: _state(tail % 3 + 1, tail)}, (append, sub) if tail % 4 == 0 else (append,))
+        if tail == 5:
+            assert delta.write_state_checkpoint() == 4  # three streams and the subscription
+    since = 5
+    plan = StateFiles.plan(delta._table, options, ("state", "subscription"), since)
+    assert any(size > WHOLE_FILE_BYTES for _, size in plan.files)
+    found = plan.read()
+    scanned = DeltaTable(f"{uri}/streams", storage_options=options).to_pyarrow_table(
+        filters=[("kind", "in", ["state", "subscription"]), ("lsn", ">=", since)]
+    )
+    order = [("lsn", "ascending"), ("kind", "ascending"), ("stream_uid", "ascending")]
+    assert found.num_rows == 4 + 1 + 7 + 2  # the checkpoint's rows, flush 5's, a state per flush after, 2 subscriptions
+    assert found.sort_by(order).to_pylist() == scanned.select(found.column_names).sort_by(order).to_pylist()
+    assert delta.load_rows().all_states()[2]["tail"] == 10

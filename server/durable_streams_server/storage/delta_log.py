@@ -62,6 +62,7 @@ from .records import (
     Record,
 )
 from .state_checkpoint import CHECKPOINT_APP_ID, newest_per_uid
+from .state_files import StateFiles
 from .state_rows import RecoveredRows, split_rows
 from .table_schema import KIND_SNAPSHOT, KIND_STATE, KIND_SUBSCRIPTION, SCHEMA
 
@@ -75,6 +76,8 @@ _NO_STATISTICS = {name: ColumnProperties(statistics_enabled="NONE") for name in 
 """Nothing is ever looked up by message bytes or JSON, and Parquet statistics of a binary
 column repeat its smallest and largest value: two extra copies of a 1 MiB message per row
 group (measured: compacted files 28 % larger than their rows)."""
+_STATE_KINDS = (KIND_STATE, KIND_SUBSCRIPTION)
+"""The rows recovery and state checkpoints read (``state_files``)."""
 _ONE_FILE = 1 << 40
 """``target_file_size`` of a compaction rewrite: each bin becomes one file (``compaction_plan``)."""
 
@@ -184,23 +187,9 @@ class DeltaLog:
         checkpoint's rows and the rows after it (``state_checkpoint``)."""
         with self._lock:
             since = self._table.transaction_version(CHECKPOINT_APP_ID) or 0
-            kinds = f"'{KIND_STATE}', '{KIND_SUBSCRIPTION}'"
-            reader = self._table.scan(
-                columns=["kind", "stream", "stream_uid", "lsn", "data", "meta"],
-                predicate=f"kind IN ({kinds}) AND lsn >= {since}",
-            )
-        raw = pa.RecordBatchReader.from_stream(reader).read_all()
-        # Every column but ``meta`` as plain types (small); the JSON stays as scanned.
-        keys = pa.table(
-            {
-                "kind": raw["kind"].cast(pa.string()),
-                "stream": raw["stream"].cast(pa.string()),
-                "stream_uid": raw["stream_uid"],
-                "lsn": raw["lsn"],
-                "data": raw["data"].cast(pa.binary()),
-                "row": pa.array(np.arange(raw.num_rows, dtype=np.int64)),
-            }
-        )
+            files = StateFiles.plan(self._table, self.storage_options, _STATE_KINDS, since)
+        raw = files.read(["kind", "stream", "stream_uid", "lsn", "data", "meta"])
+        keys = raw.drop_columns(["meta"]).append_column("row", pa.array(np.arange(raw.num_rows, dtype=np.int64)))
         lsns = keys["lsn"]
         after = lsns.filter(pc.greater(lsns, since))
         at_checkpoint = pc.sum(pc.equal(lsns, since)).as_py() or 0
@@ -223,9 +212,8 @@ class DeltaLog:
             since = self._table.transaction_version(CHECKPOINT_APP_ID) or 0
             if covered <= since:
                 return 0
-            kinds = f"'{KIND_STATE}', '{KIND_SUBSCRIPTION}'"
-            reader = self._table.scan(predicate=f"kind IN ({kinds}) AND lsn >= {since}")
-        rows = newest_per_uid(plain(pa.RecordBatchReader.from_stream(reader).read_all()))
+            files = StateFiles.plan(self._table, self.storage_options, _STATE_KINDS, since)
+        rows = newest_per_uid(files.read())
         rows = rows.set_column(rows.schema.get_field_index("lsn"), "lsn", pa.repeat(covered, rows.num_rows))
         with self._lock:
             properties = self._properties(Transaction(app_id=CHECKPOINT_APP_ID, version=covered))

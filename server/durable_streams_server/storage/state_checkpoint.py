@@ -48,10 +48,10 @@ class CheckpointPolicy:
 
     min_commits: int = 20
     """Commits since the last checkpoint before one is considered. Recovery opens a file per
-    commit since the checkpoint, one at a time (a few ranged GETs each on an object store:
-    about 18 ms on moto), and a shard's new owner serves nothing until it has: at 100 a
-    failover spent up to 1.8 s here, at 20 at most about 0.4 s, for a checkpoint commit
-    every 20 flushes where the rows are few (the ratio below keeps large ones rare)."""
+    commit since the checkpoint, one at a time (one GET each on an object store for a small
+    flush file: ``state_files``), and a shard's new owner serves nothing until it has: a
+    checkpoint commit every 20 flushes where the rows are few (the ratio below keeps large
+    ones rare) bounds that read to a few hundred ms on moto."""
     max_commits: int = 1000
     """Commits after which one is taken whatever it costs."""
     commits: int = 0
