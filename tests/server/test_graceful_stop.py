@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import requests
 from servers import ServerProcess
+
+from durable_streams_server.http.cluster_secret import CLUSTER_SECRET_ENV, CLUSTER_SECRET_HEADER
 
 TEXT = {"Content-Type": "text/plain"}
 
@@ -71,3 +74,39 @@ def test_a_stopping_server_answers_its_long_polls_and_ends_its_sse_streams(
     assert isinstance(events, list), events  # (an exception: the stream was cut)
     assert events[-1].startswith("event: control\n") and f'"streamNextOffset":"{tail}"' in events[-1], events
     assert "Exception in ASGI application" not in server.log_text()
+
+
+def test_a_stopping_shard_server_answers_the_interest_wait_of_its_peers(tmp_path: Path) -> None:
+    """A shard server's peers long-poll its interest (``GET /v1/internal/interest``, up to 30 s
+    a wait). A drained shard server's stop waited for that request like any other, its shard
+    unavailable meanwhile; it is answered at the stop now, as the long-polls are."""
+    secret = "a-cluster-secret-of-enough-length-0123456789"
+    shard = ["--cluster-shard", "0/1", "--cluster-router", "http://127.0.0.1:9"]
+    server = ServerProcess(tmp_path / "data", shard, env={CLUSTER_SECRET_ENV: secret}).start()
+    try:
+        _answered_at_the_stop(server, secret)
+    finally:
+        server.kill()
+
+
+def _answered_at_the_stop(server: ServerProcess, secret: str) -> None:
+    inside = {CLUSTER_SECRET_HEADER: secret}
+    interest = f"{server.url}/v1/internal/interest"
+    current = requests.get(interest, headers=inside, timeout=10).json()
+    answers: list[object] = []
+
+    def wait() -> None:
+        params = {"version": current["version"], "wait_ms": "30000"}
+        try:
+            answers.append(requests.get(interest, params=params, headers=inside, timeout=60).json())
+        except requests.RequestException as exc:
+            answers.append(exc)
+
+    waiting = threading.Thread(target=wait)
+    waiting.start()
+    threading.Event().wait(0.5)  # (the wait has begun: nothing else answers it for 30 s)
+    server.stop()  # SIGTERM
+    waiting.join(timeout=60)
+    assert server.proc is not None and server.proc.returncode == -15, server.log_text()[-2000:]
+    assert answers == [current]
+    assert "Waiting for connections to close" not in server.log_text()

@@ -38,11 +38,10 @@ assumed close (one node, or NTP).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..protocol.subscriptions import glob_match
 
@@ -106,11 +105,16 @@ class Interest:
         self._changed.set()
         self._changed = asyncio.Event()
 
-    async def after(self, version: str, timeout_s: float) -> InterestView:
-        """The current view, once it is not ``version`` (or after ``timeout_s``)."""
+    async def after(self, version: str, timeout_s: float, until: asyncio.Future[None] | None = None) -> InterestView:
+        """The current view, once it is not ``version`` (or after ``timeout_s``, or once ``until``
+        is done: the server stops)."""
         if self.view.version == version:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), timeout_s)
+            changed = asyncio.ensure_future(self._changed.wait())
+            waits: list[asyncio.Future[Any]] = [changed] if until is None else [changed, until]
+            try:
+                await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                changed.cancel()
         return self.view
 
 

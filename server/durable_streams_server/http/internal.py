@@ -32,6 +32,7 @@ from ..engine.types import AppendRequest
 from ..protocol.errors import BadRequest, MethodNotAllowed, NotFound
 from ..protocol.headers import parse_producer
 from .cluster_secret import require
+from .limits import LiveReaders
 from .shard_guard import ShardGuard
 
 MAX_WAIT_MS = 30_000
@@ -39,9 +40,13 @@ NO_STORE = {"Cache-Control": "no-store"}
 
 
 class InternalHandlers:
-    def __init__(self, manager: SubscriptionManager, guard: ShardGuard | None) -> None:
+    def __init__(self, manager: SubscriptionManager, guard: ShardGuard | None, live_readers: LiveReaders) -> None:
         self.manager = manager
         self.guard = guard
+        self.live_readers = live_readers
+        """Its ``ending`` answers a waiting interest request when the server stops, as it answers
+        the long-polls: a reporter's wait held a drained shard server's stop for up to its
+        ``wait_ms``, the shard unavailable meanwhile."""
 
     async def handle(self, request: Request, rest: str) -> Response:
         guard = self.guard
@@ -71,7 +76,7 @@ class InternalHandlers:
             wait_ms = min(int(request.query_params.get("wait_ms", "0")), MAX_WAIT_MS)
         except ValueError:
             raise BadRequest("wait_ms must be an integer", code="INVALID_WAIT") from None
-        view = await self.manager.reports.interest.after(version, max(wait_ms, 0) / 1000)
+        view = await self.manager.reports.interest.after(version, max(wait_ms, 0) / 1000, self.live_readers.ending())
         return view.to_json()
 
     async def _wake_events(self, request: Request) -> None:

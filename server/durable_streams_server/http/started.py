@@ -94,7 +94,7 @@ def assemble(
         streams=streams,
         extensions=ExtensionHandlers(streams),
         subscriptions=SubscriptionHandlers(manager),
-        internal=InternalHandlers(manager, shard_guard),
+        internal=InternalHandlers(manager, shard_guard, live_readers),
         read_plans=ReadPlanHandlers(engine, storage.plans.access, storage.config.read_plan_ttl_s),
         time_lookups=TimeLookupHandlers(engine),
         cross_shard=cross_shard,
