@@ -16,7 +16,11 @@ server's own log times (JSON, milliseconds) of its claim and its recovery. Sizes
 one location, so a row also shows whether the cost follows the history (it must not: log and
 state checkpoints every 20 commits bound what a new owner reads).
 
-    python bench/takeover_bench.py [--sizes 20,200,1000]
+The history's shape: ``--streams`` streams written by ``--writers`` concurrent writers (each
+append to a random stream; a flush then commits several streams' messages and states, as the
+fault suite's workload does); ``--streams 1 --writers 1`` is one stream of single appends.
+
+    python bench/takeover_bench.py [--sizes 20,200,1000] [--streams 6 --writers 6]
 
 The record goes to ``bench/results/scratch/takeover.json``.
 """
@@ -25,9 +29,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import shutil
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from datetime import datetime
 from pathlib import Path
@@ -40,7 +47,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from servers import MotoServer, ServerProcess
 
 from durable_streams_server.cli import load_settings
-from durable_streams_server.cluster.workers import send_settings, spawn_shard_server
+from durable_streams_server.cluster.workers import SHARD_SERVER_COMMAND, send_settings
 
 TEXT = {"Content-Type": "text/plain"}
 
@@ -80,19 +87,48 @@ def take_over(args: list[str], work: Path, name: str, spare: bool) -> dict[str, 
         return {"ready_ms": ready_ms, **_log_ms(log, since)}
     data.mkdir(parents=True)
     settings = load_settings([*server.extra_args, "--port", str(server.port), "--data-dir", str(data)])
-    proc = spawn_shard_server()
-    time.sleep(3)  # (its imports done: it waits for its settings)
-    since, started = time.time(), time.monotonic()
-    send_settings(proc, settings)
-    ready_ms = _until_ready(server.url, started)
-    proc.kill()
-    proc.wait()
-    return {"ready_ms": ready_ms}
+    log_path = work / f"{name}.log"
+    with log_path.open("wb") as log_file:  # (as a node's spare, with its log kept apart)
+        proc = subprocess.Popen(SHARD_SERVER_COMMAND, stdin=subprocess.PIPE, stderr=log_file)
+        time.sleep(3)  # (its imports done: it waits for its settings)
+        since, started = time.time(), time.monotonic()
+        send_settings(proc, settings)
+        ready_ms = _until_ready(server.url, started)
+        proc.kill()
+        proc.wait()
+    return {"ready_ms": ready_ms, **_log_ms(log_path.read_text(errors="replace"), since)}
+
+
+def _write(writer: ServerProcess, names: list[str], writers: int, written: int, size: int) -> int:
+    """Append until ``size`` messages in all, from ``writers`` threads each to random streams."""
+    lock = threading.Lock()
+    count = [written]
+
+    def run() -> None:
+        with requests.Session() as http:
+            while True:
+                with lock:
+                    if count[0] >= size:
+                        return
+                    count[0] += 1
+                    number = count[0]
+                url = writer.stream_url(random.choice(names))
+                answer = http.post(url, data=f"message {number}", headers=TEXT, timeout=30)
+                assert answer.status_code in (200, 204), answer.text
+
+    threads = [threading.Thread(target=run) for _ in range(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return count[0]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", default="20,200,1000", help="history sizes (commits), accumulating")
+    parser.add_argument("--sizes", default="20,200,1000", help="history sizes (appends), accumulating")
+    parser.add_argument("--streams", type=int, default=1, help="streams the history is written to")
+    parser.add_argument("--writers", type=int, default=1, help="concurrent writers, each to random streams")
     options = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="takeover-"))
     moto = MotoServer().start(work)
@@ -101,36 +137,38 @@ def main() -> None:
         moto.create_bucket("takeover-bench")
         args = [*moto.server_args("s3://takeover-bench/shard"), "--durability", "delta", "--log-format", "json"]
         writer = ServerProcess(work / "writer", [*args, "--node-id", "writer"]).start()
-        url = writer.stream_url("history")
-        requests.put(url, headers=TEXT, timeout=30)
+        names = [f"history-{index}" for index in range(options.streams)]
+        for name in names:
+            requests.put(writer.stream_url(name), headers=TEXT, timeout=30)
         written = 0
         for index, size in enumerate(int(size) for size in options.sizes.split(",")):
-            progress(f"appending up to {size} commits")
-            while written < size:
-                answer = requests.post(url, data=f"message {written}", headers=TEXT, timeout=30)
-                assert answer.status_code in (200, 204), answer.text
-                written += 1
+            progress(f"appending up to {size} messages")
+            written = _write(writer, names, options.writers, written, size)
             writer.kill()
             cold = take_over(args, work, f"cold{index}", spare=False)
             spare = take_over(args, work, f"spare{index}", spare=True)
-            rows.append({"commits": size, "cold": cold, "spare": spare})
-            progress(f"{size} commits: cold {cold}, spare {spare}")
+            rows.append({"appends": size, "cold": cold, "spare": spare})
+            progress(f"{size} appends: cold {cold}, spare {spare}")
             again = [*args, "--node-id", f"writer{index}", "--take-over", "ask", "--take-over-timeout-s", "0"]
             writer = ServerProcess(work / f"writer{index}", again).start()
-            url = writer.stream_url("history")
         writer.kill()
     finally:
         moto.stop()
         shutil.rmtree(work, ignore_errors=True)
-    print("| commits | cold: ready ms | cold: claimed ms | cold: recovered ms | spare: ready ms |")
-    print("|---:|---:|---:|---:|---:|")
+    print(f"{options.streams} streams, {options.writers} writers")
+    print("| appends | cold: ready ms | claimed | recovered | spare: ready ms | claimed | recovered |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
     for row in rows:
         cold, spare = row["cold"], row["spare"]
         assert isinstance(cold, dict) and isinstance(spare, dict)
-        claimed, recovered = cold.get("took the storage over", "?"), cold.get("recovered", "?")
-        print(f"| {row['commits']} | {cold['ready_ms']} | {claimed} | {recovered} | {spare['ready_ms']} |")
+        steps = [run.get(step, "?") for run in (cold, spare) for step in ("took the storage over", "recovered")]
+        print(
+            f"| {row['appends']} | {cold['ready_ms']} | {steps[0]} | {steps[1]} | {spare['ready_ms']} "
+            f"| {steps[2]} | {steps[3]} |"
+        )
     SCRATCH_DIR.mkdir(parents=True, exist_ok=True)
-    record = {"rows": rows, "conditions": conditions(REPO)}
+    shape = {"streams": options.streams, "writers": options.writers}
+    record = {"rows": rows, "shape": shape, "conditions": conditions(REPO)}
     (SCRATCH_DIR / "takeover.json").write_text(json.dumps(record, indent=2) + "\n")
 
 
