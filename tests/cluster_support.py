@@ -29,7 +29,7 @@ JSON = {"Content-Type": "application/json"}
 
 def shard_servers(pid: int) -> list[int]:
     """The shard servers node ``pid`` runs: its children that listen on a port (not its spare,
-    which waits for settings with no socket: ``cluster.workers.SpareServer``)."""
+    which waits for settings with no socket: ``cluster.node.workers.SpareServer``)."""
     return [child for child in children(pid) if _listening(child)]
 
 

@@ -363,7 +363,7 @@ def run_shard_server(stdin: BinaryIO) -> None:
     """A cluster's shard server: everything is imported first, then it waits for its settings,
     which its node writes to ``stdin`` as JSON (``settings_json``); so a process may be started
     before its shard is known."""
-    importlib.import_module("durable_streams_server.cluster.peers")  # (the one module imported on demand)
+    importlib.import_module("durable_streams_server.cluster.shard.peers")  # (the one module imported on demand)
     data = stdin.read()
     if not data:
         raise SystemExit("shard-server: no settings on stdin (its node ended before sending them)")
@@ -395,7 +395,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     settings = load_settings(arguments)
     configure_logging(settings.logs.level, settings.logs.format)
     if settings.cluster is not None:
-        from .cluster.run import run_node
+        from .cluster.node.run import run_node
 
         run_node(settings)
         return

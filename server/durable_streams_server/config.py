@@ -164,13 +164,13 @@ class ServerConfig:
     known to be gone): a ``--durability delta`` owner's location is claimed at once, a WAL
     owner's refused, as after any timeout."""
     cluster_shard: str | None = None
-    """On a cluster's shard server (started by its node: ``cluster.workers``): ``k/N``, the
+    """On a cluster's shard server (started by its node: ``cluster.node.workers``): ``k/N``, the
     shard it serves of N; a request for another shard's stream is sent to ``cluster_router``."""
     cluster_router: str | None = None
     """The advertised URL of the node that started this shard server (its router)."""
     cluster_secret: str | None = field(default=None, repr=False)  # (never in a repr or a log)
     """The cluster-internal credential the node handed to this shard server with its settings
-    (``cluster.workers``; ``http.cluster_secret``), never on a command line."""
+    (``cluster.node.workers``; ``http.cluster_secret``), never on a command line."""
     cross_shard_fork_max_bytes: int = 256 * 1024 * 1024
     """In a cluster: the most message bytes a fork of another shard's stream copies
     (``engine.fork_copies``); a larger fork is refused (409 ``FORK_TOO_LARGE``)."""

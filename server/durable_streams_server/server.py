@@ -135,7 +135,7 @@ def open_server(config: ServerConfig, observer: StorageObserver) -> tuple[Storag
     manager = SubscriptionManager(engine, settings)
     guard = config.shard_guard
     if guard is not None and guard.shards > 1:
-        from .cluster.peers import RouterPeers  # (the cluster's HTTP side, above the layers it plugs into)
+        from .cluster.shard.peers import RouterPeers  # (the cluster's HTTP side, above the layers it plugs into)
 
         manager.peers = RouterPeers(guard)
     return storage, engine, manager

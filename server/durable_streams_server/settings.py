@@ -2,7 +2,7 @@
 
 ``settings_from_args`` is the one reader of the CLI's argparse namespace: it checks every value
 (``ServerConfig`` checks its own, ``Listen`` and ``NodeOptions`` theirs) and builds a frozen
-``Settings``; ``serve``, ``cluster.run`` and a cluster's shard servers take that, never a raw
+``Settings``; ``serve``, ``cluster.node.run`` and a cluster's shard servers take that, never a raw
 field. A value out of range is reported as its source gave it: ``--flag …`` for a flag or its
 environment variable, ``<file>:<line>: key …`` for the configuration file (``config_file``).
 

@@ -1,4 +1,4 @@
-"""What a node's relay answers when the shard's server gives no answer (``cluster.proxy``):
+"""What a node's relay answers when the shard's server gives no answer (``cluster.node.proxy``):
 a request that never reached it is a plain "later" (503 with ``Retry-After``: a client may
 resend even a plain append), one whose answer was lost after it was sent may have been
 stored (502 ``RELAY_IN_DOUBT`` without ``Retry-After``, which the Python client does not
@@ -13,8 +13,8 @@ import socket
 import threading
 from typing import Any
 
-from durable_streams_server.cluster.proxy import Relay, RelayFailure, relay_read_timeout_s
-from durable_streams_server.cluster.router import _relay_failed
+from durable_streams_server.cluster.node.proxy import Relay, RelayFailure, relay_read_timeout_s
+from durable_streams_server.cluster.node.router import _relay_failed
 from pyspark_durable_streams.client import errors
 
 

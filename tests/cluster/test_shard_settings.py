@@ -17,7 +17,7 @@ import requests
 from servers import free_port, wait_for
 
 from durable_streams_server.cli import load_settings
-from durable_streams_server.cluster.workers import (
+from durable_streams_server.cluster.node.workers import (
     SHARD_SERVER_COMMAND,
     ShardServerSpec,
     send_settings,

@@ -1,7 +1,7 @@
 """The cluster-internal credential: what a cluster's own processes present to each other.
 
-A node creates one random secret per storage root, once (``cluster.secret``), and hands it to
-the shard servers it starts with their settings (``cluster.workers``); a shard server started
+A node creates one random secret per storage root, once (``cluster.node.secret``), and hands it to
+the shard servers it starts with their settings (``cluster.node.workers``); a shard server started
 by hand reads it from ``CLUSTER_SECRET_ENV``. A request
 carrying it in ``CLUSTER_SECRET_HEADER`` comes from the cluster itself: it may use the
 internal routes (``internal``, ``fork_exports``), and only those: on the public surface it
@@ -30,7 +30,7 @@ def presenting(secret: str | None) -> str:
 def presented(secret: str | None, headers: Sequence[tuple[bytes, bytes]]) -> bool:
     """Whether the request's headers carry one of ``secret``'s lines (never with no secret
     configured). Every line is accepted, so a secret is rotated with no request refused: add
-    the new one second on every node, then first, then drop the old one (``cluster.secret``)."""
+    the new one second on every node, then first, then drop the old one (``cluster.node.secret``)."""
     if not secret:
         return False
     values = [value for name, value in headers if name == _HEADER]

@@ -13,7 +13,7 @@ router, which relays them to the source's shard):
 * ``DELETE ?link=<id>``: remove the link (204, also when it is already gone).
 
 Authority: only the cluster's own servers may call these. A cluster node makes one random
-secret per storage root (``cluster.secret``) and gives it to its shard servers; every
+secret per storage root (``cluster.node.secret``) and gives it to its shard servers; every
 request here must carry it (``cluster_secret.require``, compared in constant time),
 whether or not bearer tokens are configured, and client tokens count for nothing here
 (``policy``): a client's fork of another shard's stream is authorized at the fork's shard,

@@ -2,7 +2,7 @@
 
 Served only with the cluster-internal credential (``cluster_secret``; 404 on a server that
 has none, 403 for a request without it), reached through the node's router with
-``?shard=k`` (relayed to shard ``k``'s server, ``cluster.router``). The protocol is
+``?shard=k`` (relayed to shard ``k``'s server, ``cluster.node.router``). The protocol is
 described in ``engine.remote_streams``.
 
     GET  /v1/internal/interest?version=V&wait_ms=W   the base-surface subscriptions' interest
@@ -13,7 +13,7 @@ described in ``engine.remote_streams``.
          {"patterns": [...], "paths": [...]}  ->  {"shard", "streams": [[path, tail, created_ms]...]}
     POST /v1/internal/wake-events?path=P             wake events appended to this shard's stream
          (the JSON array of events; Producer-Id and    ``v1/stream/P`` as an idempotent producer (the
-         Producer-Epoch headers, seq 0)                home's wake deliveries: ``cluster.peers``)
+         Producer-Epoch headers, seq 0)                home's wake deliveries: ``cluster.shard.peers``)
 
 The credential opens these routes only: a request on the public surface is checked against the
 bearer tokens like any other, whatever it carries (``request_policy``).

@@ -24,16 +24,16 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from ..engine.remote_streams import InterestView
-from ..http.cluster_secret import CLUSTER_SECRET_HEADER, presenting
-from ..http.shard_guard import ShardGuard
-from ..protocol.errors import ProtocolError, ServiceUnavailable
-from ..protocol.shard_keys import shard_of_key
+from ...engine.remote_streams import InterestView
+from ...http.cluster_secret import CLUSTER_SECRET_HEADER, presenting
+from ...http.shard_guard import ShardGuard
+from ...protocol.errors import ProtocolError, ServiceUnavailable
+from ...protocol.shard_keys import shard_of_key
 from .reporter import TailReporter
 
 if TYPE_CHECKING:
-    from ..engine.engine import Engine
-    from ..engine.stream import Stream
+    from ...engine.engine import Engine
+    from ...engine.stream import Stream
 
 log = logging.getLogger("durable_streams_server.cluster")
 

@@ -2,7 +2,7 @@
 
 The router serves no stream itself. A request for a stream is answered with a 307 to the
 server of the stream's shard (``http.shard_guard.shard_of_path``), at the URL the shard's
-lease publishes (``node.Supervisor.routes``): the client repeats the same method and body
+lease publishes (``supervisor.Supervisor.routes``): the client repeats the same method and body
 there, so every protocol feature works through any node, and the bytes never pass through
 a second process. Requests a redirect cannot carry (credentials, which ``fetch`` drops on a
 redirect to another origin; the ``__ds`` namespace, whose answers carry the node's URLs)
@@ -38,11 +38,11 @@ from urllib.parse import parse_qs
 
 from starlette.types import Receive, Scope, Send
 
-from ..http.request_policy import decorate
-from ..http.routes import match_route, route_path
-from ..http.shard_guard import shard_key
-from ..http.ui import page
-from ..protocol.errors import (
+from ...http.request_policy import decorate
+from ...http.routes import match_route, route_path
+from ...http.shard_guard import shard_key
+from ...http.ui import page
+from ...protocol.errors import (
     BadGateway,
     BadRequest,
     MethodNotAllowed,
@@ -52,9 +52,9 @@ from ..protocol.errors import (
     ServiceUnavailable,
     rendered,
 )
-from ..protocol.shard_keys import shard_of_key
-from .node import Supervisor
+from ...protocol.shard_keys import shard_of_key
 from .proxy import READ_TIMEOUT_S, Relay, RelayFailure, must_relay
+from .supervisor import Supervisor
 from .upstream import IDLE_S
 
 CLUSTER_PATH = "/v1/cluster"

@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Protocol
 
 import httpx
 
-from ..engine.remote_streams import BASE_ROOT, InterestView, matching_streams
+from ...engine.remote_streams import BASE_ROOT, InterestView, matching_streams
 
 if TYPE_CHECKING:
-    from ..engine.engine import Engine
-    from ..engine.stream import Stream
+    from ...engine.engine import Engine
+    from ...engine.stream import Stream
 
 log = logging.getLogger("durable_streams_server.cluster")
 

@@ -1,0 +1,1 @@
+"""The code of a cluster node's process: its supervisor, leases and membership, and its router."""
