@@ -21,8 +21,7 @@ import requests
 import urllib3
 from servers import ServerProcess
 
-from durable_streams_server.http.shard_guard import shard_key
-from durable_streams_server.protocol.shard_keys import shard_of_key
+from durable_streams_server.cluster.paths import shard_key, shard_of_key
 
 JSON = {"Content-Type": "application/json"}
 

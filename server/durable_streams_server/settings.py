@@ -22,11 +22,13 @@ from types import MappingProxyType
 from typing import Literal, get_args
 
 from .config import ConfigError, ServerConfig, require_number
-from .http.cluster_secret import CLUSTER_SECRET_ENV
 from .http.fastpath import HttpParser
 from .protocol.tokens import AuthConfig, AuthConfigError, parse_tokens
 
 TOKENS_ENV = "DURABLE_STREAMS_AUTH_TOKENS"
+CLUSTER_SECRET_ENV = "DURABLE_STREAMS_CLUSTER_SECRET"
+"""A shard server started by hand: the cluster's credential (``cluster.shard.credential``); a
+node hands its shard servers theirs with their settings."""
 EventLoop = Literal["uvloop", "asyncio"]
 LogLevel = Literal["debug", "info", "warning", "error"]
 LogFormat = Literal["logfmt", "json"]

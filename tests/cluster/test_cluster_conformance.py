@@ -5,7 +5,7 @@ others hold nothing, so every request the suite sends to the second node is redi
 to the first node's shard server or relayed to it (``cluster.node.proxy``: bodies from ``fetch``,
 the ``__ds`` namespace). Then three shards over three nodes: the suite's streams (one first
 path segment each) spread over every shard, so its forks are mostly of another shard's
-stream (copies: ``http.fork_copies``) and its base-surface subscriptions match streams of
+stream (copies: ``cluster.shard.fork_copies``) and its base-surface subscriptions match streams of
 every shard (tail reports: ``engine.remote_streams``).
 """
 

@@ -20,7 +20,7 @@ import requests
 from cluster_support import JSON, Node, history, name_in_shard, send, serving, start_node
 from servers import MotoServer, ServerProcess, wait_for
 
-from durable_streams_server.protocol.shard_keys import shard_of_key
+from durable_streams_server.cluster.paths import shard_of_key
 
 pytestmark = pytest.mark.slow
 

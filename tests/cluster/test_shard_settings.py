@@ -23,7 +23,7 @@ from durable_streams_server.cluster.node.workers import (
     send_settings,
     spawn_shard_server,
 )
-from durable_streams_server.http.cluster_secret import CLUSTER_SECRET_HEADER
+from durable_streams_server.cluster.shard.credential import CLUSTER_SECRET_HEADER
 from durable_streams_server.settings import Settings
 from durable_streams_server.settings_json import SettingsFormatError, settings_from_json, settings_to_json
 

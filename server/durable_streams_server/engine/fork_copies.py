@@ -6,7 +6,7 @@ source (``forks``, ``reads``); across shards there is no shared table to stitch 
 the fork's shard copies what the fork inherits: the source's retained messages up to the
 fork point, with their own sequence numbers (the fork's offsets are the source's, no
 translation), exported by the source's shard (``protocol.fork_export``; the HTTP side is
-``http.fork_copies``). The fork is then an ordinary stream of its shard whose first
+``cluster.shard.fork_copies``). The fork is then an ordinary stream of its shard whose first
 sequence is the source's earliest retained one (``Stream.base_seq``): its reads, waits,
 read plans and retention need nothing else. It keeps its source's path, fork offset and
 sub-offset, so a repeated PUT compares its configuration as a local fork's does

@@ -1,7 +1,7 @@
 """A node's router: every URL of the cluster answered at any node, by sending it to its shard.
 
 The router serves no stream itself. A request for a stream is answered with a 307 to the
-server of the stream's shard (``http.shard_guard.shard_of_path``), at the URL the shard's
+server of the stream's shard (``cluster.paths``), at the URL the shard's
 lease publishes (``supervisor.Supervisor.routes``): the client repeats the same method and body
 there, so every protocol feature works through any node, and the bytes never pass through
 a second process. Requests a redirect cannot carry (credentials, which ``fetch`` drops on a
@@ -12,7 +12,7 @@ and ``Retry-After: 1``.
 A fork goes to its own path's shard like any create; when its source is another shard's
 stream, that shard's server copies what the fork inherits from the source's, through the
 cluster-internal route (``/v1/cluster/fork-links/<source path>``, always relayed to the
-source path's shard: ``http.fork_copies``).
+source path's shard: ``cluster.shard.fork_copies``).
 
 The base surface's subscriptions (``/v1/stream/__ds/...``) live in one shard, their home, like
 any ``__ds`` path; the home learns the other shards' streams from their tail reports
@@ -40,7 +40,6 @@ from starlette.types import Receive, Scope, Send
 
 from ...http.request_policy import decorate
 from ...http.routes import match_route, route_path
-from ...http.shard_guard import shard_key
 from ...http.ui import page
 from ...protocol.errors import (
     BadGateway,
@@ -52,7 +51,7 @@ from ...protocol.errors import (
     ServiceUnavailable,
     rendered,
 )
-from ...protocol.shard_keys import shard_of_key
+from ..paths import shard_key, shard_of_key
 from .proxy import READ_TIMEOUT_S, Relay, RelayFailure, must_relay
 from .supervisor import Supervisor
 from .upstream import IDLE_S

@@ -12,7 +12,7 @@ error (404, 409, 400, 410) is answered as the source's shard gave it.
 
 The sender of pending unlinks runs in the background: woken when one is recorded, and
 retrying every ``RETRY_S`` while any fails (the source's shard moving or unreachable).
-Every internal request carries the cluster's credential (``cluster_secret``).
+Every internal request carries the cluster's credential (``credential``).
 """
 
 from __future__ import annotations
@@ -25,14 +25,15 @@ from urllib.parse import quote
 
 import httpx
 
-from ..engine.engine import Engine
-from ..engine.fork_copies import ForkCopy, Pending
-from ..engine.types import CreateOutcome, CreateRequest
-from ..protocol import fork_export
-from ..protocol import headers as h
-from ..protocol.errors import ProtocolError, ServiceUnavailable
-from .cluster_secret import CLUSTER_SECRET_HEADER, presenting
-from .shard_guard import ShardGuard, shard_of_path
+from ...engine.engine import Engine
+from ...engine.fork_copies import ForkCopy, Pending
+from ...engine.types import CreateOutcome, CreateRequest
+from ...protocol import fork_export
+from ...protocol import headers as h
+from ...protocol.errors import ProtocolError, ServiceUnavailable
+from ..paths import shard_of_path
+from .credential import CLUSTER_SECRET_HEADER, presenting
+from .guard import ShardGuard
 
 log = logging.getLogger("durable_streams_server.http")
 

@@ -1,6 +1,6 @@
 """A cluster shard server's internal endpoints: tail reports for the base surface's subscriptions.
 
-Served only with the cluster-internal credential (``cluster_secret``; 404 on a server that
+Served only with the cluster-internal credential (``credential``; 404 on a server that
 has none, 403 for a request without it), reached through the node's router with
 ``?shard=k`` (relayed to shard ``k``'s server, ``cluster.node.router``). The protocol is
 described in ``engine.remote_streams``.
@@ -16,7 +16,7 @@ described in ``engine.remote_streams``.
          Producer-Epoch headers, seq 0)                home's wake deliveries: ``cluster.shard.peers``)
 
 The credential opens these routes only: a request on the public surface is checked against the
-bearer tokens like any other, whatever it carries (``request_policy``).
+bearer tokens like any other, whatever it carries (``guard.ShardGuard.internal``).
 """
 
 from __future__ import annotations
@@ -26,27 +26,26 @@ import json
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..engine.remote_streams import BASE_ROOT, InterestView, matching_streams
-from ..engine.subscriptions import SubscriptionManager
-from ..engine.types import AppendRequest
-from ..protocol.errors import BadRequest, MethodNotAllowed, NotFound
-from ..protocol.headers import parse_producer
-from .cluster_secret import require
-from .shard_guard import ShardGuard
+from ...engine.remote_streams import BASE_ROOT, InterestView, matching_streams
+from ...engine.subscriptions import SubscriptionManager
+from ...engine.types import AppendRequest
+from ...protocol.errors import BadRequest, MethodNotAllowed, NotFound
+from ...protocol.headers import parse_producer
+from .credential import require
+from .guard import ShardGuard
 
 MAX_WAIT_MS = 30_000
 NO_STORE = {"Cache-Control": "no-store"}
 
 
 class InternalHandlers:
-    def __init__(self, manager: SubscriptionManager, guard: ShardGuard | None) -> None:
+    def __init__(self, manager: SubscriptionManager, guard: ShardGuard) -> None:
         self.manager = manager
         self.guard = guard
 
     async def handle(self, request: Request, rest: str) -> Response:
         guard = self.guard
-        require(guard.secret if guard else None, request.url.path, request.scope["headers"])
-        assert guard is not None  # (``require`` refused a server that is no shard server)
+        require(guard.secret, request.url.path, request.scope["headers"])
         if rest == "interest":
             _allow(request, "GET")
             return JSONResponse(await self._interest(request), headers=NO_STORE)

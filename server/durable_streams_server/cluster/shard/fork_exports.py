@@ -14,9 +14,9 @@ router, which relays them to the source's shard):
 
 Authority: only the cluster's own servers may call these. A cluster node makes one random
 secret per storage root (``cluster.node.secret``) and gives it to its shard servers; every
-request here must carry it (``cluster_secret.require``, compared in constant time),
+request here must carry it (``credential.require``, compared in constant time),
 whether or not bearer tokens are configured, and client tokens count for nothing here
-(``policy``): a client's fork of another shard's stream is authorized at the fork's shard,
+(``http.policy``): a client's fork of another shard's stream is authorized at the fork's shard,
 where creating a fork needs read on its source. A server that is no cluster shard
 server has no secret and answers 404.
 """
@@ -28,20 +28,20 @@ from urllib.parse import unquote
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from ..engine import fork_exports
-from ..engine.engine import Engine
-from ..engine.types import CreateRequest
-from ..protocol import fork_export
-from ..protocol import headers as h
-from ..protocol.errors import BadRequest, MethodNotAllowed
-from ..protocol.offsets import parse_offset
-from .cluster_secret import require
+from ...engine import fork_exports
+from ...engine.engine import Engine
+from ...engine.types import CreateRequest
+from ...protocol import fork_export
+from ...protocol import headers as h
+from ...protocol.errors import BadRequest, MethodNotAllowed
+from ...protocol.offsets import parse_offset
+from .credential import require
 from .fork_copies import FORK_HEADER, LINK_HEADER
-from .shard_guard import ShardGuard
+from .guard import ShardGuard
 
 
-async def answer(engine: Engine, guard: ShardGuard | None, request: Request) -> Response:
-    require(guard.secret if guard else None, request.url.path, request.scope["headers"])
+async def answer(engine: Engine, guard: ShardGuard, request: Request) -> Response:
+    require(guard.secret, request.url.path, request.scope["headers"])
     source = request.path_params["path"]
     if request.method == "DELETE":
         link = request.query_params.get("link")

@@ -2,12 +2,12 @@
 
 A node creates one random secret per storage root, once (``cluster.node.secret``), and hands it to
 the shard servers it starts with their settings (``cluster.node.workers``); a shard server started
-by hand reads it from ``CLUSTER_SECRET_ENV``. A request
+by hand reads it from ``settings.CLUSTER_SECRET_ENV``. A request
 carrying it in ``CLUSTER_SECRET_HEADER`` comes from the cluster itself: it may use the
 internal routes (``internal``, ``fork_exports``), and only those: on the public surface it
-stands in for no token (``request_policy``), so whoever learns it can reach the cluster's
-internal endpoints, never write or delete a stream through the protocol. Compared in constant
-time; never logged, never part of an answer.
+stands in for no token (``guard.ShardGuard.internal``), so whoever learns it can reach the
+cluster's internal endpoints, never write or delete a stream through the protocol. Compared in
+constant time; never logged, never part of an answer.
 """
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ from __future__ import annotations
 import hmac
 from collections.abc import Sequence
 
-from ..protocol.errors import Forbidden, NotFound
+from ...protocol.errors import Forbidden, NotFound
 
-CLUSTER_SECRET_ENV = "DURABLE_STREAMS_CLUSTER_SECRET"
 CLUSTER_SECRET_HEADER = "durable-streams-cluster-secret"
 _HEADER = CLUSTER_SECRET_HEADER.encode()
 
