@@ -124,13 +124,8 @@ def _stop_when_fenced(error: OwnershipError) -> None:
     os.kill(os.getpid(), signal.SIGTERM)  # (uvicorn's graceful shutdown: the storage closes, nothing to flush)
 
 
-def open_server(
-    config: ServerConfig, observer: StorageObserver, shard: ShardServing | None = None
-) -> tuple[Storage, Engine, SubscriptionManager]:
-    """``open_storage``, and the subscription manager over its engine (started by the app); on a
-    shard server (``shard``) of a cluster of more than one shard, with the other shards as its peers
-    (the base surface's subscriptions live in one shard and see every shard's streams:
-    ``engine.remote_streams``)."""
+def open_server(config: ServerConfig, observer: StorageObserver) -> tuple[Storage, Engine, SubscriptionManager]:
+    """``open_storage``, and the subscription manager over its engine (started by the app)."""
     storage, engine = open_storage(config, observer)
     settings = SubscriptionSettings(
         allowed_networks=parse_networks(config.allow_private_webhook_urls),
@@ -138,9 +133,7 @@ def open_server(
         retry_max_s=config.webhook_retry_max_ms / 1000,
         delivery_timeout_s=config.webhook_timeout_ms / 1000,
     )
-    manager = SubscriptionManager(engine, settings)
-    manager.peers = shard.peers() if shard is not None else None
-    return storage, engine, manager
+    return storage, engine, SubscriptionManager(engine, settings)
 
 
 def http_limits(config: ServerConfig) -> HttpLimits:
@@ -168,10 +161,12 @@ def build_app(config: ServerConfig | None = None, on_started: Callable[[], objec
     shard = ShardServing.of(config)
 
     def starter(observer: StorageObserver) -> Started:
-        storage, engine, manager = open_server(config, observer, shard)
+        opened = open_server(config, observer)
         if shard is None:
-            return assemble((storage, engine, manager), limits, live_readers)
-        return assemble((storage, engine, manager), limits, live_readers, shard.routes(engine, manager))
+            return assemble(opened, limits, live_readers)
+        # (a shard server's: the base surface's subscriptions live in one shard and see every
+        # shard's streams, ``cluster.shard.remote_streams``; and the internal routes)
+        return assemble(opened, limits, live_readers, shard.plug(opened[1], opened[2]))
 
     admission = shard.guard if shard is not None else None
     return DurableStreamsApp(starter, limits, live_readers, config.auth, on_started, admission)

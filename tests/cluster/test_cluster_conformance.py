@@ -6,7 +6,7 @@ to the first node's shard server or relayed to it (``cluster.node.proxy``: bodie
 the ``__ds`` namespace). Then three shards over three nodes: the suite's streams (one first
 path segment each) spread over every shard, so its forks are mostly of another shard's
 stream (copies: ``cluster.shard.fork_copies``) and its base-surface subscriptions match streams of
-every shard (tail reports: ``engine.remote_streams``).
+every shard (tail reports: ``cluster.shard.remote_streams``).
 """
 
 from __future__ import annotations

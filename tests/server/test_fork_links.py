@@ -15,7 +15,7 @@ import requests
 from cluster_support import JSON, name_in_shard
 from servers import ServerProcess, session
 
-from durable_streams_server.protocol.fork_export import ExportReader
+from durable_streams_server.cluster.shard.export_frames import ExportReader
 from durable_streams_server.settings import CLUSTER_SECRET_ENV
 
 SECRET = {"Durable-Streams-Cluster-Secret": "s3cret"}

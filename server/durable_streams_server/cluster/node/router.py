@@ -16,7 +16,7 @@ source path's shard: ``cluster.shard.fork_copies``).
 
 The base surface's subscriptions (``/v1/stream/__ds/...``) live in one shard, their home, like
 any ``__ds`` path; the home learns the other shards' streams from their tail reports
-(``engine.remote_streams``), sent through this router to the cluster's internal endpoints
+(``cluster.shard.remote_streams``), sent through this router to the cluster's internal endpoints
 (``/v1/internal/...?shard=k``, relayed to shard ``k``'s server like the status JSON).
 
 ``GET /healthz`` is the node's liveness, ``GET /readyz`` its readiness for a load balancer

@@ -3,7 +3,7 @@
 Served only with the cluster-internal credential (``credential``; 404 on a server that
 has none, 403 for a request without it), reached through the node's router with
 ``?shard=k`` (relayed to shard ``k``'s server, ``cluster.node.router``). The protocol is
-described in ``engine.remote_streams``.
+described in ``remote_streams``.
 
     GET  /v1/internal/interest?version=V&wait_ms=W   the base-surface subscriptions' interest
                                                      (long-poll: answered once not V, or after W)
@@ -26,21 +26,23 @@ import json
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ...engine.remote_streams import BASE_ROOT, InterestView, matching_streams
-from ...engine.subscriptions import SubscriptionManager
+from ...engine.engine import Engine
 from ...engine.types import AppendRequest
 from ...protocol.errors import BadRequest, MethodNotAllowed, NotFound
 from ...protocol.headers import parse_producer
 from .credential import require
 from .guard import ShardGuard
+from .remote_streams import BASE_ROOT, InterestView, matching_streams
+from .shard_reports import ShardReports
 
 MAX_WAIT_MS = 30_000
 NO_STORE = {"Cache-Control": "no-store"}
 
 
 class InternalHandlers:
-    def __init__(self, manager: SubscriptionManager, guard: ShardGuard) -> None:
-        self.manager = manager
+    def __init__(self, engine: Engine, reports: ShardReports, guard: ShardGuard) -> None:
+        self.engine = engine
+        self.reports = reports
         self.guard = guard
 
     async def handle(self, request: Request, rest: str) -> Response:
@@ -56,7 +58,7 @@ class InternalHandlers:
         if rest == "matching":
             _allow(request, "POST")
             view = _interest_of(await _body(request))
-            streams = matching_streams(self.manager.engine, view)
+            streams = matching_streams(self.engine, view)
             return JSONResponse({"shard": guard.shard, "streams": streams}, headers=NO_STORE)
         if rest == "wake-events":
             _allow(request, "POST")
@@ -70,7 +72,7 @@ class InternalHandlers:
             wait_ms = min(int(request.query_params.get("wait_ms", "0")), MAX_WAIT_MS)
         except ValueError:
             raise BadRequest("wait_ms must be an integer", code="INVALID_WAIT") from None
-        view = await self.manager.reports.interest.after(version, max(wait_ms, 0) / 1000)
+        view = await self.reports.interest.after(version, max(wait_ms, 0) / 1000)
         return view.to_json()
 
     async def _wake_events(self, request: Request) -> None:
@@ -80,7 +82,7 @@ class InternalHandlers:
         if not path or producer is None:
             raise BadRequest("wake events need ?path= and the producer headers", code="INVALID_WAKE_EVENTS")
         body = await request.body()
-        await self.manager.engine.append(BASE_ROOT + path, AppendRequest(body, None, producer, None, False))
+        await self.engine.append(BASE_ROOT + path, AppendRequest(body, None, producer, None, False))
 
     def _report(self, body: object) -> None:
         refusal = BadRequest(
@@ -97,7 +99,7 @@ class InternalHandlers:
             removed = [str(path) for path in body["removed"]]
         except (KeyError, TypeError, ValueError):
             raise refusal from None
-        self.manager.reports.apply(shard, version, full, streams, removed)
+        self.reports.apply(shard, version, full, streams, removed)
 
 
 def _interest_of(body: object) -> InterestView:

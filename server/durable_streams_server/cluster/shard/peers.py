@@ -1,7 +1,7 @@
 """A shard server's view of the other shards, over HTTP through its node's router.
 
-``RouterPeers`` implements the subscriptions' port ``engine.remote_streams.ShardPeers`` for a
-shard server of a cluster of more than one shard (plugged in by ``server.open_server``: ``serving``).
+``RouterPeers`` is the other shards as the subscriptions' view of them (``shard_reports``) asks
+them, on a shard server of a cluster of more than one shard (``serving``).
 Every request goes to the node's router (``ShardGuard.router_url``) with the cluster-internal
 credential (``credential``): the router relays ``/v1/internal/...?shard=k`` to shard
 ``k``'s server, and a stream URL to its shard's server, wherever that shard is served now.
@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from ...engine.remote_streams import InterestView
 from ...protocol.errors import ProtocolError, ServiceUnavailable
 from ..paths import shard_of_key
 from .credential import CLUSTER_SECRET_HEADER, presenting
 from .guard import ShardGuard
+from .remote_streams import InterestView
 from .reporter import TailReporter
 
 if TYPE_CHECKING:

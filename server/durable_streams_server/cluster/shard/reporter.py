@@ -1,4 +1,4 @@
-"""Tail reports from one shard server to the subscriptions' home (``engine.remote_streams``).
+"""Tail reports from one shard server to the subscriptions' home (``remote_streams``).
 
 Two tasks on the shard server's loop:
 
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import httpx
 
-from ...engine.remote_streams import BASE_ROOT, InterestView, matching_streams
+from .remote_streams import BASE_ROOT, InterestView, matching_streams
 
 if TYPE_CHECKING:
     from ...engine.engine import Engine

@@ -1,11 +1,13 @@
 """What makes a server a cluster's shard server: the parts its assembly (``server.py``) plugs in.
 
 ``ShardServing.of(config)`` is ``None`` for a single server. For a shard server it holds the
-shard's ``guard`` (the app's admission: ``http.ports.Admission``) from the start, and once
-storage is open gives the app its internal routes over the started engine (``routes``:
-``http.ports.InternalRoutes``): the internal endpoints of the subscriptions' tail reports
-(``internal``), the source's side of a fork in another shard (``fork_exports``) and the fork's
-side (``fork_copies``, whose unlink sender is the routes' background work).
+shard's ``guard`` (the app's admission: ``http.ports.Admission``) from the start; once storage
+is open, ``plug`` gives the subscription manager its view of the other shards' streams
+(``shard_reports``, over ``peers`` in a cluster of more than one shard) and the app its internal
+routes over the started engine (``ShardRoutes``: ``http.ports.InternalRoutes``): the internal
+endpoints of the subscriptions' tail reports (``internal``), the source's side of a fork in
+another shard (``fork_exports``) and the fork's side (``fork_copies``, whose unlink sender is
+the routes' background work).
 """
 
 from __future__ import annotations
@@ -23,16 +25,17 @@ from .fork_copies import CrossShardForks
 from .guard import ShardGuard, shard_guard
 from .internal import InternalHandlers
 from .peers import RouterPeers
+from .shard_reports import ShardReports
 
 
 class ShardRoutes:
     """A shard server's internal routes, and its forks of other shards' streams."""
 
-    def __init__(self, guard: ShardGuard, engine: Engine, manager: SubscriptionManager) -> None:
+    def __init__(self, guard: ShardGuard, engine: Engine, reports: ShardReports) -> None:
         self.guard = guard
         self.engine = engine
         self.forks = CrossShardForks(engine, guard)
-        self.internal = InternalHandlers(manager, guard)
+        self.internal = InternalHandlers(engine, reports, guard)
 
     async def answer(self, route: str, request: Request) -> Response:
         if route == "cluster":
@@ -56,9 +59,9 @@ class ShardServing:
         guard = shard_guard(config)
         return None if guard is None else cls(guard)
 
-    def peers(self) -> RouterPeers | None:
-        """The other shards, as the subscriptions see them: none in a cluster of one shard."""
-        return RouterPeers(self.guard) if self.guard.shards > 1 else None
-
-    def routes(self, engine: Engine, manager: SubscriptionManager) -> ShardRoutes:
-        return ShardRoutes(self.guard, engine, manager)
+    def plug(self, engine: Engine, manager: SubscriptionManager) -> ShardRoutes:
+        """Give ``manager`` (recovered, not started) the other shards' streams, and the routes
+        over ``engine``."""
+        peers = RouterPeers(self.guard) if self.guard.shards > 1 else None
+        manager.streams = reports = ShardReports(manager, peers)
+        return ShardRoutes(self.guard, engine, reports)
