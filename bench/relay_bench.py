@@ -15,7 +15,7 @@ supervisor, ``/proc/<pid>/stat``) and of its shard server. The router's CPU per 
 is the node's CPU in the relay window less its CPU in the follow window (the supervisor's own
 ticks, no requests), over the relayed appends.
 
-Relays under test (``--relays``): ``checkout`` (this checkout's ``cluster.proxy``), and ``httpx``
+Relays under test (``--relays``): ``checkout`` (this checkout's ``cluster.node.proxy``), and ``httpx``
 (the relay of ``START_COMMIT``, ``httpx`` per request, read from git and swapped in for the
 node's ``Relay`` by this script's ``--node`` mode, which then runs the server's command line as
 usual: the node's own code is otherwise the checkout's). ``--profile DIR`` writes each node's cProfile statistics
@@ -68,7 +68,7 @@ PROCESSES = 2
 def node_main(relay: str, profile: str | None, argv: list[str]) -> None:
     """A cluster node (``durable-streams-server`` with ``argv``) whose router relays with ``relay``."""
     from durable_streams_server import cli
-    from durable_streams_server.cluster import router
+    from durable_streams_server.cluster.node import router
 
     if relay == "httpx":
         source = subprocess.run(["git", "show", f"{START_COMMIT}:{PROXY}"], cwd=REPO, check=True, capture_output=True)

@@ -1,6 +1,6 @@
 """A shard's new owner: how long from its start to serving, against the history it takes over.
 
-What a cluster's failover costs once a dead node's lease has expired (``cluster/node.py``):
+What a cluster's failover costs once a dead node's lease has expired (``cluster/node/supervisor.py``):
 a shard server starts on the shard's storage, claims it and reads its state, then serves. Not
 a timed test. For each history size N, one delta-durability server on moto's S3 server (on
 loopback) gets N single appends to one stream (N Delta commits: each waits for its own), and is
@@ -9,7 +9,7 @@ for an expired lease (``--take-over ask --take-over-timeout-s 0``), in two ways:
 
 - **cold**: ``durable-streams-server`` spawned with its options: its imports are part of it;
 - **spare**: ``durable-streams-server shard-server`` spawned first and given its settings once
-  it waits for them, as a node's spare shard server is (``cluster.workers.SpareServer``).
+  it waits for them, as a node's spare shard server is (``cluster.node.workers.SpareServer``).
 
 Each row: ms from the start (the spawn, or the settings written) to ``/readyz`` 200, and the
 server's own log times (JSON, milliseconds) of its claim and its recovery. Sizes accumulate on
@@ -47,7 +47,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from servers import MotoServer, ServerProcess
 
 from durable_streams_server.cli import load_settings
-from durable_streams_server.cluster.workers import SHARD_SERVER_COMMAND, send_settings
+from durable_streams_server.cluster.node.workers import SHARD_SERVER_COMMAND, send_settings
 
 TEXT = {"Content-Type": "text/plain"}
 

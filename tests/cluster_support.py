@@ -21,15 +21,14 @@ import requests
 import urllib3
 from servers import ServerProcess
 
-from durable_streams_server.http.shard_guard import shard_key
-from durable_streams_server.protocol.shard_keys import shard_of_key
+from durable_streams_server.cluster.paths import shard_key, shard_of_key
 
 JSON = {"Content-Type": "application/json"}
 
 
 def shard_servers(pid: int) -> list[int]:
     """The shard servers node ``pid`` runs: its children that listen on a port (not its spare,
-    which waits for settings with no socket: ``cluster.workers.SpareServer``)."""
+    which waits for settings with no socket: ``cluster.node.workers.SpareServer``)."""
     return [child for child in children(pid) if _listening(child)]
 
 

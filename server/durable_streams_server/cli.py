@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 from collections.abc import Sequence
@@ -360,10 +359,10 @@ def show_config(argv: Sequence[str]) -> str:
 
 
 def run_shard_server(stdin: BinaryIO) -> None:
-    """A cluster's shard server: everything is imported first, then it waits for its settings,
+    """A cluster's shard server: everything is imported first (``serve``, and with it the server
+    and its shard server's parts: ``cluster.shard``), then it waits for its settings,
     which its node writes to ``stdin`` as JSON (``settings_json``); so a process may be started
     before its shard is known."""
-    importlib.import_module("durable_streams_server.cluster.peers")  # (the one module imported on demand)
     data = stdin.read()
     if not data:
         raise SystemExit("shard-server: no settings on stdin (its node ended before sending them)")
@@ -395,7 +394,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     settings = load_settings(arguments)
     configure_logging(settings.logs.level, settings.logs.format)
     if settings.cluster is not None:
-        from .cluster.run import run_node
+        from .cluster.node.run import run_node
 
         run_node(settings)
         return

@@ -8,14 +8,12 @@ which takes its defaults from these fields and reports a ``ConfigError`` as its 
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
 
-from .http.shard_guard import ShardGuard
 from .protocol.tokens import AuthConfig
 from .protocol.webhook_rules import parse_networks
 from .storage.durability import Durability
@@ -31,6 +29,15 @@ class ConfigError(ValueError):
         super().__init__(f"{field} {problem}")
         self.field = field
         self.problem = problem
+
+
+def parse_shard(spec: str) -> tuple[int, int]:
+    """``k/N`` (``cluster_shard``): shard ``k`` of ``N``; ``ValueError`` if malformed."""
+    shard_text, _, count_text = spec.partition("/")
+    shard, shards = int(shard_text), int(count_text)
+    if not 0 <= shard < shards:
+        raise ValueError(f"shard {shard} is outside 0..{shards - 1}")
+    return shard, shards
 
 
 def require_number(name: str, value: object, *, positive: bool) -> None:
@@ -164,16 +171,17 @@ class ServerConfig:
     known to be gone): a ``--durability delta`` owner's location is claimed at once, a WAL
     owner's refused, as after any timeout."""
     cluster_shard: str | None = None
-    """On a cluster's shard server (started by its node: ``cluster.workers``): ``k/N``, the
-    shard it serves of N; a request for another shard's stream is sent to ``cluster_router``."""
+    """On a cluster's shard server (started by its node: ``cluster.node.workers``): ``k/N``, the
+    shard it serves of N; a request for another shard's stream is sent to ``cluster_router``
+    (``cluster.shard.guard``)."""
     cluster_router: str | None = None
     """The advertised URL of the node that started this shard server (its router)."""
     cluster_secret: str | None = field(default=None, repr=False)  # (never in a repr or a log)
     """The cluster-internal credential the node handed to this shard server with its settings
-    (``cluster.workers``; ``http.cluster_secret``), never on a command line."""
+    (``cluster.node.workers``; ``cluster.shard.credential``), never on a command line."""
     cross_shard_fork_max_bytes: int = 256 * 1024 * 1024
     """In a cluster: the most message bytes a fork of another shard's stream copies
-    (``engine.fork_copies``); a larger fork is refused (409 ``FORK_TOO_LARGE``)."""
+    (``cluster.shard.fork_copies``); a larger fork is refused (409 ``FORK_TOO_LARGE``)."""
     fast_path: Literal["on", "off"] = "on"
     """on: where the server's own connection protocol serves the app (``server.http_protocol``:
     the command line's uvicorn, httptools parser), a stream's small appends and creates, reads,
@@ -213,9 +221,9 @@ class ServerConfig:
             raise ConfigError("node_id", f"must be 1-64 letters, digits, '.', '_' or '-', got {self.node_id!r}")
         if (self.cluster_shard is None) != (self.cluster_router is None):
             raise ConfigError("cluster_shard", "a shard server needs both cluster_shard and cluster_router")
-        if self.cluster_shard is not None and self.cluster_router is not None:
+        if self.cluster_shard is not None:
             try:
-                ShardGuard.parse(self.cluster_shard, self.cluster_router)
+                parse_shard(self.cluster_shard)
             except ValueError as exc:
                 raise ConfigError(
                     "cluster_shard", f"must be k/N with 0 <= k < N, got {self.cluster_shard!r}: {exc}"
@@ -224,13 +232,6 @@ class ServerConfig:
             modes = ", ".join(Durability)
             raise ConfigError("durability", f"must be one of {modes}, got {self.durability!r}")
         object.__setattr__(self, "durability", Durability(self.durability))  # (a flag's or a file's string)
-
-    @property
-    def shard_guard(self) -> ShardGuard | None:
-        if self.cluster_shard is None or self.cluster_router is None:
-            return None
-        guard = ShardGuard.parse(self.cluster_shard, self.cluster_router, self.cluster_secret)
-        return dataclasses.replace(guard, fork_max_bytes=self.cross_shard_fork_max_bytes)
 
     @property
     def resolved_storage_uri(self) -> str:

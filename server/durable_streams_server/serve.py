@@ -16,7 +16,7 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from .allocators import tune_allocators
-from .cluster.workers import die_with_parent
+from .cluster.shard.parent import die_with_parent
 from .collector import freeze_start_up_objects
 from .config import ServerConfig
 from .server import build_app, http_protocol

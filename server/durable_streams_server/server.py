@@ -4,7 +4,9 @@
 grants go to the app (``http/app.py``), the rest to ``open_storage``, which the app's starter
 calls when it starts (on its lifespan startup, or on its first request when mounted): it builds
 the storage and the engine and recovers their state, Delta + WAL replayed into the engine; the
-starter then assembles the handlers over them (``http/started.py``).
+starter then assembles the handlers over them (``http/started.py``). On a cluster's shard server
+it plugs in what makes it one (``cluster.shard.serving``: the app's admission, its internal
+routes, the subscriptions' view of the other shards), where the layers leave a port for it.
 Nothing touches the disk before that, so building an app is cheap and an embedder can create
 it at import time; ``create_app(config)`` is its ASGI app.
 
@@ -23,6 +25,7 @@ from collections.abc import Callable
 
 from starlette.types import ASGIApp
 
+from .cluster.shard.serving import ShardServing
 from .config import ServerConfig
 from .engine.engine import Engine, EngineConfig
 from .engine.memory_writes import write_share
@@ -90,7 +93,7 @@ def open_storage(config: ServerConfig, observer: StorageObserver) -> tuple[Stora
         ),
     )
     engine = Engine(storage, engine_config)
-    if config.shard_guard is not None:
+    if config.cluster_shard is not None:
         storage.on_fenced.append(_stop_when_fenced)
     try:
         recovery = storage.recover()
@@ -122,9 +125,7 @@ def _stop_when_fenced(error: OwnershipError) -> None:
 
 
 def open_server(config: ServerConfig, observer: StorageObserver) -> tuple[Storage, Engine, SubscriptionManager]:
-    """``open_storage``, and the subscription manager over its engine (started by the app); on a
-    shard server of a cluster of more than one shard, with the other shards as its peers (the base
-    surface's subscriptions live in one shard and see every shard's streams: ``engine.remote_streams``)."""
+    """``open_storage``, and the subscription manager over its engine (started by the app)."""
     storage, engine = open_storage(config, observer)
     settings = SubscriptionSettings(
         allowed_networks=parse_networks(config.allow_private_webhook_urls),
@@ -132,13 +133,7 @@ def open_server(config: ServerConfig, observer: StorageObserver) -> tuple[Storag
         retry_max_s=config.webhook_retry_max_ms / 1000,
         delivery_timeout_s=config.webhook_timeout_ms / 1000,
     )
-    manager = SubscriptionManager(engine, settings)
-    guard = config.shard_guard
-    if guard is not None and guard.shards > 1:
-        from .cluster.peers import RouterPeers  # (the cluster's HTTP side, above the layers it plugs into)
-
-        manager.peers = RouterPeers(guard)
-    return storage, engine, manager
+    return storage, engine, SubscriptionManager(engine, settings)
 
 
 def http_limits(config: ServerConfig) -> HttpLimits:
@@ -163,11 +158,18 @@ def build_app(config: ServerConfig | None = None, on_started: Callable[[], objec
     config = config or ServerConfig()
     limits = http_limits(config)
     live_readers = LiveReaders(limits.max_live_readers)
+    shard = ShardServing.of(config)
 
     def starter(observer: StorageObserver) -> Started:
-        return assemble(open_server(config, observer), limits, live_readers, config.shard_guard)
+        opened = open_server(config, observer)
+        if shard is None:
+            return assemble(opened, limits, live_readers)
+        # (a shard server's: the base surface's subscriptions live in one shard and see every
+        # shard's streams, ``cluster.shard.remote_streams``; and the internal routes)
+        return assemble(opened, limits, live_readers, shard.plug(opened[1], opened[2], live_readers))
 
-    return DurableStreamsApp(starter, limits, live_readers, config.auth, on_started, config.shard_guard)
+    admission = shard.guard if shard is not None else None
+    return DurableStreamsApp(starter, limits, live_readers, config.auth, on_started, admission)
 
 
 def create_app(config: ServerConfig | None = None, on_started: Callable[[], object] | None = None) -> ASGIApp:

@@ -2,7 +2,7 @@
 
 ``settings_from_args`` is the one reader of the CLI's argparse namespace: it checks every value
 (``ServerConfig`` checks its own, ``Listen`` and ``NodeOptions`` theirs) and builds a frozen
-``Settings``; ``serve``, ``cluster.run`` and a cluster's shard servers take that, never a raw
+``Settings``; ``serve``, ``cluster.node.run`` and a cluster's shard servers take that, never a raw
 field. A value out of range is reported as its source gave it: ``--flag …`` for a flag or its
 environment variable, ``<file>:<line>: key …`` for the configuration file (``config_file``).
 
@@ -22,11 +22,13 @@ from types import MappingProxyType
 from typing import Literal, get_args
 
 from .config import ConfigError, ServerConfig, require_number
-from .http.cluster_secret import CLUSTER_SECRET_ENV
 from .http.fastpath import HttpParser
 from .protocol.tokens import AuthConfig, AuthConfigError, parse_tokens
 
 TOKENS_ENV = "DURABLE_STREAMS_AUTH_TOKENS"
+CLUSTER_SECRET_ENV = "DURABLE_STREAMS_CLUSTER_SECRET"
+"""A shard server started by hand: the cluster's credential (``cluster.shard.credential``); a
+node hands its shard servers theirs with their settings."""
 EventLoop = Literal["uvloop", "asyncio"]
 LogLevel = Literal["debug", "info", "warning", "error"]
 LogFormat = Literal["logfmt", "json"]

@@ -1,7 +1,7 @@
 """``Settings`` as JSON: how a cluster node hands a shard server its settings, as data.
 
 The node writes one JSON document to the shard server's stdin and closes it
-(``cluster.workers``); the shard server (``durable-streams-server shard-server``) imports
+(``cluster.node.workers``); the shard server (``durable-streams-server shard-server``) imports
 everything first, then blocks reading it, so a process can be started before its settings are
 known (a warm spare) and given them when a shard needs it. Nothing is on its command line, so no
 option table has to be kept in step with the parser, and the secrets it carries (the cluster's

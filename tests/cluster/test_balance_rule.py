@@ -1,10 +1,10 @@
-"""The balancing rule (``cluster.balance``) on its own: when a node gives a shard up."""
+"""The balancing rule (``cluster.node.balance``) on its own: when a node gives a shard up."""
 
 from __future__ import annotations
 
 import pytest
 
-from durable_streams_server.cluster.balance import cold_start_wait, should_drain
+from durable_streams_server.cluster.node.balance import cold_start_wait, should_drain
 
 
 @pytest.mark.parametrize(

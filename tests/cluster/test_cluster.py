@@ -33,7 +33,7 @@ from cluster_support import (
 )
 from servers import MotoServer, ServerProcess, wait_for
 
-from durable_streams_server.protocol.shard_keys import shard_of_key
+from durable_streams_server.cluster.paths import shard_of_key
 
 pytestmark = pytest.mark.slow
 

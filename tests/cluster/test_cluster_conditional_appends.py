@@ -1,6 +1,6 @@
 """Conditional appends through a cluster node (one node, one shard, a local storage root): the
 node relays a plain client's append and redirects one that follows redirects itself
-(``cluster/proxy.py``); either way the shard's server gets the ``If-Match`` and answers its
+(``cluster/node/proxy.py``); either way the shard's server gets the ``If-Match`` and answers its
 ``ETag`` or ``412`` back unchanged."""
 
 from __future__ import annotations

@@ -2,11 +2,11 @@
 
 Three nodes over one storage root on moto's S3, one shard: the first node holds it, the
 others hold nothing, so every request the suite sends to the second node is redirected (307)
-to the first node's shard server or relayed to it (``cluster.proxy``: bodies from ``fetch``,
+to the first node's shard server or relayed to it (``cluster.node.proxy``: bodies from ``fetch``,
 the ``__ds`` namespace). Then three shards over three nodes: the suite's streams (one first
 path segment each) spread over every shard, so its forks are mostly of another shard's
-stream (copies: ``http.fork_copies``) and its base-surface subscriptions match streams of
-every shard (tail reports: ``engine.remote_streams``).
+stream (copies: ``cluster.shard.fork_copies``) and its base-surface subscriptions match streams of
+every shard (tail reports: ``cluster.shard.remote_streams``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from runner import run_conformance
 from servers import MotoServer, ServerProcess, wait_for
 from test_conformance import LONG_POLL, SUITE_TESTS
 
-from durable_streams_server.cluster.proxy import FOLLOWS_HEADER
+from durable_streams_server.cluster.node.proxy import FOLLOWS_HEADER
 
 pytestmark = [pytest.mark.slow, pytest.mark.serial]  # (alone: tests/test_conformance.py)
 

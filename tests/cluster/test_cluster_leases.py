@@ -18,9 +18,9 @@ import requests
 from cluster_support import JSON, history, name_in_shard, start_node
 from servers import ServerProcess, wait_for
 
-from durable_streams_server.cluster.leases import LeaseRecord
-from durable_streams_server.cluster.objects import open_objects
-from durable_streams_server.cluster.shards import lease_key, node_key
+from durable_streams_server.cluster.node.leases import LeaseRecord
+from durable_streams_server.cluster.node.objects import open_objects
+from durable_streams_server.cluster.node.shards import lease_key, node_key
 
 pytestmark = pytest.mark.slow
 

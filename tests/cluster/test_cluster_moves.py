@@ -123,7 +123,7 @@ def test_a_plain_reader_meets_no_dropped_connection_while_a_shard_moves(
     """Readers with a plain HTTP client (following redirects, asking nothing again) through
     both nodes while one drains a shard to the other: every answer is a 200 or a 503 with
     ``Retry-After``, never a refused or dropped connection (a drain is announced in the lease
-    before its server stops, so no router still sends a client to it: ``cluster.node``).
+    before its server stops, so no router still sends a client to it: ``cluster.node.supervisor``).
     Without the announcement, the joining node's router redirected readers to the stopping
     server until its next look at the leases."""
     storage = ["--storage-uri", str(tmp_path / "root"), "--shards", "2", "--lease-ttl-s", "5"]  # (a tick of 1 s)

@@ -14,8 +14,8 @@ import requests
 from cluster_support import JSON, history, name_in_shard, send, serving, start_node
 from servers import ServerProcess, wait_for
 
-from durable_streams_server.cluster.secret import MIN_LENGTH, SECRET_KEY, SecretFileError, read_secret_file
-from durable_streams_server.http.cluster_secret import CLUSTER_SECRET_HEADER, presented, presenting
+from durable_streams_server.cluster.node.secret import MIN_LENGTH, SECRET_KEY, SecretFileError, read_secret_file
+from durable_streams_server.cluster.shard.credential import CLUSTER_SECRET_HEADER, presented, presenting
 
 OLD = "old-secret-" + "o" * MIN_LENGTH
 NEW = "new-secret-" + "n" * MIN_LENGTH

@@ -25,8 +25,8 @@ from cluster_support import JSON, Node, name_in_shard, send, serving, start_node
 from servers import MotoServer, ServerProcess, wait_for
 from webhook_receiver import WebhookReceiver
 
+from durable_streams_server.cluster.paths import shard_of_key
 from durable_streams_server.protocol.offsets import encode_seq
-from durable_streams_server.protocol.shard_keys import shard_of_key
 
 pytestmark = pytest.mark.slow
 

@@ -25,7 +25,7 @@ from cluster_support import JSON, Node, name_in_shard, send, serving, start_node
 from security_support import bearer, new_token, write_tokens
 from servers import ServerProcess, wait_for
 
-from durable_streams_server.protocol.shard_keys import shard_of_key
+from durable_streams_server.cluster.paths import shard_of_key
 
 pytestmark = pytest.mark.slow
 

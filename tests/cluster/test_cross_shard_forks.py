@@ -1,6 +1,6 @@
 """Forks whose source lives in another shard, through a node that holds neither shard.
 
-The fork's shard copies what the fork inherits from the source's shard (``engine.fork_copies``)
+The fork's shard copies what the fork inherits from the source's shard (``engine.copied_forks``)
 and the source's shard counts the fork as a link (``engine.fork_links``): checked here as a
 client meets it: the fork reads its source's messages at the source's own offsets, then its
 own; JSON and binary sub-offsets; a repeated PUT; the source's refusals; deleting the source
@@ -20,7 +20,7 @@ import requests
 from cluster_support import JSON, Node, history, name_in_shard, send, serving, start_node
 from servers import MotoServer, ServerProcess, wait_for
 
-from durable_streams_server.protocol.shard_keys import shard_of_key
+from durable_streams_server.cluster.paths import shard_of_key
 
 pytestmark = pytest.mark.slow
 

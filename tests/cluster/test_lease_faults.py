@@ -45,13 +45,13 @@ from cluster_support import (
 from servers import MotoServer, ServerProcess, free_port, wait_for
 
 from durable_streams_server.cli import load_settings
-from durable_streams_server.cluster.leases import Held, LeaseRecord
-from durable_streams_server.cluster.node import Supervisor
-from durable_streams_server.cluster.node_settings import NodeSettings
-from durable_streams_server.cluster.objects import open_objects
-from durable_streams_server.cluster.renewals import replace_lease
-from durable_streams_server.cluster.shards import Layout, lease_key
-from durable_streams_server.cluster.workers import ShardServer, ShardServerSpec
+from durable_streams_server.cluster.node.leases import Held, LeaseRecord
+from durable_streams_server.cluster.node.node_settings import NodeSettings
+from durable_streams_server.cluster.node.objects import open_objects
+from durable_streams_server.cluster.node.renewals import replace_lease
+from durable_streams_server.cluster.node.shards import Layout, lease_key
+from durable_streams_server.cluster.node.supervisor import Supervisor
+from durable_streams_server.cluster.node.workers import ShardServer, ShardServerSpec
 
 pytestmark = pytest.mark.slow
 

@@ -23,7 +23,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from servers import MotoServer, free_port
 
-from durable_streams_server.cluster.objects import (
+from durable_streams_server.cluster.node.objects import (
     ConditionalObjects,
     ObjectStoreError,
     S3Objects,

@@ -18,7 +18,7 @@ import requests
 from cluster_support import JSON, ProducerAppender, check_history, name_in_shard, serving, start_node
 from servers import ServerProcess, wait_for
 
-from durable_streams_server.cluster.proxy import FOLLOWS_HEADER
+from durable_streams_server.cluster.node.proxy import FOLLOWS_HEADER
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,7 @@ from cluster_support import serving, start_node
 from rawhttp import RawResponse, exchange, request_bytes
 from servers import ServerProcess, wait_for
 
-from durable_streams_server.cluster.upstream import PIECE
+from durable_streams_server.cluster.node.upstream import PIECE
 
 pytestmark = pytest.mark.slow
 

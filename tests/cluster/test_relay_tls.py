@@ -17,7 +17,7 @@ import pytest
 from security_support import self_signed_certificate
 from servers import ServerProcess
 
-from durable_streams_server.cluster.proxy import Relay, RelayFailure
+from durable_streams_server.cluster.node.proxy import Relay, RelayFailure
 
 pytestmark = pytest.mark.slow
 

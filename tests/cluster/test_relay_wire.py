@@ -1,4 +1,4 @@
-"""The relay's HTTP/1.1 pass-through (``cluster.proxy.Relay`` over ``cluster.upstream``), at the
+"""The relay's HTTP/1.1 pass-through (``cluster.node.proxy.Relay`` over ``cluster.node.upstream``), at the
 byte level: real sockets on loopback, a shard server scripted per connection (what it reads,
 what it answers, when it closes), the relay driven through its ASGI ``receive``/``send``.
 
@@ -18,8 +18,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from durable_streams_server.cluster.proxy import Relay, RelayFailure, relay_idle_s
-from durable_streams_server.cluster.upstream import IDLE_S
+from durable_streams_server.cluster.node.proxy import Relay, RelayFailure, relay_idle_s
+from durable_streams_server.cluster.node.upstream import IDLE_S
 
 Script = Callable[["Peer"], None]
 

@@ -17,13 +17,13 @@ import requests
 from servers import free_port, wait_for
 
 from durable_streams_server.cli import load_settings
-from durable_streams_server.cluster.workers import (
+from durable_streams_server.cluster.node.workers import (
     SHARD_SERVER_COMMAND,
     ShardServerSpec,
     send_settings,
     spawn_shard_server,
 )
-from durable_streams_server.http.cluster_secret import CLUSTER_SECRET_HEADER
+from durable_streams_server.cluster.shard.credential import CLUSTER_SECRET_HEADER
 from durable_streams_server.settings import Settings
 from durable_streams_server.settings_json import SettingsFormatError, settings_from_json, settings_to_json
 

@@ -6,7 +6,7 @@ scenarios every shard is held when the fault begins, so a free lease is one a dr
 A fault of one node (the *victim*) may move that node's shards to the others (a take-over:
 ``from=<victim>``) and, once it is back, some back to it (a drain, then the victim acquires the
 free lease). Any other acquisition of a free lease, by a healthy node, is a shard moved between
-healthy nodes: what the balance rule must never do (``cluster/balance.py``).
+healthy nodes: what the balance rule must never do (``cluster/node/balance.py``).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ After every fault scenario the node that was cut off or stopped comes back with 
 and the others give it its share. A node at its share used to drain one more shard whenever
 another held less than the floor share, even while a shard was free for that node to take
 (one released a moment ago): one return cost three or four drains instead of one, each
-making a shard unavailable for seconds (``cluster.balance`` now counts free shards). The
+making a shard unavailable for seconds (``cluster.node.balance`` now counts free shards). The
 smallest deterministic case is a node joining a node that holds both shards of two: checked
 here on a local storage root."""
 

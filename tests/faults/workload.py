@@ -12,7 +12,7 @@ Every message is a JSON object ``{"w": <writer>, "n": <its number>}``, unique in
   (a client that kept the redirect's target), asking a node again only after a failure: it
   meets a server that lost its lease, or is cut off, stopped, or handing over.
 - ``PlainAppender``: plain appends (no producer headers) through one node, to each stream in
-  turn, relayed by the node (no ``follow``: ``cluster.proxy``). A message is sent again,
+  turn, relayed by the node (no ``follow``: ``cluster.node.proxy``). A message is sent again,
   through the next node, while nothing was sent (its connect failed) or the answer is a 503
   (a node's promise: not stored, safe to resend); then the next message. Its outcomes:
   ``acknowledged`` (2xx: there exactly once), ``in_doubt`` (sent and its answer lost, or a
@@ -46,7 +46,7 @@ from pyspark_durable_streams.client.sse import Data, iter_events
 Message = tuple[str, int]
 JSON = {"Content-Type": "application/json"}
 FOLLOWS = {**JSON, "durable-streams-redirects": "follow"}
-"""A client that follows a POST's redirect itself (``cluster.proxy``); without it a node relays."""
+"""A client that follows a POST's redirect itself (``cluster.node.proxy``); without it a node relays."""
 TIMEOUT = (1.0, 5.0)
 PAUSE_S = 0.05
 """Between a writer's appends (each is a commit of its own: fewer commits, quicker takeovers)."""

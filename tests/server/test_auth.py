@@ -25,6 +25,7 @@ from servers import REPO_ROOT, ServerProcess, free_port, session
 from starlette.types import Message, Receive, Scope, Send
 
 from durable_streams_server.cli import build_parser, config_from_args
+from durable_streams_server.cluster.shard.guard import shard_guard
 from durable_streams_server.config import ServerConfig
 from durable_streams_server.http.auth import AuthMiddleware
 from durable_streams_server.http.limits import PRINCIPAL_KEY
@@ -473,7 +474,9 @@ def test_grant_reprs_hide_tokens_and_digests() -> None:
     assert "etl" in text
     assert "secret" not in text
     shard = ServerConfig(cluster_shard="0/2", cluster_router="http://127.0.0.1:1", cluster_secret="cluster-key-42")
-    assert "cluster-key-42" not in repr(shard) + repr(shard.shard_guard)  # the cluster's credential neither
+    guard = shard_guard(shard)
+    assert guard is not None and guard.secret == "cluster-key-42"
+    assert "cluster-key-42" not in repr(shard) + repr(guard)  # the cluster's credential neither
     assert hashlib.sha256(b"0123456789abcdef-secret").digest().hex() not in text
     assert str(hashlib.sha256(b"0123456789abcdef-secret").digest()) not in text
 

@@ -13,8 +13,8 @@ import requests
 from inprocess import serving
 
 from durable_streams_server import ServerConfig
-from durable_streams_server.http.cluster_secret import CLUSTER_SECRET_HEADER
-from durable_streams_server.protocol.shard_keys import shard_of_key
+from durable_streams_server.cluster.paths import shard_of_key
+from durable_streams_server.cluster.shard.credential import CLUSTER_SECRET_HEADER
 from durable_streams_server.protocol.tokens import parse_tokens
 
 SECRET = "a-cluster-secret-of-enough-length-0123456789"

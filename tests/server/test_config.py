@@ -12,7 +12,7 @@ import pytest
 from durable_streams_server import ServerConfig
 from durable_streams_server.cli import build_parser, config_from_args
 from durable_streams_server.config import ConfigError
-from durable_streams_server.http.cluster_secret import CLUSTER_SECRET_ENV
+from durable_streams_server.settings import CLUSTER_SECRET_ENV
 
 
 @pytest.mark.parametrize(

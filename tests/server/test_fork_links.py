@@ -2,7 +2,7 @@
 
 The shard server runs as a node starts it (``--cluster-shard``, the cluster's credential in its
 environment), and the test speaks the cluster-internal route to it as another shard's server
-would (``http.fork_copies``). Its links must count exactly as local forks do, however the
+would (``cluster.shard.fork_copies``). Its links must count exactly as local forks do, however the
 server's state was recovered: from Delta after a clean stop, and from the WAL after ``kill -9``
 (a replayed delete soft-deletes the source only if its links were counted before the replay).
 """
@@ -15,8 +15,8 @@ import requests
 from cluster_support import JSON, name_in_shard
 from servers import ServerProcess, session
 
-from durable_streams_server.http.cluster_secret import CLUSTER_SECRET_ENV
-from durable_streams_server.protocol.fork_export import ExportReader
+from durable_streams_server.cluster.shard.export_frames import ExportReader
+from durable_streams_server.settings import CLUSTER_SECRET_ENV
 
 SECRET = {"Durable-Streams-Cluster-Secret": "s3cret"}
 

@@ -18,7 +18,8 @@ import pytest
 import requests
 from servers import ServerProcess
 
-from durable_streams_server.http.cluster_secret import CLUSTER_SECRET_ENV, CLUSTER_SECRET_HEADER
+from durable_streams_server.cluster.shard.credential import CLUSTER_SECRET_HEADER
+from durable_streams_server.settings import CLUSTER_SECRET_ENV
 
 TEXT = {"Content-Type": "text/plain"}
 

@@ -18,7 +18,7 @@ from cluster_support import JSON, name_in_shard, serving, start_node
 from servers import ServerProcess, session, wait_for
 from ui_browser import Browser
 
-from durable_streams_server.http.shard_guard import shard_of_path
+from durable_streams_server.cluster.paths import shard_of_path
 
 pytestmark = pytest.mark.slow  # (as the other cluster tests: node, shard servers and a browser)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from durable_streams_server.cluster.leases import LeaseFormatError, LeaseRecord
+from durable_streams_server.cluster.node.leases import LeaseFormatError, LeaseRecord
 from durable_streams_server.config import ConfigError, ServerConfig
 from durable_streams_server.storage.durability import Durability
 from durable_streams_server.storage.ownership import Owner

@@ -52,7 +52,7 @@ from ..storage.view import Recovery, StreamState
 from . import forks
 from .buckets import Bucket, Buckets, bucket_of
 from .consumers import Consumers
-from .fork_copies import ForkCopy, PendingUnlinks
+from .copied_forks import ForkCopy, PendingUnlinks
 from .history import HistoryCache
 from .idle import IDLE_MS, IdleStreams
 from .memory import MemoryBudget
@@ -113,7 +113,7 @@ class Engine:
             self.reserved, clock, self.config.tombstone_retention_ms, self.config.max_tombstones
         )
         self.consumers = Consumers(self, self.live.index)
-        self.unlinks = PendingUnlinks(self.reserved)  # (copied forks' links to remove: ``fork_copies``)
+        self.unlinks = PendingUnlinks(self.reserved)  # (copied forks' links to remove: ``copied_forks``)
         self.retention = Retention(
             storage, self.live, clock, self.config.default_retention, self.get_live, self.earliest_readable
         )
@@ -269,7 +269,7 @@ class Engine:
         fork_seq, prefix = (copy.meta.fork_seq, copy.prefix) if copy is not None else (0, None)
         if source is not None:
             fork_seq, prefix = forks.resolve_fork_point(source, request, sliced, self.earliest_readable(source))
-        # (a copy's inherited messages, each its own batch: ``fork_copies``; then a sub-offset's prefix)
+        # (a copy's inherited messages, each its own batch: ``copied_forks``; then a sub-offset's prefix)
         messages = [*(copy.messages if copy is not None else ()), *(() if prefix is None else (prefix,))]
         batches = [1] * len(messages)
         if request.body:

@@ -1,7 +1,7 @@
 """Fork links: the forks in other shards that copied a stream of this one.
 
 A fork whose source lives in another shard of a cluster copies what it inherits
-(``fork_copies``, on the fork's shard), so it reads nothing here afterwards; but the
+(``copied_forks``, on the fork's shard), so it reads nothing here afterwards; but the
 protocol's deletion rules still bind the pair. So the source's shard keeps a *link* per
 such fork, and counts it into the source's ``forks`` exactly as a local fork is counted:
 deleting the source soft-deletes it (410 to readers, a PUT re-creating it 409) while

@@ -17,7 +17,7 @@ from .types import CreateRequest
 
 class ForkSource(Protocol):
     """What a fork inherits from its source: a local ``Stream``, or a copied fork's source
-    in another shard (``fork_copies``)."""
+    in another shard (``copied_forks``)."""
 
     @property
     def name(self) -> str: ...
@@ -34,7 +34,7 @@ class ForkSource(Protocol):
 @dataclass(frozen=True, slots=True)
 class RecordedSource:
     """A copied fork's source as a repeated PUT compares against it: its path, and the
-    configuration the fork resolved from it at creation (``fork_copies``), without asking the
+    configuration the fork resolved from it at creation (``copied_forks``), without asking the
     source's shard again. So a PUT without a TTL compares equal to a fork created with an
     explicit one (a local fork compares its source's, which may differ): the one difference."""
 

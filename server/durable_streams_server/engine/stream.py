@@ -51,9 +51,9 @@ class Stream:
     fork_offset: str | None = None
     fork_sub_offset: int = 0
     fork_source: str | None = None
-    """A copied fork's source, a stream of another shard (``fork_copies``): its path."""
+    """A copied fork's source, a stream of another shard (``copied_forks``): its path."""
     fork_link: str | None = None
-    """A copied fork's link id at its source's shard (removed when the fork is: ``fork_copies``)."""
+    """A copied fork's link id at its source's shard (removed when the fork is: ``copied_forks``)."""
     base_seq: int = 0
     """A copied fork's first message: its source had retained nothing older."""
     soft_deleted: bool = False

@@ -18,10 +18,11 @@ matching stream not linked yet is new since the subscription, so it is linked at
 drops glob links of deleted streams (an explicit link stays, reset to 0). At start-up
 ``reconcile`` repairs what a crash between a stream change and the next save left out:
 unlinked matching streams are linked at 0 if created after the subscription, else at
-their tail. In a cluster of several shards the base surface's subscriptions also see the
-other shards' streams, as their tail reports describe them (``remote_streams``,
-``shard_reports``): a report is ``seen``/``unlink`` like the hooks, and a remote stream's
-links are repaired by the next full report rather than at start-up.
+their tail. The streams a subscription sees are its ``streams``' (``subscribed_streams``): this
+engine's own on a single server; in a cluster of several shards the base surface's subscriptions
+also see the other shards' streams, as their tail reports describe them
+(``cluster.shard.shard_reports``): a report is ``seen``/``unlink`` like the hooks, and a remote
+stream's links are repaired by the next full report rather than at start-up.
 
 Wakes: an idle subscription with pending work gets a new wake (generation + 1).
 Webhook: a signed POST (``Deliveries``); 2xx ``{"done": true}`` auto-acks the wake
@@ -44,9 +45,9 @@ from typing import TYPE_CHECKING, Any
 from ..protocol.errors import BadRequest, Conflict, NotFound
 from ..protocol.subscriptions import AlreadyClaimed, SubscriptionConfig, WakeReport, fenced
 from ..protocol.wake_tokens import WakeClaim, issue, verify
-from .remote_streams import ShardPeers, root_of
-from .shard_reports import ShardReports
+from .reserved_records import stream_root
 from .signing import KeyRing
+from .subscribed_streams import LocalStreams
 from .subscription_state import Link, Subscription, Wake
 from .subscription_store import SubscriptionStore
 from .wakes import Deliveries, SubscriptionSettings
@@ -70,10 +71,9 @@ class SubscriptionManager:
         """deliveries, delivery_failures, retries, lease_expiries, wake_events (for /metrics)."""
         self.deliveries = Deliveries(self)
         self._timers: dict[str, asyncio.TimerHandle] = {}
-        self.peers: ShardPeers | None = None
-        """The other shards of a cluster (``remote_streams``); ``None``: every stream is local."""
-        self.reports = ShardReports(self)
-        """Other shards' streams for the base surface's subscriptions (``shard_reports``)."""
+        self.streams = LocalStreams(self)
+        """The streams the subscriptions see (``subscribed_streams``): this engine's; on a cluster's
+        shard server, the other shards' too (the server's assembly sets it before ``start``)."""
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -95,9 +95,7 @@ class SubscriptionManager:
             if sub.to_json() != before:
                 self.store.submit(sub)
         self.engine.live.hooks = self
-        self.reports.update_interest()
-        if self.peers is not None:
-            self.peers.start(self.engine)
+        self.streams.start()
         for sub in self.all():
             self._resume(sub)
 
@@ -105,8 +103,7 @@ class SubscriptionManager:
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
-        if self.peers is not None:
-            await self.peers.close()
+        await self.streams.close()
         await self.deliveries.close()
 
     def all(self) -> list[Subscription]:
@@ -118,17 +115,17 @@ class SubscriptionManager:
         """Linked path -> tail; a remote stream not reported yet counts as caught up."""
         tails = {}
         for path, link in sub.links.items():
-            tail = self.reports.tail(sub.root, path)
-            tails[path] = tail if tail is not None else link.acked if self.reports.is_remote(sub.root, path) else 0
+            tail = self.streams.tail(sub.root, path)
+            tails[path] = tail if tail is not None else link.acked if self.streams.is_remote(sub.root, path) else 0
         return tails
 
     def _reconcile(self, sub: Subscription) -> None:
         """Repair local links at start (remote ones are repaired by full tail reports)."""
-        for path, tail, created_ms in self.reports.streams_of(sub.root):
+        for path, tail, created_ms in self.streams.streams_of(sub.root):
             if path not in sub.links and self.matches(sub, path):
                 sub.links[path] = Link(glob=True, acked=0 if created_ms >= sub.created_ms else tail)
         for path in list(sub.links):
-            if not self.reports.is_remote(sub.root, path) and self.reports.tail(sub.root, path) is None:
+            if not self.streams.is_remote(sub.root, path) and self.streams.tail(sub.root, path) is None:
                 self.unlink(sub, path)
 
     @staticmethod
@@ -149,10 +146,9 @@ class SubscriptionManager:
 
     def on_visible(self, stream: Stream) -> None:
         """A stream's new tail is durable (created or appended): link it, wake subscribers."""
-        root = root_of(stream.name)
+        root = stream_root(stream.name)
         self.seen(root, stream.name[len(root) :], stream.visible_tail, None)
-        if self.peers is not None:
-            self.peers.noted(stream, removed=False)
+        self.streams.noted(stream, removed=False)
 
     def seen(self, root: str, path: str, tail: int, created_ms: int | None) -> None:
         """A new tail: a matching stream not linked yet is linked (at 0 if created after the
@@ -167,11 +163,10 @@ class SubscriptionManager:
                 self.kick(sub)
 
     def on_removed(self, stream: Stream) -> None:
-        root = root_of(stream.name)
+        root = stream_root(stream.name)
         for sub in self.by_root.get(root, {}).values():
             self.unlink(sub, stream.name[len(root) :])
-        if self.peers is not None:
-            self.peers.noted(stream, removed=True)
+        self.streams.noted(stream, removed=True)
 
     # -- control API ------------------------------------------------------------------
 
@@ -188,7 +183,7 @@ class SubscriptionManager:
         now = self.clock()
         existing = self.by_root.get(root, {}).get(subscription_id)
         if existing is None:
-            await self.reports.ask_peers(root, (config.pattern,) if config.pattern is not None else (), config.streams)
+            await self.streams.ask_peers(root, (config.pattern,) if config.pattern is not None else (), config.streams)
             existing = self.by_root.get(root, {}).get(subscription_id)
         if existing is not None:
             if existing.config.config_hash != config.config_hash:
@@ -199,12 +194,12 @@ class SubscriptionManager:
             await self.store.durable(existing)
             return False, existing
         sub = Subscription(root, subscription_id, config, now, root_url)
-        for path, tail, _ in self.reports.streams_of(root):
+        for path, tail, _ in self.streams.streams_of(root):
             if self.matches(sub, path):
                 sub.links[path] = Link(glob=True, acked=tail)
         self._link_explicit(sub, config.streams)
         self.by_root.setdefault(root, {})[subscription_id] = sub
-        self.reports.update_interest()
+        self.streams.update_interest()
         await self.store.save(sub)
         self.kick(sub)
         return True, sub
@@ -213,7 +208,7 @@ class SubscriptionManager:
         for path in paths:
             link = sub.links.get(path)
             if link is None:
-                link = sub.links[path] = Link(acked=self.reports.tail(sub.root, path) or 0)
+                link = sub.links[path] = Link(acked=self.streams.tail(sub.root, path) or 0)
             link.explicit = True
 
     async def delete(self, root: str, subscription_id: str) -> None:
@@ -222,16 +217,16 @@ class SubscriptionManager:
         sub.deleted = True
         del self.by_root[root][subscription_id]
         self._cancel_timer(sub)
-        self.reports.update_interest()
+        self.streams.update_interest()
         await self.store.save(sub)
 
     async def add_streams(self, root: str, subscription_id: str, paths: tuple[str, ...]) -> None:
         self.store.check_writable()
         self.get(root, subscription_id)
-        await self.reports.ask_peers(root, (), paths)
+        await self.streams.ask_peers(root, (), paths)
         sub = self.get(root, subscription_id)
         self._link_explicit(sub, paths)
-        self.reports.update_interest()
+        self.streams.update_interest()
         await self.store.save(sub)
         self.kick(sub)
 
@@ -241,11 +236,11 @@ class SubscriptionManager:
         link = sub.links.get(path)
         if link is not None and link.explicit:
             link.explicit = False
-            if self.matches(sub, path) and self.reports.tail(root, path) is not None:
+            if self.matches(sub, path) and self.streams.tail(root, path) is not None:
                 link.glob = True
             else:
                 del sub.links[path]
-        self.reports.update_interest()
+        self.streams.update_interest()
         await self.store.save(sub)
 
     # -- wakes ------------------------------------------------------------------------
@@ -328,7 +323,7 @@ class SubscriptionManager:
         tails = self.tails(sub)
         if wake is None:
             if not sub.pending(tails):
-                caught_up = not fresh and await self.reports.catch_up(sub)
+                caught_up = not fresh and await self.streams.catch_up(sub)
                 return await self.claim(root, subscription_id, worker, fresh=True) if caught_up else None
             sub.generation += 1
             wake = sub.wake = Wake(f"w_{secrets.token_urlsafe(12)}", sub.generation, tails, delivered=True)
@@ -361,7 +356,7 @@ class SubscriptionManager:
             raise fenced("the token belongs to another wake")
         if expected == "claim" and wake.holder is None:
             raise fenced("the wake's lease was released or expired")
-        if not fresh and await self.reports.refresh(sub, report.acks, self.tails(sub)):
+        if not fresh and await self.streams.refresh(sub, report.acks, self.tails(sub)):
             return await self.report(root, subscription_id, token, report, kind, fresh=True)
         acks = self._checked_acks(sub, report)
         if kind == "release":

@@ -15,7 +15,7 @@ schedule (``resume``) and the wake is delivered again, never dropped.
 
 Pull-wake: one ``wake`` event per pending stream, appended to the wake stream in one
 append (at least once: a crash between the append and the save writes them again); in a
-cluster the wake stream may be another shard's (``shard_reports.append_events``).
+cluster the wake stream may be another shard's (``subscribed_streams.LocalStreams.append_events``).
 If the wake stream is missing the failure is logged and counted; claims still work.
 """
 
@@ -38,7 +38,7 @@ from .webhooks import WebhookSender
 
 if TYPE_CHECKING:
     from .engine import Engine
-    from .shard_reports import ShardReports
+    from .subscribed_streams import LocalStreams
 
 log = logging.getLogger("durable_streams_server.subscriptions")
 
@@ -63,7 +63,7 @@ class WakeOwner(Protocol):
     clock: Callable[[], int]
 
     @property
-    def reports(self) -> ShardReports: ...
+    def streams(self) -> LocalStreams: ...
 
     def tails(self, sub: Subscription) -> dict[str, int]: ...
 
@@ -194,7 +194,7 @@ class Deliveries:
             wake.delivered = True
             return
         try:
-            await manager.reports.append_events(sub, json.dumps(events).encode())
+            await manager.streams.append_events(sub, json.dumps(events).encode())
         except ProtocolError as error:
             manager.stats["delivery_failures"] += 1
             log.warning(

@@ -34,16 +34,15 @@ from ..protocol.ids import (
 )
 from ..protocol.subscriptions import RESERVED_SEGMENT
 from ..protocol.tokens import AuthConfig
-from . import fork_exports
 from .gate import Gate
 from .limits import HttpLimits, LiveReaders, RequestLimits
 from .metrics import ROUTE_KEY, STREAM_ROUTE, ServerMetrics
+from .ports import Admission
 from .read_plans import wants_plan
 from .request_policy import RequestPolicy
 from .responses import error_response, http_error_response, preflight_response
 from .retention import change_retention
 from .routes import route_path, starlette_routes
-from .shard_guard import ShardGuard
 from .started import Started, Starter
 from .state_metrics import StateCollector
 from .targets import base_target
@@ -85,13 +84,12 @@ class DurableStreamsApp:
         live_readers: LiveReaders,
         auth: AuthConfig | None = None,
         on_started: Callable[[], object] | None = None,
-        shard_guard: ShardGuard | None = None,
+        admission: Admission | None = None,
     ) -> None:
         self._starter = starter
         self.on_started = on_started
         """Called once the app has started (storage recovered and running): the standalone
         server's (``cli.main``) freezes what start-up built (``collector.py``)."""
-        self.shard_guard = shard_guard
         self.started: Started | None = None
         """What the app serves with once it has started (``_start``); ``None`` until then."""
         self._start_lock = asyncio.Lock()
@@ -132,7 +130,7 @@ class DurableStreamsApp:
             ),
             self.metrics,
             live_readers,
-            shard_guard,
+            admission,
         )
         """Admit, observe, decorate: what every request passes, on either path (``request_policy.py``)."""
         self.asgi = Gate(self.router, self.base_route, self.policy)
@@ -230,7 +228,7 @@ class DurableStreamsApp:
         request.scope[ROUTE_KEY] = "cluster"
 
         async def route(started: Started) -> Response:
-            return await fork_exports.answer(started.engine, self.shard_guard, request)
+            return await started.internal.answer("cluster", request)
 
         return await self._guarded(request, route)
 
@@ -246,7 +244,7 @@ class DurableStreamsApp:
         request.scope[ROUTE_KEY] = "internal"
 
         async def route(started: Started) -> Response:
-            return await started.internal.handle(request, request.path_params["rest"])
+            return await started.internal.answer("internal", request)
 
         return await self._guarded(request, route)
 

@@ -14,7 +14,7 @@ surface (a sub-resource such as ``.../x/snapshot/5`` belongs to stream ``.../x``
 - The reserved ``__ds`` namespace of a root (subscriptions, ``control``): see
   ``_control_needs``.
 - ``/v1/files/...`` (a read plan's signed file URLs) needs no token: the signature is the grant.
-- ``/v1/cluster/fork-links/...`` (cluster-internal, ``fork_exports``) needs no token: only the
+- ``/v1/cluster/fork-links/...`` (cluster-internal, ``cluster.shard.fork_exports``) needs no token: only the
   cluster's own credential opens it, whatever token a request carries.
 - ``/v1/consumers`` needs a valid token; its answer is cut to the streams the token may read.
 - ``/ui`` (the status page's static files) needs none; ``/v1/status/...`` needs a valid token, and
@@ -79,13 +79,13 @@ def request_needs(method: str, path: str, fork_from: str | None) -> tuple[Need, 
     if route == "files":
         return ()  # the URL's signature is the grant (``read_plans``)
     if route == "cluster":
-        return ()  # the cluster's internal credential is the grant (``fork_exports``), never a client token
+        return ()  # the cluster's internal credential is the grant (``cluster.shard``), never a client token
     if route == "consumers":
         return (Need("read", "any"),)  # any valid token; the answer holds only what it may read
     if route == "ui":
         return ()  # the page's own files hold no data; the page asks for a token itself
     if route == "internal":
-        return ()  # the cluster-internal credential is the grant (``internal``)
+        return ()  # the cluster-internal credential is the grant (``cluster.shard.internal``)
     if route == "status":
         return (Need("read", "any"),)  # any valid token; its answers hold only what the token may read
     if route == "control":

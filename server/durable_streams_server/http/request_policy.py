@@ -3,11 +3,12 @@
 Every HTTP request passes the same three steps, whichever path serves it -- the ASGI app's
 gate (``gate.py``) or the fast path, from the connection's parser callbacks (``fastpath/``):
 
-1. **admit** (``RequestPolicy.admit``): on a cluster's shard server, a path of another shard
-   is sent back to the node's router (307, ``shard_guard``); then auth when tokens are configured (401/403,
-   ``auth.authorize``; on the cluster-internal routes only, a request carrying the cluster's
-   credential passes: ``cluster_secret``), then the limits (431 for heads over ``--max-header-bytes``, 429 over
-   the rate limit: ``limits.RequestLimits``). A refusal is answered with the protocol's JSON
+1. **admit** (``RequestPolicy.admit``): the server's own admission first, if it has one
+   (``ports.Admission``: on a cluster's shard server, a path of another shard is sent back to the
+   node's router with a 307); then auth when tokens are configured (401/403, ``auth.authorize``;
+   not for a request the admission says is the cluster's own on its internal routes), then the
+   limits (431 for heads over ``--max-header-bytes``, 429 over the rate limit:
+   ``limits.RequestLimits``). A refusal is answered with the protocol's JSON
    error instead of routing (its route label: ``unrouted``).
 2. **observe** (``begin`` ... ``end``): the request is counted in flight from its start; at its
    end, however it ended, its live-reader slot (a long-poll's or an SSE stream's, taken by
@@ -31,12 +32,10 @@ from ..engine.memory_writes import WriteAdmission
 from ..protocol.errors import ProtocolError
 from ..protocol.tokens import AuthConfig
 from .auth import authorize
-from .cluster_secret import presented
 from .limits import WRITE_BYTES_KEY, WRITES_KEY, LiveReaders, RequestLimits
 from .metrics import ServerMetrics
+from .ports import Admission
 from .responses import EXPOSED_HEADERS, error_response
-from .routes import match_route, route_path
-from .shard_guard import ShardGuard
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -77,7 +76,7 @@ def security_lines(headers: Headers) -> bytes:
 class RequestPolicy:
     """The steps every request passes (module docstring), for one app."""
 
-    __slots__ = ("auth", "limits", "live_readers", "metrics", "shard_guard")
+    __slots__ = ("admission", "auth", "limits", "live_readers", "metrics")
 
     def __init__(
         self,
@@ -85,19 +84,19 @@ class RequestPolicy:
         limits: RequestLimits,
         metrics: ServerMetrics,
         live_readers: LiveReaders,
-        shard_guard: ShardGuard | None = None,
+        admission: Admission | None = None,
     ) -> None:
-        self.shard_guard = shard_guard
+        self.admission = admission
         self.auth = auth
         self.limits = limits
         self.metrics = metrics
         self.live_readers = live_readers
 
     def admit(self, scope: Scope) -> Response | None:
-        """Shard, auth, then limits: the refusal to answer instead of routing, or ``None``: go on."""
-        refusal: ProtocolError | None = self.shard_guard.refusal(scope) if self.shard_guard is not None else None
-        guard = self.shard_guard
-        internal = guard is not None and presented(guard.secret, scope["headers"]) and _internal_route(scope)
+        """Admission, auth, then limits: the refusal to answer instead of routing, or ``None``: go on."""
+        admission = self.admission
+        refusal: ProtocolError | None = admission.refusal(scope) if admission is not None else None
+        internal = admission is not None and admission.internal(scope)
         if refusal is None and self.auth is not None and not internal:
             refusal = authorize(self.auth, scope)
         if refusal is None:
@@ -119,13 +118,3 @@ class RequestPolicy:
             writes: WriteAdmission = scope.pop(WRITES_KEY)
             writes.release(written)
         metrics.observe_scope(scope, status, time.perf_counter() - started)
-
-
-INTERNAL_ROUTES = frozenset({"internal", "cluster"})
-"""The cluster's own routes, where its credential stands in for a token (each checks it itself:
-``cluster_secret.require``); on every other route the credential opens nothing."""
-
-
-def _internal_route(scope: Scope) -> bool:
-    found = match_route(route_path(scope))
-    return found is not None and found[0] in INTERNAL_ROUTES

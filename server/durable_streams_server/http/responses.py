@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from urllib.parse import quote
@@ -16,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Scope
 
-from ..protocol.errors import ProtocolError
+from ..protocol.errors import ProtocolError, rendered
 
 ALLOWED_METHODS = "GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS"
 ALLOWED_HEADERS = (
@@ -34,11 +33,8 @@ EXPOSED_HEADERS = (
 
 
 def error_response(error: ProtocolError) -> Response:
-    """The one rendering of every protocol error: JSON body, its headers, ``Retry-After``."""
-    body = json.dumps({"error": {"code": error.code, "message": error.message}}).encode()
-    headers = dict(error.headers)
-    if error.retry_after_s is not None:
-        headers["Retry-After"] = str(error.retry_after_s)
+    """A protocol error as the app's response (the one rendering: ``protocol.errors.rendered``)."""
+    body, headers = rendered(error)
     return Response(body, status_code=error.status, headers=headers, media_type="application/json")
 
 

@@ -64,9 +64,10 @@ ROUTES: tuple[tuple[RouteName, str], ...] = (
     ("ui", "/ui"),
     ("ui", "/ui/{asset:path}"),
     ("status", "/v1/status/{view:path}"),
-    # Cluster-internal: a fork's shard asks the shard of its source, named by the path (``fork_copies``).
+    # Cluster-internal, answered by the server's ``ports.InternalRoutes`` (404 on a single server):
+    # a fork's shard asks the shard of its source, named by the path (``cluster.shard.fork_copies``).
     ("cluster", "/v1/cluster/fork-links/{path:path}"),
-    # A cluster's internal endpoints (``internal``): ``v1`` is no bucket id either.
+    # A cluster's internal endpoints (``cluster.shard.internal``): ``v1`` is no bucket id either.
     ("internal", "/v1/internal/{rest:path}"),
     ("bucket", "/{bucket_id}"),
     ("control", f"/{{bucket_id}}/{RESERVED_SEGMENT}"),

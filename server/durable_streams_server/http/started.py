@@ -19,11 +19,9 @@ from ..engine.subscriptions import SubscriptionManager
 from ..storage.committer import Storage
 from ..storage.observer import StorageObserver
 from .extensions import ExtensionHandlers
-from .fork_copies import CrossShardForks
-from .internal import InternalHandlers
 from .limits import HttpLimits, LiveReaders
+from .ports import NO_INTERNAL_ROUTES, InternalRoutes
 from .read_plans import ReadPlanHandlers
-from .shard_guard import ShardGuard
 from .streams import StreamHandlers
 from .subscriptions import SubscriptionHandlers
 from .time_lookup import TimeLookupHandlers
@@ -38,29 +36,27 @@ class Started:
     streams: StreamHandlers
     extensions: ExtensionHandlers
     subscriptions: SubscriptionHandlers
-    internal: InternalHandlers
+    internal: InternalRoutes
+    """The routes only a cluster uses, and a shard server's forks of other shards' streams
+    (``ports``; none on a single server)."""
     read_plans: ReadPlanHandlers
     time_lookups: TimeLookupHandlers
-    cross_shard: CrossShardForks | None
-    """A cluster shard server's forks of other shards' streams (``fork_copies``); ``None``: no cluster."""
 
     async def start(self) -> None:
         """The background work: subscriptions' wakes, storage's WAL writer and flusher, the
-        engine's memory guard and idle sweep, a shard server's fork copies."""
+        engine's memory guard and idle sweep, a shard server's internal work (its fork copies)."""
         self.subscriptions.manager.start()
         await self.storage.start()
         self.engine.guard.start()
         self.engine.idle.start()
-        if self.cross_shard is not None:
-            self.cross_shard.start()
+        self.internal.start()
 
     async def close(self) -> None:
         """Stop it all, storage last (its final flush)."""
         await self.engine.guard.close()
         await self.engine.idle.close()
         await self.subscriptions.manager.close()
-        if self.cross_shard is not None:
-            await self.cross_shard.close()
+        await self.internal.close()
         await self.storage.close()
 
 
@@ -73,13 +69,13 @@ def assemble(
     opened: tuple[Storage, Engine, SubscriptionManager],
     limits: HttpLimits,
     live_readers: LiveReaders,
-    shard_guard: ShardGuard | None,
+    internal: InternalRoutes = NO_INTERNAL_ROUTES,
 ) -> Started:
     """The handlers over ``opened`` (``server.open_server``: storage, engine and the subscription
-    manager, recovered, not yet started). With ``limits.write_bytes``, request bodies wait for
-    room (then 503) while the writes in flight fill that share of the memory budget."""
+    manager, recovered, not yet started), with ``internal`` (over the same: a cluster's shard
+    server's). With ``limits.write_bytes``, request bodies wait for room (then 503) while the
+    writes in flight fill that share of the memory budget."""
     storage, engine, manager = opened
-    cross_shard = CrossShardForks(engine, shard_guard) if shard_guard is not None else None
     writes = (
         WriteAdmission(
             limits.write_bytes, lambda: storage.unflushed_bytes, stalled=lambda: storage.degraded is not None
@@ -87,15 +83,14 @@ def assemble(
         if limits.write_bytes
         else None
     )
-    streams = StreamHandlers(engine, limits, live_readers, cross_shard, writes)
+    streams = StreamHandlers(engine, limits, live_readers, internal.forks, writes)
     return Started(
         storage=storage,
         engine=engine,
         streams=streams,
         extensions=ExtensionHandlers(streams),
         subscriptions=SubscriptionHandlers(manager),
-        internal=InternalHandlers(manager, shard_guard, live_readers),
+        internal=internal,
         read_plans=ReadPlanHandlers(engine, storage.plans.access, storage.config.read_plan_ttl_s),
         time_lookups=TimeLookupHandlers(engine),
-        cross_shard=cross_shard,
     )

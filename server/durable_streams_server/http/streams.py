@@ -26,8 +26,8 @@ from ..protocol.errors import BadRequest, PayloadTooLarge
 from ..protocol.json_mode import frame
 from ..protocol.offsets import BEGINNING_SENTINEL, NOW_SENTINEL, Offset, encode_seq, parse_offset
 from . import arrow_ipc, multipart, sse
-from .fork_copies import CrossShardForks
 from .limits import WRITE_BYTES_KEY, WRITES_KEY, BodyDeadline, HttpLimits, LiveReaders
+from .ports import RemoteForks
 from .read_answers import (
     ANSWER_AFTER_WAKE,
     ANSWERED_AT_WAKE,
@@ -53,12 +53,12 @@ class StreamHandlers:
         engine: Engine,
         limits: HttpLimits,
         live_readers: LiveReaders,
-        cross_shard: CrossShardForks | None = None,
+        remote_forks: RemoteForks | None = None,
         writes: WriteAdmission | None = None,
     ) -> None:
         self.engine = engine
-        self.cross_shard = cross_shard
-        """Forks of other shards' streams, on a cluster's shard server (``fork_copies``)."""
+        self.remote_forks = remote_forks
+        """Forks of streams this server does not hold: other shards', on a cluster's shard server (``ports``)."""
         self.limits = limits
         self.live_readers = live_readers
         self.writes = writes
@@ -145,8 +145,8 @@ class StreamHandlers:
             fork_sub_offset=int(sub_raw) if sub_raw is not None else None,
             retention=retention.parse_changes(headers),
         )
-        if self.cross_shard is not None and self.cross_shard.applies(create):
-            outcome = await self.cross_shard.create(create)
+        if self.remote_forks is not None and self.remote_forks.applies(create):
+            outcome = await self.remote_forks.create(create)
         else:
             outcome = await self.engine.create(create)
         stream = outcome.stream

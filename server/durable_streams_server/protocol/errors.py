@@ -3,8 +3,11 @@
 Each error carries its HTTP status, a stable machine-readable ``code``, a human message,
 any protocol headers the spec requires on that response (``Stream-Closed``,
 ``Producer-Expected-Seq`` ...) and, for refusals that pass, ``retry_after_s``: when to
-try again. The HTTP layer turns one into a JSON body ``{"error": {"code": ...,
-"message": ...}}`` plus those headers and ``Retry-After``; nothing else decides statuses.
+try again. ``rendered`` turns one into what is sent: a JSON body ``{"error": {"code": ...,
+"message": ...}}`` plus those headers and ``Retry-After``; it is the one rendering of every
+error the server says, on every path (the app's responses, ``http.responses.error_response``,
+and the fast path through it; a cluster node's router, ``cluster.node.router``). Nothing else
+decides statuses.
 
     ProtocolError
     ├── BadRequest             400  malformed headers, offsets, bodies, parameters
@@ -21,11 +24,14 @@ try again. The HTTP layer turns one into a JSON body ``{"error": {"code": ...,
     ├── UnsupportedMediaType   415
     ├── TooManyRequests        429  over the per-client rate limit
     ├── HeadersTooLarge        431  request line + headers over the limit
-    └── ServiceUnavailable     503  storage cannot accept writes right now; too many live readers
+    ├── BadGateway             502  a cluster node's relay lost the answer of a request it sent
+    └── ServiceUnavailable     503  storage cannot accept writes right now; too many live readers;
+                                    a cluster's shard moving
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
 
@@ -126,6 +132,21 @@ class HeadersTooLarge(ProtocolError):
     default_code = "HEADERS_TOO_LARGE"
 
 
+class BadGateway(ProtocolError):
+    status = 502
+    default_code = "BAD_GATEWAY"
+
+
 class ServiceUnavailable(ProtocolError):
     status = 503
     default_code = "SERVICE_UNAVAILABLE"
+
+
+def rendered(error: ProtocolError) -> tuple[bytes, dict[str, str]]:
+    """``error``'s JSON body and its headers (``Retry-After`` among them when it has one); its
+    status is ``error.status``."""
+    body = json.dumps({"error": {"code": error.code, "message": error.message}}).encode()
+    headers = dict(error.headers)
+    if error.retry_after_s is not None:
+        headers["Retry-After"] = str(error.retry_after_s)
+    return body, headers

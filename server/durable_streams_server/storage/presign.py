@@ -8,7 +8,7 @@ header are all that is signed, so a ``Range`` header may be added by the reader.
 
 The same signer serves the server's own requests (``S3Presigner.signed``: any method, extra
 query parameters, the bucket itself for listings): cluster mode's conditional objects
-(``cluster.objects``) send PUTs whose ``If-Match`` / ``If-None-Match`` headers ride unsigned,
+(``cluster.node.objects``) send PUTs whose ``If-Match`` / ``If-None-Match`` headers ride unsigned,
 as a reader's ``Range`` does.
 
 With an endpoint (``AWS_ENDPOINT_URL``: MinIO, moto, …) URLs are path-style

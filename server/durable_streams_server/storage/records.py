@@ -69,7 +69,7 @@ class CreateHeader:
     batches: tuple[int, ...]
     ts: int
     fork_source: str | None = None
-    """A copied fork's source (its path in another shard: ``engine.fork_copies``)."""
+    """A copied fork's source (its path in another shard: ``engine.copied_forks``)."""
     fork_link: str | None = None
     """The id of a copied fork's link, registered at its source's shard."""
     retention: Mapping[str, int] | None = None

@@ -1,8 +1,8 @@
 """A node's router: every URL of the cluster answered at any node, by sending it to its shard.
 
 The router serves no stream itself. A request for a stream is answered with a 307 to the
-server of the stream's shard (``http.shard_guard.shard_of_path``), at the URL the shard's
-lease publishes (``node.Supervisor.routes``): the client repeats the same method and body
+server of the stream's shard (``cluster.paths``), at the URL the shard's
+lease publishes (``supervisor.Supervisor.routes``): the client repeats the same method and body
 there, so every protocol feature works through any node, and the bytes never pass through
 a second process. Requests a redirect cannot carry (credentials, which ``fetch`` drops on a
 redirect to another origin; the ``__ds`` namespace, whose answers carry the node's URLs)
@@ -12,11 +12,11 @@ and ``Retry-After: 1``.
 A fork goes to its own path's shard like any create; when its source is another shard's
 stream, that shard's server copies what the fork inherits from the source's, through the
 cluster-internal route (``/v1/cluster/fork-links/<source path>``, always relayed to the
-source path's shard: ``http.fork_copies``).
+source path's shard: ``cluster.shard.fork_copies``).
 
 The base surface's subscriptions (``/v1/stream/__ds/...``) live in one shard, their home, like
 any ``__ds`` path; the home learns the other shards' streams from their tail reports
-(``engine.remote_streams``), sent through this router to the cluster's internal endpoints
+(``cluster.shard.remote_streams``), sent through this router to the cluster's internal endpoints
 (``/v1/internal/...?shard=k``, relayed to shard ``k``'s server like the status JSON).
 
 ``GET /healthz`` is the node's liveness, ``GET /readyz`` its readiness for a load balancer
@@ -38,19 +38,31 @@ from urllib.parse import parse_qs
 
 from starlette.types import Receive, Scope, Send
 
-from ..http.request_policy import decorate
-from ..http.routes import match_route, route_path
-from ..http.shard_guard import shard_key
-from ..http.ui import page
-from ..protocol.errors import NotFound
-from ..protocol.shard_keys import shard_of_key
-from .node import Supervisor
+from ...http.request_policy import decorate
+from ...http.routes import match_route, route_path
+from ...http.ui import page
+from ...protocol.errors import (
+    BadGateway,
+    BadRequest,
+    MethodNotAllowed,
+    Moved,
+    NotFound,
+    ProtocolError,
+    ServiceUnavailable,
+    rendered,
+)
+from ..paths import shard_key, shard_of_key
 from .proxy import READ_TIMEOUT_S, Relay, RelayFailure, must_relay
+from .supervisor import Supervisor
 from .upstream import IDLE_S
 
 CLUSTER_PATH = "/v1/cluster"
 _PER_SHARD = ("status", "consumers", "internal")
 """Routes a shard's server answers for its own shard only: the router relays them to one."""
+
+Answer = tuple[int, dict[str, str], bytes]
+"""A status, the headers and the JSON body of one of the router's own answers; an error's is its
+one rendering (``protocol.errors.rendered``), as a server answers it."""
 
 
 class ClusterRouter:
@@ -108,40 +120,38 @@ class ClusterRouter:
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
-    def answer(self, scope: Scope, route: str | None) -> tuple[int, dict[str, str], object]:
+    def answer(self, scope: Scope, route: str | None) -> Answer:
         """The status, headers and JSON body answering one request (``route``: its path's, ``_route``)."""
         path = route_path(scope)
         if path == "/healthz":
-            return 200, {}, {"status": "ok", "node_id": self.supervisor.settings.node_id}
+            return _json(200, {}, {"status": "ok", "node_id": self.supervisor.settings.node_id})
         if path == "/readyz":
             return self._readiness()
         if path == CLUSTER_PATH:
-            return 200, {}, self.describe()
+            return _json(200, {}, self.describe())
         shards = self.supervisor.layout.shards
         if route in _PER_SHARD:
             return self._status_server(scope, shards)
         key = shard_key(path)
         if key is None:
-            return _error(
-                404, "NOT_FOUND", f"no stream at {path} (the router serves streams, /healthz, {CLUSTER_PATH})"
-            )
+            return _error(NotFound(f"no stream at {path} (the router serves streams, /healthz, {CLUSTER_PATH})"))
         return self._to_shard(scope, shard_of_key(key, shards))
 
-    def _readiness(self) -> tuple[int, dict[str, str], object]:
+    def _readiness(self) -> Answer:
         """Whether a load balancer should send this node requests: from its start to its shutdown
         it answers every URL (a shard that is moving with a 503 of its own); ``serving`` counts the
         shards it can send a request to now."""
         node_id = self.supervisor.settings.node_id
         serving = sum(1 for route in self.supervisor.routes if route.state == "serving")
         if not self.accepting:
-            return 503, {"Retry-After": "1"}, {"status": "stopping", "node_id": node_id, "serving": serving}
-        return (
+            return _json(503, {"Retry-After": "1"}, {"status": "stopping", "node_id": node_id, "serving": serving})
+        return _json(
             200,
             {},
             {"status": "ready", "node_id": node_id, "serving": serving, "shards": len(self.supervisor.routes)},
         )
 
-    def _to_shard(self, scope: Scope, shard: int) -> tuple[int, dict[str, str], object]:
+    def _to_shard(self, scope: Scope, shard: int) -> Answer:
         """The 307 to the same URL at ``shard``'s server, or 503 while it has none."""
         route = self.supervisor.routes[shard]
         if route.state != "serving" or route.url is None:
@@ -149,14 +159,14 @@ class ClusterRouter:
         raw: bytes = scope.get("raw_path") or route_path(scope).encode()
         query: bytes = scope.get("query_string", b"")
         location = route.url + raw.decode("latin-1") + ("?" + query.decode("latin-1") if query else "")
-        return 307, {"Location": location}, {"error": {"code": "MOVED", "message": f"served at {location}"}}
+        return _error(Moved(f"served at {location}", headers={"Location": location}))
 
-    def _status_server(self, scope: Scope, shards: int) -> tuple[int, dict[str, str], object]:
+    def _status_server(self, scope: Scope, shards: int) -> Answer:
         """Where ``/v1/status/...?shard=k`` (or ``/v1/consumers``) is answered: shard ``k``'s
         server (relayed)."""
         chosen = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("shard", ["0"])[-1]
         if not chosen.isascii() or not chosen.isdigit() or int(chosen) >= shards:
-            return _error(400, "INVALID_SHARD", f"shard must be an integer from 0 to {shards - 1}")
+            return _error(BadRequest(f"shard must be an integer from 0 to {shards - 1}", code="INVALID_SHARD"))
         return self._to_shard(scope, int(chosen))
 
     def describe(self) -> dict[str, object]:
@@ -175,20 +185,25 @@ class ClusterRouter:
         }
 
 
-def _error(status: int, code: str, message: str) -> tuple[int, dict[str, str], object]:
-    return status, {}, {"error": {"code": code, "message": message}}
+def _json(status: int, headers: dict[str, str], body: object) -> Answer:
+    return status, headers, json.dumps(body).encode()
 
 
-def _unavailable(why: str) -> tuple[int, dict[str, str], object]:
-    return 503, {"Retry-After": "1"}, {"error": {"code": "SHARD_UNAVAILABLE", "message": why}}
+def _error(error: ProtocolError) -> Answer:
+    body, headers = rendered(error)
+    return error.status, headers, body
 
 
-def _relay_failed(failure: RelayFailure) -> tuple[int, dict[str, str], object]:
+def _unavailable(why: str) -> Answer:
+    return _error(ServiceUnavailable(why, code="SHARD_UNAVAILABLE", retry_after_s=1))
+
+
+def _relay_failed(failure: RelayFailure) -> Answer:
     """What a relay that got no answer says (``proxy``: sent or not)."""
     if not failure.sent:
         return _unavailable(f"its server did not answer ({failure.error})")
     message = f"the shard's server took the request but its answer was lost ({failure.error}): it may have been stored"
-    return 502, {}, {"error": {"code": "RELAY_IN_DOUBT", "message": message}}
+    return _error(BadGateway(message, code="RELAY_IN_DOUBT"))
 
 
 def _route(scope: Scope) -> str | None:
@@ -204,17 +219,16 @@ cluster-internal route (its caller is a shard server that stays on its own node)
 async def _page(scope: Scope, send: Send) -> None:
     """The status page's files (``http.ui.page``), as the server itself answers them."""
     if scope["method"] not in ("GET", "HEAD"):
-        status, headers, body = _error(405, "METHOD_NOT_ALLOWED", f"{route_path(scope)} is read-only: GET and HEAD")
-        await _respond(send, status, headers, body)
+        await _respond(send, *_error(MethodNotAllowed(f"{route_path(scope)} is read-only: GET and HEAD")))
         return
     path = route_path(scope)
     if path in ("/", "/ui"):
-        await _respond(send, 308, {"Location": "ui/"}, {})  # (relative: from / and from /ui alike)
+        await _respond(send, *_json(308, {"Location": "ui/"}, {}))  # (relative: from / and from /ui alike)
         return
     try:
         response = page.asset(path[len("/ui/") :])
     except NotFound as error:
-        await _respond(send, 404, {}, {"error": {"code": error.code, "message": error.message}})
+        await _respond(send, *_error(error))
         return
     await send({"type": "http.response.start", "status": 200, "headers": decorate(response.raw_headers)})
     await send({"type": "http.response.body", "body": response.body if scope["method"] == "GET" else b""})
@@ -227,8 +241,7 @@ async def _drain(receive: Receive) -> None:
             return
 
 
-async def _respond(send: Send, status: int, headers: dict[str, str], body: object) -> None:
-    payload = json.dumps(body).encode()
+async def _respond(send: Send, status: int, headers: dict[str, str], payload: bytes) -> None:
     pairs = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(payload)).encode()),

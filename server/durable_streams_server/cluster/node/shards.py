@@ -12,7 +12,7 @@ server serves its location. ``shard-dirs``: shard ``k`` lives at ``<root>/shard-
 as it is, without moving a byte (its table stays where it was). Cluster objects live under
 ``_cluster/``: Delta's vacuum leaves paths that start with ``_`` alone.
 
-Which shard a request's stream belongs to is ``http.shard_guard.shard_of_path``.
+Which shard a request's stream belongs to is ``cluster.paths.shard_of_path``.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ import json
 from dataclasses import asdict, dataclass, replace
 from typing import Literal
 
-from ..storage.durability import Durability
+from ...storage.durability import Durability
 
 LeaseState = Literal["starting", "serving", "draining", "released"]
 SAFETY = 0.2

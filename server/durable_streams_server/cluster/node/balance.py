@@ -5,7 +5,7 @@ Shards move only when membership changes. With ``live`` nodes, each should hold
 
 * a node **below** its target takes free shards (no lease, a released one, or one whose
   holder's lease expired: ``leases.may_take``);
-* a node **above** it gives one up (a drain: ``node``);
+* a node **above** it gives one up (a drain: ``supervisor``);
 * a node **at** it gives one up only when a live node holds less than the floor share
   (``shards // live``), *no shard is free* for that node to take, and it is the node that
   holds the most (ties: the greatest id), so one node gives up one shard at a time. A shard

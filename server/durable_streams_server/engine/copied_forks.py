@@ -1,12 +1,12 @@
-"""Copied forks: a fork whose source lives in another shard of a cluster, on the fork's side.
+"""Copied forks: a fork whose source lives in another shard of a cluster, as the engine keeps it.
 
 The protocol lets a server fork by copying (PROTOCOL.md 4.2: "copy-on-fork, pointer-based
 stitching, or any other mechanism"). Within one shard a fork is a zero-copy link to its
 source (``forks``, ``reads``); across shards there is no shared table to stitch from, so
 the fork's shard copies what the fork inherits: the source's retained messages up to the
 fork point, with their own sequence numbers (the fork's offsets are the source's, no
-translation), exported by the source's shard (``protocol.fork_export``; the HTTP side is
-``http.fork_copies``). The fork is then an ordinary stream of its shard whose first
+translation), exported by the source's shard (``cluster.shard.fork_exports``, asked for by
+``cluster.shard.fork_copies``). The fork is then an ordinary stream of its shard whose first
 sequence is the source's earliest retained one (``Stream.base_seq``): its reads, waits,
 read plans and retention need nothing else. It keeps its source's path, fork offset and
 sub-offset, so a repeated PUT compares its configuration as a local fork's does
@@ -23,6 +23,11 @@ source's shard confirms it, and again after a restart: never dropped. A create r
 its intent the same way before asking for the export, so a failure or crash anywhere
 between the export and the create's durability leaves a pending unlink, which the task
 sends unless the fork's path holds a stream with that link (the create succeeded).
+
+What is here is state, not talk: a copied fork's source and link (``ForkCopy``, ``Stream``), the
+pending unlinks' records, the links' counts (``fork_links``). A location holds them whoever
+serves it, so every server replays and keeps them alike; asking another shard for an export and
+sending the unlinks is the cluster's (``cluster.shard``).
 """
 
 from __future__ import annotations
@@ -31,11 +36,27 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..protocol.fork_export import ExportMeta
 from .reserved_records import RESERVED_KEY, ReservedRecords, reserved_path, states_of
 from .stream import Stream
 
 KIND = "fork_unlink"
+
+
+@dataclass(frozen=True, slots=True)
+class ExportMeta:
+    """The source's configuration a fork inherits, and where the fork starts (what an export's
+    first frame carries: ``cluster.shard.export_frames``)."""
+
+    name: str
+    """The source's path."""
+    content_type: str
+    ttl_s: int | None
+    expires_at: str | None
+    expires_at_ms: int | None
+    first_seq: int
+    """The source's earliest retained message: the first inherited one."""
+    fork_seq: int
+    """The fork's first own sequence number (``forks.resolve_fork_point``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """A node's routing table: where each shard is served now, as its router answers from it.
 
-The supervisor (``node``) computes it once a tick from the leases it holds and the versions it
+The supervisor (``supervisor``) computes it once a tick from the leases it holds and the versions it
 last read of the others' (``routing_table``), and publishes it whole (one attribute, replaced),
 so the router reads it without locks.
 """

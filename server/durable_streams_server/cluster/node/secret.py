@@ -1,6 +1,6 @@
 """The cluster-internal credential's source: the operator's file, or one random secret per root.
 
-The credential opens the cluster's internal routes only (``http.cluster_secret``), never the
+The credential opens the cluster's internal routes only (``cluster.shard.credential``), never the
 public surface. Where it comes from decides who can reach those routes:
 
 * ``--cluster-secret-file`` (recommended where the storage root is readable by others, such as

@@ -1,13 +1,13 @@
 """A shard server's view of the other shards, over HTTP through its node's router.
 
-``RouterPeers`` implements the subscriptions' port ``engine.remote_streams.ShardPeers`` for a
-shard server of a cluster of more than one shard (plugged in by ``server.open_server``).
+``RouterPeers`` is the other shards as the subscriptions' view of them (``shard_reports``) asks
+them, on a shard server of a cluster of more than one shard (``serving``).
 Every request goes to the node's router (``ShardGuard.router_url``) with the cluster-internal
-credential (``http.cluster_secret``): the router relays ``/v1/internal/...?shard=k`` to shard
+credential (``credential``): the router relays ``/v1/internal/...?shard=k`` to shard
 ``k``'s server, and a stream URL to its shard's server, wherever that shard is served now.
 
 * ``matching`` asks every other shard, concurrently, for its base-surface streams an interest
-  wants, with their tails (``http.internal``); one that does not answer makes the whole
+  wants, with their tails (``internal``); one that does not answer makes the whole
   question fail with 503 and ``Retry-After``: a subscription is never created missing a shard.
 * ``append`` writes wake events to another shard's stream through that shard's internal
   route (``/v1/internal/wake-events``: the credential opens no public route), retrying while
@@ -24,16 +24,16 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from ..engine.remote_streams import InterestView
-from ..http.cluster_secret import CLUSTER_SECRET_HEADER, presenting
-from ..http.shard_guard import ShardGuard
-from ..protocol.errors import ProtocolError, ServiceUnavailable
-from ..protocol.shard_keys import shard_of_key
+from ...protocol.errors import ProtocolError, ServiceUnavailable
+from ..paths import shard_of_key
+from .credential import CLUSTER_SECRET_HEADER, presenting
+from .guard import ShardGuard
+from .remote_streams import InterestView
 from .reporter import TailReporter
 
 if TYPE_CHECKING:
-    from ..engine.engine import Engine
-    from ..engine.stream import Stream
+    from ...engine.engine import Engine
+    from ...engine.stream import Stream
 
 log = logging.getLogger("durable_streams_server.cluster")
 

@@ -61,8 +61,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from ..storage.data_files import local_root
-from ..storage.presign import S3Presigner
+from ...storage.data_files import local_root
+from ...storage.presign import S3Presigner
 
 _HEADER = re.compile(rb"#ds-object ([0-9a-f]{32})\n")
 _URL_TTL_S = 300

@@ -1,4 +1,4 @@
-"""Tail reports from one shard server to the subscriptions' home (``engine.remote_streams``).
+"""Tail reports from one shard server to the subscriptions' home (``remote_streams``).
 
 Two tasks on the shard server's loop:
 
@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING, Protocol
 
 import httpx
 
-from ..engine.remote_streams import BASE_ROOT, InterestView, matching_streams
+from .remote_streams import BASE_ROOT, InterestView, matching_streams
 
 if TYPE_CHECKING:
-    from ..engine.engine import Engine
-    from ..engine.stream import Stream
+    from ...engine.engine import Engine
+    from ...engine.stream import Stream
 
 log = logging.getLogger("durable_streams_server.cluster")
 

@@ -23,14 +23,16 @@ through **tail reports**, never by reading their storage:
 * ``RemoteStreams`` keeps each remote stream's last reported facts (tail, created_ms) by
   shard; the subscription manager uses them where it uses its engine's streams.
 * Creating a subscription asks every other shard for its matching streams with their tails
-  (``ShardPeers.matching``) before answering, so existing streams are linked at their tails;
+  (``peers.RouterPeers.matching``) before answering, so existing streams are linked at their tails;
   a shard that does not answer fails the creation (503), never a subscription missing one.
 * A pull-wake subscription's wake stream may live in another shard: its wake events are
-  appended through the router (``ShardPeers.append``) with producer headers (id per
+  appended through the router (``peers.RouterPeers.append``) with producer headers (id per
   subscription incarnation, epoch = the wake's generation, seq 0), so a retry is idempotent.
 
-The engine defines the port (``ShardPeers``); its HTTP implementation lives above (the
-cluster package), plugged in by the server's assembly. Clocks: ``created_ms`` of a remote
+The subscription manager sees streams through the engine's port
+(``engine.subscribed_streams.LocalStreams``); a shard server's assembly (``serving``) plugs in
+the one that knows other shards' streams (``shard_reports``), over the HTTP peers (``peers``,
+``reporter``) and the internal routes (``internal``). Clocks: ``created_ms`` of a remote
 stream is compared with a subscription's ``created_ms``, so the shard servers' clocks are
 assumed close (one node, or NTP).
 """
@@ -41,22 +43,16 @@ import asyncio
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from ..protocol.subscriptions import glob_match
+from ...protocol.ids import BASE_SURFACE_PREFIX
+from ...protocol.subscriptions import glob_match
 
 if TYPE_CHECKING:
-    from .engine import Engine
-    from .stream import Stream
+    from ...engine.engine import Engine
 
-BASE_ROOT = "v1/stream/"
-
-
-def root_of(name: str) -> str:
-    """The surface root of a stream key: ``v1/stream/`` or ``<bucket_id>/``."""
-    if name.startswith(BASE_ROOT):
-        return BASE_ROOT
-    return name.partition("/")[0] + "/"
+BASE_ROOT = BASE_SURFACE_PREFIX
+"""The base surface's root: its streams' names start with it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,35 +150,3 @@ class RemoteStreams:
 
     def paths_of(self, shard: int) -> list[str]:
         return [path for path, owner in self.shard_of.items() if owner == shard]
-
-
-class ShardPeers(Protocol):
-    """The other shards, as the subscriptions see them (implemented by the cluster layer)."""
-
-    def shard_of(self, path: str) -> int:
-        """The shard of the base-surface stream at ``path``."""
-        ...
-
-    @property
-    def shard(self) -> int:
-        """This server's shard."""
-        ...
-
-    async def matching(self, interest: InterestView) -> list[tuple[int, str, int, int]]:
-        """Every other shard's streams ``interest`` wants: (shard, path, tail, created_ms);
-        ``ServiceUnavailable`` if a shard does not answer."""
-        ...
-
-    async def append(self, path: str, body: bytes, producer_id: str, epoch: int) -> None:
-        """Append a JSON ``body`` to another shard's stream (``ProtocolError`` if refused)."""
-        ...
-
-    def start(self, engine: Engine) -> None:
-        """Start reporting this shard's streams to the home (nothing on the home itself)."""
-        ...
-
-    def noted(self, stream: Stream, removed: bool) -> None:
-        """A local stream's new durable tail, or its removal (reported if the home wants it)."""
-        ...
-
-    async def close(self) -> None: ...

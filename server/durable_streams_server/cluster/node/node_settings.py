@@ -1,4 +1,4 @@
-"""What a cluster node's supervisor runs with (``node.Supervisor``): its identity, where it is
+"""What a cluster node's supervisor runs with (``supervisor.Supervisor``): its identity, where it is
 reached, the storage root, the durability of its shard servers and the lease ttl its tick follows."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass, field
 
-from ..storage.durability import Durability
+from ...storage.durability import Durability
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 The node reads (or, first on a new root, creates) the root's cluster record
 (``shards.Layout``), then serves its router (``router``) with uvicorn; the router's
-lifespan runs the supervisor (``node``), which starts a shard server per held shard. A node
+lifespan runs the supervisor (``supervisor``), which starts a shard server per held shard. A node
 whose id another live process runs with refuses to start (``membership``).
 
 A root that already holds a single server's location (its table, ``streams/_delta_log``,
@@ -15,18 +15,18 @@ from __future__ import annotations
 import logging
 from ipaddress import ip_address
 
-from ..serve import check_listening, run_uvicorn
-from ..settings import Listen, Settings
-from ..storage.delta_log import TABLE_NAME
-from ..storage.ownership import node_id_for
+from ...serve import check_listening, run_uvicorn
+from ...settings import Listen, Settings
+from ...storage.delta_log import TABLE_NAME
+from ...storage.ownership import node_id_for
 from .membership import IdInUse, wait_until_id_free
-from .node import Supervisor
 from .node_settings import NodeSettings
 from .objects import ConditionalObjects, ObjectStoreError, open_objects
 from .proxy import relay_idle_s, relay_read_timeout_s
 from .router import ClusterRouter
 from .secret import SecretFileError, cluster_secret
 from .shards import LAYOUT_KEY, Layout, LayoutError
+from .supervisor import Supervisor
 from .workers import ShardServerSpec
 
 log = logging.getLogger("durable_streams_server.cluster")

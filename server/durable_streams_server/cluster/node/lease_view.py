@@ -1,6 +1,6 @@
 """A node's view of the leases it does not hold: each one's version as last read, and since when.
 
-The supervisor's *look* step (``node``) reads every lease it does not hold, once a tick. What
+The supervisor's *look* step (``supervisor``) reads every lease it does not hold, once a tick. What
 it keeps per shard is an ``Observed`` (``leases``): the record, its ETag, and when this node
 first saw that version, timed when the read answered (a version written during the sweep is
 never dated before it was read: the safety gap of ``leases`` rests on it). A lease object that
@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Collection
 
-from ..storage.durability import Durability
+from ...storage.durability import Durability
 from .leases import LeaseFormatError, LeaseRecord, Observed, WalAdoption
 from .objects import ConditionalObjects
 from .shards import lease_key

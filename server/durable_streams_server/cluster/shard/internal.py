@@ -1,9 +1,9 @@
 """A cluster shard server's internal endpoints: tail reports for the base surface's subscriptions.
 
-Served only with the cluster-internal credential (``cluster_secret``; 404 on a server that
+Served only with the cluster-internal credential (``credential``; 404 on a server that
 has none, 403 for a request without it), reached through the node's router with
-``?shard=k`` (relayed to shard ``k``'s server, ``cluster.router``). The protocol is
-described in ``engine.remote_streams``.
+``?shard=k`` (relayed to shard ``k``'s server, ``cluster.node.router``). The protocol is
+described in ``remote_streams``.
 
     GET  /v1/internal/interest?version=V&wait_ms=W   the base-surface subscriptions' interest
                                                      (long-poll: answered once not V, or after W)
@@ -13,10 +13,10 @@ described in ``engine.remote_streams``.
          {"patterns": [...], "paths": [...]}  ->  {"shard", "streams": [[path, tail, created_ms]...]}
     POST /v1/internal/wake-events?path=P             wake events appended to this shard's stream
          (the JSON array of events; Producer-Id and    ``v1/stream/P`` as an idempotent producer (the
-         Producer-Epoch headers, seq 0)                home's wake deliveries: ``cluster.peers``)
+         Producer-Epoch headers, seq 0)                home's wake deliveries: ``cluster.shard.peers``)
 
 The credential opens these routes only: a request on the public surface is checked against the
-bearer tokens like any other, whatever it carries (``request_policy``).
+bearer tokens like any other, whatever it carries (``guard.ShardGuard.internal``).
 """
 
 from __future__ import annotations
@@ -26,22 +26,24 @@ import json
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..engine.remote_streams import BASE_ROOT, InterestView, matching_streams
-from ..engine.subscriptions import SubscriptionManager
-from ..engine.types import AppendRequest
-from ..protocol.errors import BadRequest, MethodNotAllowed, NotFound
-from ..protocol.headers import parse_producer
-from .cluster_secret import require
-from .limits import LiveReaders
-from .shard_guard import ShardGuard
+from ...engine.engine import Engine
+from ...engine.types import AppendRequest
+from ...http.limits import LiveReaders
+from ...protocol.errors import BadRequest, MethodNotAllowed, NotFound
+from ...protocol.headers import parse_producer
+from .credential import require
+from .guard import ShardGuard
+from .remote_streams import BASE_ROOT, InterestView, matching_streams
+from .shard_reports import ShardReports
 
 MAX_WAIT_MS = 30_000
 NO_STORE = {"Cache-Control": "no-store"}
 
 
 class InternalHandlers:
-    def __init__(self, manager: SubscriptionManager, guard: ShardGuard | None, live_readers: LiveReaders) -> None:
-        self.manager = manager
+    def __init__(self, engine: Engine, reports: ShardReports, guard: ShardGuard, live_readers: LiveReaders) -> None:
+        self.engine = engine
+        self.reports = reports
         self.guard = guard
         self.live_readers = live_readers
         """Its ``ending`` answers a waiting interest request when the server stops, as it answers
@@ -50,8 +52,7 @@ class InternalHandlers:
 
     async def handle(self, request: Request, rest: str) -> Response:
         guard = self.guard
-        require(guard.secret if guard else None, request.url.path, request.scope["headers"])
-        assert guard is not None  # (``require`` refused a server that is no shard server)
+        require(guard.secret, request.url.path, request.scope["headers"])
         if rest == "interest":
             _allow(request, "GET")
             return JSONResponse(await self._interest(request), headers=NO_STORE)
@@ -62,7 +63,7 @@ class InternalHandlers:
         if rest == "matching":
             _allow(request, "POST")
             view = _interest_of(await _body(request))
-            streams = matching_streams(self.manager.engine, view)
+            streams = matching_streams(self.engine, view)
             return JSONResponse({"shard": guard.shard, "streams": streams}, headers=NO_STORE)
         if rest == "wake-events":
             _allow(request, "POST")
@@ -76,7 +77,7 @@ class InternalHandlers:
             wait_ms = min(int(request.query_params.get("wait_ms", "0")), MAX_WAIT_MS)
         except ValueError:
             raise BadRequest("wait_ms must be an integer", code="INVALID_WAIT") from None
-        view = await self.manager.reports.interest.after(version, max(wait_ms, 0) / 1000, self.live_readers.ending())
+        view = await self.reports.interest.after(version, max(wait_ms, 0) / 1000, self.live_readers.ending())
         return view.to_json()
 
     async def _wake_events(self, request: Request) -> None:
@@ -86,7 +87,7 @@ class InternalHandlers:
         if not path or producer is None:
             raise BadRequest("wake events need ?path= and the producer headers", code="INVALID_WAKE_EVENTS")
         body = await request.body()
-        await self.manager.engine.append(BASE_ROOT + path, AppendRequest(body, None, producer, None, False))
+        await self.engine.append(BASE_ROOT + path, AppendRequest(body, None, producer, None, False))
 
     def _report(self, body: object) -> None:
         refusal = BadRequest(
@@ -103,7 +104,7 @@ class InternalHandlers:
             removed = [str(path) for path in body["removed"]]
         except (KeyError, TypeError, ValueError):
             raise refusal from None
-        self.manager.reports.apply(shard, version, full, streams, removed)
+        self.reports.apply(shard, version, full, streams, removed)
 
 
 def _interest_of(body: object) -> InterestView:

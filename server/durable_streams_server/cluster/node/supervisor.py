@@ -58,7 +58,7 @@ from dataclasses import replace
 
 import httpx
 
-from ..storage.durability import Durability
+from ...storage.durability import Durability
 from .balance import cold_start_wait, should_drain
 from .lease_view import LeaseView
 from .leases import Held, LeaseRecord, Observed, WalAdoption, may_take, target_count

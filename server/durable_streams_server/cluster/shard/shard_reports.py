@@ -1,6 +1,8 @@
-"""The streams the subscriptions see: the engine's own and, on the base surface of a cluster's
-home shard, the other shards' as their tail reports describe them (the interest it publishes,
-the remote streams it keeps, what their reports change in the base surface's subscriptions).
+"""The streams a shard server's subscriptions see: the engine's own and, on the base surface of a
+cluster's home shard, the other shards' as their tail reports describe them (the interest it
+publishes, the remote streams it keeps, what their reports change in the base surface's
+subscriptions). A ``engine.subscribed_streams.LocalStreams``, given to the subscription manager
+by the server's assembly (``serving``).
 
 ``tail``/``streams_of`` answer for both kinds alike; ``is_remote`` tells them apart (a path
 of another shard on the base surface, when the manager has peers). A remote stream not
@@ -17,39 +19,42 @@ empty, while the subscriptions' links are recovered) drops what was deleted mean
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
-from ..protocol.errors import Conflict, ServiceUnavailable
-from .remote_streams import BASE_ROOT, Interest, InterestView, RemoteStreams, ShardPeers, StreamFacts, root_of
-from .subscription_state import Subscription
-from .types import AppendRequest
+from ...engine.subscribed_streams import LocalStreams, Members
+from ...engine.subscription_state import Subscription
+from ...protocol.errors import Conflict, ServiceUnavailable
+from .peers import RouterPeers
+from .remote_streams import BASE_ROOT, Interest, InterestView, RemoteStreams, StreamFacts
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from ...engine.stream import Stream
 
 
-class Membership(Protocol):
-    """What reports need from the subscription manager."""
-
-    engine: Engine
-    by_root: dict[str, dict[str, Subscription]]
-    peers: ShardPeers | None
-
-    def seen(self, root: str, path: str, tail: int, created_ms: int | None) -> None: ...
-
-    @staticmethod
-    def unlink(sub: Subscription, path: str) -> None: ...
-
-
-class ShardReports:
-    def __init__(self, manager: Membership) -> None:
-        self.manager = manager
+class ShardReports(LocalStreams):
+    def __init__(self, manager: Members, peers: RouterPeers | None) -> None:
+        super().__init__(manager)
+        self.peers = peers
+        """The other shards (``peers``); ``None`` in a cluster of one shard: every stream is local."""
         self.remote = RemoteStreams()
         self.interest = Interest()
 
+    def start(self) -> None:
+        self.update_interest()
+        if self.peers is not None:
+            self.peers.start(self.manager.engine)
+
+    async def close(self) -> None:
+        if self.peers is not None:
+            await self.peers.close()
+
+    def noted(self, stream: Stream, removed: bool) -> None:
+        if self.peers is not None:
+            self.peers.noted(stream, removed)
+
     def is_remote(self, root: str, path: str) -> bool:
         """Whether ``path`` of ``root`` is another shard's stream (known by tail reports)."""
-        peers = self.manager.peers
+        peers = self.peers
         return peers is not None and root == BASE_ROOT and peers.shard_of(path) != peers.shard
 
     def tail(self, root: str, path: str) -> int | None:
@@ -57,18 +62,12 @@ class ShardReports:
         if self.is_remote(root, path):
             facts = self.remote.get(path)
             return None if facts is None else facts.tail
-        stream = self.manager.engine.streams.get(root + path)
-        return stream.visible_tail if stream is not None and not stream.soft_deleted else None
+        return super().tail(root, path)
 
     def streams_of(self, root: str) -> list[tuple[str, int, int]]:
         """Every live stream of ``root``: (path, visible tail, created_ms), remote ones included."""
-        found = []
-        for name in self.manager.engine.stream_names():  # (builds only the streams under ``root``)
-            if name.startswith(root) and root_of(name) == root:
-                stream = self.manager.engine.streams.get(name)
-                if stream is not None and not stream.soft_deleted:
-                    found.append((name[len(root) :], stream.visible_tail, stream.created_ms))
-        if root == BASE_ROOT and self.manager.peers is not None:
+        found = super().streams_of(root)
+        if root == BASE_ROOT and self.peers is not None:
             found += [(path, facts.tail, facts.created_ms) for path, facts in self.remote.items()]
         return found
 
@@ -84,7 +83,7 @@ class ShardReports:
     ) -> None:
         """Shard ``shard``'s report; 409 ``STALE_INTEREST`` if computed for another interest
         version (the reporter then fetches the interest again and reports in full)."""
-        manager, peers = self.manager, self.manager.peers
+        manager, peers = self.manager, self.peers
         if version != self.interest.view.version or peers is None:
             raise Conflict("the report was computed for another interest version", code="STALE_INTEREST")
         subs = list(manager.by_root.get(BASE_ROOT, {}).values())
@@ -116,7 +115,7 @@ class ShardReports:
     async def ask_peers(self, root: str, patterns: tuple[str, ...], paths: tuple[str, ...]) -> None:
         """Learn every other shard's streams ``patterns`` and ``paths`` name, at their tails now,
         before linking them (``ServiceUnavailable`` if a shard does not answer)."""
-        peers = self.manager.peers
+        peers = self.peers
         if root != BASE_ROOT or peers is None:
             return
         for shard, path, tail, created_ms in await peers.matching(InterestView("", patterns, paths)):
@@ -125,7 +124,7 @@ class ShardReports:
     async def catch_up(self, sub: Subscription) -> bool:
         """Ask the other shards for the tails of ``sub``'s streams now (a report may still be on
         its way); whether it learned them (not if a shard does not answer: what is known stands)."""
-        if sub.root != BASE_ROOT or self.manager.peers is None:
+        if sub.root != BASE_ROOT or self.peers is None:
             return False
         paths = tuple(path for path, link in sub.links.items() if link.explicit and self.is_remote(sub.root, path))
         patterns = (sub.config.pattern,) if sub.config.pattern is not None else ()
@@ -147,10 +146,10 @@ class ShardReports:
     async def append_events(self, sub: Subscription, body: bytes) -> None:
         """Append wake events to ``sub``'s wake stream: in this shard, or through the router
         (producer id per subscription incarnation, epoch = generation: a retry is a duplicate)."""
-        manager, wake_stream = self.manager, sub.config.wake_stream
+        wake_stream = sub.config.wake_stream
         assert wake_stream is not None
-        if manager.peers is not None and self.is_remote(sub.root, wake_stream):
+        if self.peers is not None and self.is_remote(sub.root, wake_stream):
             producer = f"ds-wake-{sub.subscription_id}-{sub.uid}"
-            await manager.peers.append(wake_stream, body, producer, sub.generation)
+            await self.peers.append(wake_stream, body, producer, sub.generation)
         else:
-            await manager.engine.append(sub.root + wake_stream, AppendRequest(body, None, None, None, False))
+            await super().append_events(sub, body)

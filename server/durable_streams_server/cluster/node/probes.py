@@ -5,7 +5,7 @@ lease, not the server.
 Every tick the node asks each of its serving shard servers ``GET /healthz`` (liveness: it
 answers whatever its storage's state), all at once, each with a short timeout
 (``PROBE_TIMEOUT_S``). A server that has not answered for a lease ttl is killed; the node then
-starts it again like any server that exited (``node``: the same node takes its location back,
+starts it again like any server that exited (``supervisor``: the same node takes its location back,
 replaying its WAL), or lets the shard move if it cannot.
 """
 

@@ -6,7 +6,7 @@ it gets as the fork's own messages, at the source's own sequence numbers. The ex
 response body of frames, each ``kind (1 byte) | length (4 bytes, big-endian) | payload``:
 
 * ``M`` once, first: JSON of the source's configuration and the resolved fork point
-  (``ExportMeta``);
+  (``engine.copied_forks.ExportMeta``);
 * ``P`` at most once: the prefix a binary sub-offset keeps of the message at the fork point
   (it becomes the fork's first own message);
 * ``D`` per inherited message, in order, from the source's earliest retained message up to
@@ -23,29 +23,14 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
-from .errors import Conflict
+from ...engine.copied_forks import ExportMeta
+from ...protocol.errors import Conflict
 
 CONTENT_TYPE = "application/vnd.durable-streams.fork-export"
 _HEAD = struct.Struct(">cI")
 META, PREFIX, DATA, END = b"M", b"P", b"D", b"E"
-
-
-@dataclass(frozen=True, slots=True)
-class ExportMeta:
-    """The source's configuration a fork inherits, and where the fork starts."""
-
-    name: str
-    """The source's path."""
-    content_type: str
-    ttl_s: int | None
-    expires_at: str | None
-    expires_at_ms: int | None
-    first_seq: int
-    """The source's earliest retained message: the first inherited one."""
-    fork_seq: int
-    """The fork's first own sequence number (``engine.forks.resolve_fork_point``)."""
 
 
 class ForkTooLarge(Conflict):

@@ -6,8 +6,8 @@ its WAL), port and advertised URL. A node thus uses one core per shard it serves
 shard's server is exactly the single server the conformance suite checks, with two extra
 settings: ``cluster_shard`` (``k/N``) makes it send a request for another shard's stream back
 to the node's router (307) instead of serving it, and ``cluster_parent`` makes it die with the
-node (the kernel kills it when the node's supervisor thread ends: ``prctl(PR_SET_PDEATHSIG)``),
-so a node killed with ``kill -9`` leaves no shard server acknowledging behind it.
+node (the kernel kills it when the node's supervisor thread ends: ``cluster.shard.parent``), so
+a node killed with ``kill -9`` leaves no shard server acknowledging behind it.
 
 A shard server gets its settings as data, not as a command line: the node's own ``Settings``
 with the shard's parts replaced (``ShardServerSpec.settings``), written as JSON to the
@@ -33,10 +33,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from ..settings import Settings
-from ..settings_json import settings_to_json
-from ..storage.durability import Durability
-from ..storage.ownership import TakeOver
+from ...settings import Settings
+from ...settings_json import settings_to_json
+from ...storage.durability import Durability
+from ...storage.ownership import TakeOver
 from .leases import LeaseRecord
 
 log = logging.getLogger("durable_streams_server.cluster")
@@ -231,16 +231,3 @@ def send_settings(proc: subprocess.Popen[bytes], settings: Settings) -> None:
         proc.stdin.close()
     except BrokenPipeError:  # (it exited before reading them: its supervisor sees it exited)
         pass
-
-
-def die_with_parent(parent_pid: int) -> None:
-    """In a shard server: be killed by the kernel when the node that started it ends; exit now
-    if it already has."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent_pid:
-        os._exit(1)

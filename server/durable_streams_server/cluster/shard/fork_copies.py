@@ -1,6 +1,6 @@
 """A shard server's forks of other shards' streams: the export it asks for, the unlinks it sends.
 
-The design is ``engine.fork_copies``'s (copy-on-fork across shards); this module is its
+The design is ``engine.copied_forks``'s (copy-on-fork across shards); this module is its
 HTTP: a PUT whose ``Stream-Forked-From`` names a stream of another shard
 (``ShardGuard``) asks that stream's shard, through this node's router (which relays the
 cluster-internal route to wherever the shard is served), for an export
@@ -12,7 +12,7 @@ error (404, 409, 400, 410) is answered as the source's shard gave it.
 
 The sender of pending unlinks runs in the background: woken when one is recorded, and
 retrying every ``RETRY_S`` while any fails (the source's shard moving or unreachable).
-Every internal request carries the cluster's credential (``cluster_secret``).
+Every internal request carries the cluster's credential (``credential``).
 """
 
 from __future__ import annotations
@@ -25,14 +25,15 @@ from urllib.parse import quote
 
 import httpx
 
-from ..engine.engine import Engine
-from ..engine.fork_copies import ForkCopy, Pending
-from ..engine.types import CreateOutcome, CreateRequest
-from ..protocol import fork_export
-from ..protocol import headers as h
-from ..protocol.errors import ProtocolError, ServiceUnavailable
-from .cluster_secret import CLUSTER_SECRET_HEADER, presenting
-from .shard_guard import ShardGuard, shard_of_path
+from ...engine.copied_forks import ForkCopy, Pending
+from ...engine.engine import Engine
+from ...engine.types import CreateOutcome, CreateRequest
+from ...protocol import headers as h
+from ...protocol.errors import ProtocolError, ServiceUnavailable
+from ..paths import shard_of_path
+from . import export_frames
+from .credential import CLUSTER_SECRET_HEADER, presenting
+from .guard import ShardGuard
 
 log = logging.getLogger("durable_streams_server.http")
 
@@ -101,7 +102,7 @@ class CrossShardForks:
             headers[h.STREAM_FORK_OFFSET] = request.fork_offset.encode()
         if request.fork_sub_offset is not None:
             headers[h.STREAM_FORK_SUB_OFFSET] = str(request.fork_sub_offset)
-        reader = fork_export.ExportReader(self.guard.fork_max_bytes)
+        reader = export_frames.ExportReader(self.guard.fork_max_bytes)
         try:
             async with self._client.stream("POST", self._url(request.fork_from), headers=headers) as answer:
                 if answer.status_code != 200:
@@ -109,7 +110,7 @@ class CrossShardForks:
                 async for chunk in answer.aiter_raw():
                     reader.feed(chunk)
             meta, prefix, messages = reader.finish()
-        except (httpx.HTTPError, fork_export.MalformedExport) as error:
+        except (httpx.HTTPError, export_frames.MalformedExport) as error:
             raise ServiceUnavailable(
                 f"the shard of fork source {request.fork_from!r} did not answer whole: {error}",
                 code="SOURCE_SHARD_UNAVAILABLE",

@@ -1,13 +1,13 @@
 """The cluster-internal credential: what a cluster's own processes present to each other.
 
-A node creates one random secret per storage root, once (``cluster.secret``), and hands it to
-the shard servers it starts with their settings (``cluster.workers``); a shard server started
-by hand reads it from ``CLUSTER_SECRET_ENV``. A request
+A node creates one random secret per storage root, once (``cluster.node.secret``), and hands it to
+the shard servers it starts with their settings (``cluster.node.workers``); a shard server started
+by hand reads it from ``settings.CLUSTER_SECRET_ENV``. A request
 carrying it in ``CLUSTER_SECRET_HEADER`` comes from the cluster itself: it may use the
 internal routes (``internal``, ``fork_exports``), and only those: on the public surface it
-stands in for no token (``request_policy``), so whoever learns it can reach the cluster's
-internal endpoints, never write or delete a stream through the protocol. Compared in constant
-time; never logged, never part of an answer.
+stands in for no token (``guard.ShardGuard.internal``), so whoever learns it can reach the
+cluster's internal endpoints, never write or delete a stream through the protocol. Compared in
+constant time; never logged, never part of an answer.
 """
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ from __future__ import annotations
 import hmac
 from collections.abc import Sequence
 
-from ..protocol.errors import Forbidden, NotFound
+from ...protocol.errors import Forbidden, NotFound
 
-CLUSTER_SECRET_ENV = "DURABLE_STREAMS_CLUSTER_SECRET"
 CLUSTER_SECRET_HEADER = "durable-streams-cluster-secret"
 _HEADER = CLUSTER_SECRET_HEADER.encode()
 
@@ -30,7 +29,7 @@ def presenting(secret: str | None) -> str:
 def presented(secret: str | None, headers: Sequence[tuple[bytes, bytes]]) -> bool:
     """Whether the request's headers carry one of ``secret``'s lines (never with no secret
     configured). Every line is accepted, so a secret is rotated with no request refused: add
-    the new one second on every node, then first, then drop the old one (``cluster.secret``)."""
+    the new one second on every node, then first, then drop the old one (``cluster.node.secret``)."""
     if not secret:
         return False
     values = [value for name, value in headers if name == _HEADER]
