@@ -45,8 +45,8 @@ class InternalHandlers:
         self.engine = engine
         self.reports = reports
         self.guard = guard
-        self.live_readers = live_readers
-        """Its ``ending`` answers a waiting interest request when the server stops, as it answers
+        self._server_stops = live_readers.ending
+        """Answers a waiting interest request when the server stops, as it answers
         the long-polls: a reporter's wait held a drained shard server's stop for up to its
         ``wait_ms``, the shard unavailable meanwhile."""
 
@@ -77,7 +77,7 @@ class InternalHandlers:
             wait_ms = min(int(request.query_params.get("wait_ms", "0")), MAX_WAIT_MS)
         except ValueError:
             raise BadRequest("wait_ms must be an integer", code="INVALID_WAIT") from None
-        view = await self.reports.interest.after(version, max(wait_ms, 0) / 1000, self.live_readers.ending())
+        view = await self.reports.interest.after(version, max(wait_ms, 0) / 1000, self._server_stops())
         return view.to_json()
 
     async def _wake_events(self, request: Request) -> None:
