@@ -84,9 +84,9 @@ class StateFiles:
         for path, size in self.files:
             with pq.ParquetFile(self._open(path, size), pre_buffer=True) as parquet:
                 groups = _row_groups(parquet.metadata, self.since_lsn, wanted)
-                if groups:
-                    rows = parquet.read_row_groups(groups, columns=names)
-                    pieces.append(_matching(rows, self.kinds, self.since_lsn).cast(schema))
+                if groups:  # (files delta-rs rewrote, by a DELETE, hold view types: cast before comparing)
+                    rows = parquet.read_row_groups(groups, columns=names).cast(schema)
+                    pieces.append(_matching(rows, self.kinds, self.since_lsn))
         return pa.concat_tables(pieces)
 
     def _open(self, path: str, size: int) -> Any:
