@@ -27,6 +27,8 @@ Three groups, runnable on their own (``--only``):
   the ``noop`` sink. The stream's message count is checked afterwards.
 * ``latency``: a streaming query reading our stream with a short trigger into a
   ``foreachBatch`` that notes when each row arrives; each message carries its append time.
+  Baseline: the floor, the same query over a source that does nothing but read the lines a
+  local file gains (``floor_source.py``).
 
 Every row says how its number was made (``from``: median or best of the runs); the JSON
 record keeps every run's raw time. The machine has few cores shared by client, server and
@@ -58,6 +60,7 @@ SPARK_DEFAULTS = REPO / "spark-defaults.conf"
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 
+import floor_source  # noqa: E402
 import memory_source  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
@@ -70,6 +73,7 @@ from benchkit import (  # noqa: E402
     value_at_least,
 )
 from direct_reads import interleaved, wait_in_delta  # noqa: E402
+from floor_source import FileLinesSource  # noqa: E402
 from memory_source import ROWS_PER_PARTITION, InMemoryInOurWorkers, InMemorySource, json_values  # noqa: E402
 from pyspark import cloudpickle  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
@@ -255,12 +259,11 @@ class Bench:
 
     def latency(self) -> list[Result]:
         args = self.args
-        checkpoint = self.fresh_dir("latency-checkpoint")
         return latency(
             self.spark,
             self.ours,
             self.read_options,
-            checkpoint,
+            self.fresh_dir("latency"),
             args.trigger_ms,
             args.latency_messages,
             args.latency_interval_ms,
@@ -283,9 +286,11 @@ def spark_session(work: Path) -> SparkSession:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     pyspark_durable_streams.register(spark)
-    cloudpickle.register_pickle_by_value(memory_source)  # type: ignore[no-untyped-call]  # (workers lack bench/)
+    for module in (memory_source, floor_source):  # (workers lack bench/)
+        cloudpickle.register_pickle_by_value(module)  # type: ignore[no-untyped-call]
     register_in_pool(spark, "in-memory", InMemorySource)
     spark.dataSource.register(InMemoryInOurWorkers)
+    spark.dataSource.register(FileLinesSource)
     return spark
 
 
