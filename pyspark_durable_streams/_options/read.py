@@ -80,7 +80,7 @@ READ: tuple[Option[Any], ...] = (
     Option("maxBytesPerTrigger", positive_int, None, "max_bytes_per_trigger"),
     Option("minPartitions", positive_int, None, "min_partitions"),
     Option("messagesPerPartition", positive_int, 100_000, "messages_per_partition"),
-    Option("pollIntervalMs", positive_int, 250, "poll_interval_ms"),
+    Option("pollIntervalMs", positive_int, 50, "poll_interval_ms"),
     Option("consumer", consumer_name, None, "consumer"),
     Option("historyReads", one_of("auto", "delta", "http"), "auto", "history_reads"),
     Option("localFiles", boolean, True, "local_files"),
