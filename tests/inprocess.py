@@ -7,11 +7,11 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 import uvicorn
+from servers import wait_for
 from starlette.types import ASGIApp
 
 from durable_streams_server import ServerConfig
@@ -65,11 +65,9 @@ def serving(
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.02)
     try:
+        wait_for(lambda: server.started or not thread.is_alive(), timeout_s=60, interval_s=0.02)
+        assert server.started, "the server did not start"
         yield f"http://127.0.0.1:{port}", served
     finally:
         server.should_exit = True

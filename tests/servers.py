@@ -13,10 +13,12 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import requests
 
@@ -32,17 +34,35 @@ def free_port() -> int:
 def _wait_until_listening(
     port: int, proc: subprocess.Popen[bytes], log_path: Path, timeout_s: float = 30, host: str = "127.0.0.1"
 ) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+
+    def listening() -> bool:
         if proc.poll() is not None:
             raise RuntimeError(f"process exited with {proc.returncode}; log:\n{log_path.read_text()[-4000:]}")
         try:
             with socket.create_connection((host, port), timeout=0.2):
-                return
+                return True
         except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError(f"nothing listened on port {port} within {timeout_s}s; log:\n{log_path.read_text()[-4000:]}")
+            return False
+
+    try:
+        wait_for(listening, timeout_s)
+    except AssertionError:
+        proc.kill()
+        proc.wait()
+        raise RuntimeError(
+            f"nothing listened on port {port} within {timeout_s}s; log:\n{log_path.read_text()[-4000:]}"
+        ) from None
+
+
+def _terminate(proc: subprocess.Popen[bytes] | None) -> None:
+    """SIGTERM, and SIGKILL if it has not exited 30 s later: never left running."""
+    if proc is not None and proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 @dataclass
@@ -103,13 +123,7 @@ class ServerProcess:
             self.proc.wait(timeout=30)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        _terminate(self.proc)
 
     def restart(self) -> ServerProcess:
         self.stop()
@@ -146,9 +160,7 @@ class MotoServer:
         return self
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=30)
+        _terminate(self.proc)
 
     def storage_options(self) -> dict[str, str]:
         return {
@@ -209,9 +221,7 @@ class AzuriteServer:
         return self
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=30)
+        _terminate(self.proc)
 
     def storage_options(self) -> dict[str, str]:
         return {
@@ -265,7 +275,7 @@ def wait_for(
     while not predicate():
         if time.monotonic() >= deadline:
             raise AssertionError(f"condition not met within {timeout_s}s {message()}".rstrip())
-        time.sleep(interval_s)
+        time.sleep(interval_s)  # (the poll's interval: the one sleep of the suite's one wait)
 
 
 def wal_segments(data_dir: Path) -> list[Path]:
@@ -310,6 +320,37 @@ def read_all(http: requests.Session, url: str) -> bytes:
         offset = response.headers["Stream-Next-Offset"]
         if response.headers.get("Stream-Up-To-Date") == "true":
             return body
+
+
+def metric_sum(url: str, sample: str) -> float:
+    """The sum of the samples on ``/metrics`` of the server at ``url`` (any URL of it) whose line
+    starts with ``sample``: a name with its labels (``durable_streams_live_readers{mode="sse"}``),
+    a labelled name's every sample (``durable_streams_live_readers{``), or an unlabelled one."""
+    parts = urlsplit(url)
+    text = session().get(f"{parts.scheme}://{parts.netloc}/metrics", timeout=10).text
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(sample)]
+    assert values, f"no {sample} on /metrics:\n{text}"
+    return sum(values)
+
+
+def live_readers(url: str, mode: str = "") -> int:
+    """The live readers of the server at ``url`` (any URL of it), from its gauge on ``/metrics``:
+    long-polls waiting (``mode="long_poll"``: each from the moment it parked until its answer is
+    done), SSE responses open (``"sse"``), or both (``""``)."""
+    return int(metric_sum(url, "durable_streams_live_readers{" + (f'mode="{mode}"}}' if mode else "")))
+
+
+def once_a_long_poll_waits(url: str, action: Callable[[], object]) -> threading.Thread:
+    """A started thread (join it) that runs ``action`` once a long-poll waits at the server at
+    ``url`` (any URL of it): an append that must wake a reader, not come before its request."""
+
+    def run() -> None:
+        wait_for(lambda: live_readers(url, "long_poll") >= 1, message=lambda: "(no long-poll waited)")
+        action()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
 
 
 def flushed(server: ServerProcess) -> Callable[[], bool]:

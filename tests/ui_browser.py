@@ -18,11 +18,11 @@ import json
 import shutil
 import subprocess
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import requests
+from servers import wait_for
 from websockets.sync.client import ClientConnection, connect
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser")
@@ -62,7 +62,16 @@ class Browser:
             stdout=subprocess.DEVNULL,
             stderr=(workdir / "chromium.log").open("wb"),
         )
-        port = self._debugging_port(profile / "DevToolsActivePort")
+        try:
+            self._connect(profile / "DevToolsActivePort")
+        except BaseException:  # (no ``close`` will come: the browser must not outlive the test)
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+            raise
+
+    def _connect(self, active_port: Path) -> None:
+        """Drive the browser's page: its websocket, the reader of its answers and events."""
+        port = self._debugging_port(active_port)
         targets = requests.get(f"http://127.0.0.1:{port}/json/list", timeout=10).json()
         page = next(target for target in targets if target["type"] == "page")
         # (entered as its context manager, as the library asks; ``close`` leaves it)
@@ -81,14 +90,13 @@ class Browser:
             self.send(f"{domain}.enable")
 
     def _debugging_port(self, active_port: Path, timeout_s: float = 30) -> int:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        def written() -> bool:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"chromium exited with {self.proc.returncode}")
-            if active_port.exists() and active_port.read_text().strip():
-                return int(active_port.read_text().split()[0])
-            time.sleep(0.05)
-        raise RuntimeError(f"chromium wrote no DevToolsActivePort within {timeout_s} s")
+            return active_port.exists() and bool(active_port.read_text().strip())
+
+        wait_for(written, timeout_s, message=lambda: "(chromium wrote no DevToolsActivePort)")
+        return int(active_port.read_text().split()[0])
 
     def _read(self) -> None:
         for raw in self.ws:
@@ -135,11 +143,7 @@ class Browser:
         """Open ``url`` and wait for its load event."""
         loads = self.loads
         self.send("Page.navigate", url=url)
-        deadline = time.monotonic() + timeout_s
-        while self.loads == loads:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{url} did not load within {timeout_s} s")
-            time.sleep(0.02)
+        wait_for(lambda: self.loads != loads, timeout_s, interval_s=0.02, message=lambda: f"({url} did not load)")
 
     def evaluate(self, expression: str) -> Any:
         """The value of a JavaScript expression in the page (promises awaited)."""
@@ -150,14 +154,14 @@ class Browser:
 
     def wait_for(self, expression: str, timeout_s: float) -> Any:
         """Poll ``expression`` until it is truthy; its value. ``AssertionError`` after ``timeout_s``."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            value = self.evaluate(expression)
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError(f"not true within {timeout_s} s: {expression}")
-            time.sleep(0.05)
+        value: list[Any] = [None]
+
+        def truthy() -> bool:
+            value[0] = self.evaluate(expression)
+            return bool(value[0])
+
+        wait_for(truthy, timeout_s, message=lambda: f"(not true: {expression})")  # (``servers.wait_for``)
+        return value[0]
 
     def text(self, selector: str) -> str:
         """The text of the first element ``selector`` matches ("" if none)."""

@@ -17,6 +17,7 @@ from typing import Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from servers import wait_for
 
 
 @dataclass
@@ -81,13 +82,18 @@ class WebhookReceiver:
             self._server = None
 
     def wait(self, count: int, timeout_s: float = 10.0) -> list[Received]:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        def arrived() -> bool:
             with self._lock:
-                if len(self.received) >= count:
-                    return list(self.received)
-            time.sleep(0.02)
-        raise AssertionError(f"{len(self.received)} webhook requests arrived, expected {count}")
+                return len(self.received) >= count
+
+        wait_for(
+            arrived,
+            timeout_s,
+            interval_s=0.02,
+            message=lambda: f"({len(self.received)} webhook requests arrived, expected {count})",
+        )
+        with self._lock:
+            return list(self.received)
 
 
 def verify_signature(raw: bytes, header: str, jwks: dict[str, Any], max_age_s: int = 300) -> bool:
