@@ -5,12 +5,13 @@ the framings either server may use, split at every byte, and against our server.
 from __future__ import annotations
 
 import itertools
+import socket
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from servers import ServerProcess
+from servers import ServerProcess, wait_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
@@ -74,7 +75,12 @@ def test_arrivals_takes_a_response_already_read(server: ServerProcess) -> None:
     assert conn.request("PUT", path, b"first", octets).status == 201
     read = loadgen.render("GET", f"{path}?offset=-1", port)
     conn.send(read + read)
-    time.sleep(0.3)  # both answers on the socket, so one recv takes both
+
+    def both_arrived() -> bool:  # both answers on the socket, so one recv takes both
+        unread = conn._sock.recv(65536, socket.MSG_PEEK)
+        return unread.count(b"HTTP/1.1 200 ") == 2 and unread.endswith(b"first")
+
+    wait_for(both_arrived)
     assert conn.receive().body == b"first"
     ((_, second),) = loadgen.arrivals([conn], timeout_s=2)
     assert (second.status, second.body) == (200, b"first")

@@ -77,11 +77,13 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]
     tokens = write_tokens(directory / "tokens.json", grants())
     args = ["--auth-tokens-file", str(tokens), "--long-poll-timeout-ms", "300", "--sse-reconnect-ms", "300"]
     server = ServerProcess(directory / "data", [*args, "--access-log", "--log-level", "debug"]).start()
-    admin = as_token("admin")
-    for bucket_id in ("bucket-a", "bucket-b"):
-        assert admin.put(f"{server.url}/{bucket_id}").status_code == 201
-    yield server
-    server.kill()
+    try:  # (killed if the set-up fails too)
+        admin = as_token("admin")
+        for bucket_id in ("bucket-a", "bucket-b"):
+            assert admin.put(f"{server.url}/{bucket_id}").status_code == 201
+        yield server
+    finally:
+        server.kill()
 
 
 def as_token(name: str | None) -> requests.Session:

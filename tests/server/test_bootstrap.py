@@ -6,7 +6,6 @@ reads (``Accept: multipart/mixed``), parsed with the strict RFC 2046 parser in
 from __future__ import annotations
 
 import json
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -22,7 +21,14 @@ from multipart_parsing import (
     read_all_bytes,
     read_all_parts,
 )
-from servers import ServerProcess, append_all, session, settled_wal_segments, wait_until_wal_flushed
+from servers import (
+    ServerProcess,
+    append_all,
+    once_a_long_poll_waits,
+    session,
+    settled_wal_segments,
+    wait_until_wal_flushed,
+)
 
 TEXT = {"Content-Type": "text/plain"}
 BINARY = {"Content-Type": "application/octet-stream"}
@@ -52,9 +58,11 @@ TRICKY_MESSAGES = [
 def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     data_dir = tmp_path_factory.mktemp("bootstrap") / "data"
     server = ServerProcess(data_dir, ("--long-poll-timeout-ms", "3000")).start()
-    assert session().put(f"{server.url}/{BUCKET}").status_code == 201
-    yield server
-    server.kill()
+    try:  # (killed if the set-up fails too)
+        assert session().put(f"{server.url}/{BUCKET}").status_code == 201
+        yield server
+    finally:
+        server.kill()
 
 
 @pytest.fixture(params=["bucket", "base"])
@@ -239,12 +247,7 @@ def test_bootstrap_then_resume_without_gap_or_duplicate(new_url: Callable[[], st
     assert read_all_bytes(http, url, bootstrap.next_offset)[0] == b"".join(messages[8:11])
 
     # Tailing live from where the reads stopped picks up exactly the next message.
-    def append_later() -> None:
-        time.sleep(0.2)
-        append_all(session(), url, TEXT, messages[11:])
-
-    writer = threading.Thread(target=append_later)
-    writer.start()
+    writer = once_a_long_poll_waits(url, lambda: append_all(session(), url, TEXT, messages[11:]))
     live = http.get(url, params={"offset": offset, "live": "long-poll"}, timeout=10)
     writer.join()
     assert live.status_code == 200 and live.content == messages[11]
@@ -343,12 +346,10 @@ def test_multipart_json_and_long_poll(new_url: Callable[[], str], http: requests
 
     tail = response.headers["Stream-Next-Offset"]
 
-    def append_later() -> None:
-        time.sleep(0.2)
+    def append() -> None:
         assert session().post(url, headers=JSON, data='[{"c": 3}, {"d": 4}]').status_code == 204
 
-    writer = threading.Thread(target=append_later)
-    writer.start()
+    writer = once_a_long_poll_waits(url, append)
     live = http.get(
         url, params={"offset": tail, "live": "long-poll"}, headers={"Accept": "multipart/mixed"}, timeout=10
     )

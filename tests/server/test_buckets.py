@@ -19,7 +19,7 @@ from urllib.parse import quote
 import pytest
 import requests
 from multipart_parsing import raw_request
-from servers import ServerProcess, session
+from servers import ServerProcess, once_a_long_poll_waits, session
 
 TEXT = {"Content-Type": "text/plain"}
 LONG_POLL_TIMEOUT_MS = 1500
@@ -344,12 +344,10 @@ def test_long_poll_on_the_bucketed_surface(shared: ServerProcess, http: requests
     immediate = http.get(url, params={"offset": "-1", "live": "long-poll"})
     assert immediate.status_code == 200 and immediate.text == "a"
 
-    def append_later() -> None:
-        time.sleep(0.2)
+    def append() -> None:
         assert session().post(url, headers=TEXT, data="b").status_code == 204
 
-    writer = threading.Thread(target=append_later)
-    writer.start()
+    writer = once_a_long_poll_waits(url, append)
     waited = http.get(url, params={"offset": tail, "live": "long-poll"}, timeout=10)
     writer.join()
     assert waited.status_code == 200
@@ -494,7 +492,7 @@ def test_listing_fields_and_values(shared: ServerProcess, http: requests.Session
     assert http.put(f"{base}/empty").status_code == 201
     assert http.put(f"{base}/closed", headers={**TEXT, "Stream-Closed": "true"}).status_code == 201
     created_ms = int(time.time() * 1000)
-    time.sleep(0.02)
+    time.sleep(0.02)  # (the append's time must differ from the creations': time itself is the condition)
     assert http.post(f"{base}/text", headers=TEXT, data="b").status_code == 204
     after_ms = int(time.time() * 1000)
 

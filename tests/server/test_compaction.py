@@ -66,7 +66,7 @@ def test_compaction_merges_files_and_changes_no_answer(server_factory: Callable[
     for index in range(60):
         for name in names:
             assert http.post(server.stream_url(name), headers=TEXT, data=f"{name}-{index}\r\n--").status_code == 204
-        time.sleep(0.01)
+        time.sleep(0.01)  # (appends spread over many flushes: time is the workload's pacing)
     snapshot = "0000000000000020_0000000000000000"
     assert http.put(server.stream_url("beta") + f"/snapshot/{snapshot}", data=b"folded").status_code == 204
     wait_for(flushed(server))  # the flusher has written the last records

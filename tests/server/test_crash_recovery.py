@@ -76,7 +76,7 @@ class Producer:
                 response = http.post(self.url, data=body, headers=headers, timeout=10)
             except requests.RequestException:
                 self.in_doubt_retries += 1
-                time.sleep(0.05)
+                time.sleep(0.05)  # (a backoff before the retry)
                 continue  # same seq again: the server deduplicates if it was stored
             if response.status_code in (200, 204):
                 self.acknowledged.append(seq)

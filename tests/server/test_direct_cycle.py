@@ -20,6 +20,7 @@ from pathlib import Path
 import requests
 from inprocess import serving
 from rawhttp import connection_closed_by_server, text_post_head
+from servers import wait_for
 
 from durable_streams_server import ServerConfig
 from durable_streams_server.http.fastpath.cycle import DefaultLines
@@ -99,9 +100,9 @@ def _heads_with_bodies(sock: socket.socket, count: int) -> list[bytes]:
 def test_a_body_that_arrives_late_is_waited_for(tmp_path: Path) -> None:
     with _one_stream(ServerConfig(data_dir=tmp_path), "late") as (stream, fast, connect), connect() as sock:
         sock.sendall(text_post_head(b"/v1/stream/late", 10))
-        time.sleep(0.2)
+        wait_for(lambda: fast.served == 1, message=lambda: "(the request never started on its head alone)")
         sock.sendall(b"0123")
-        time.sleep(0.2)
+        time.sleep(0.2)  # (the rest comes later, in a read of its own: time is the scenario)
         sock.sendall(b"456789")
         (head,) = _heads(sock, 1)
         assert head.startswith(b"HTTP/1.1 204 ")
@@ -113,12 +114,9 @@ def test_a_client_gone_mid_body_leaves_nothing_stored(tmp_path: Path) -> None:
     with _one_stream(ServerConfig(data_dir=tmp_path), "gone") as (stream, fast, connect):
         with connect() as sock:
             sock.sendall(text_post_head(b"/v1/stream/gone", 10) + b"012")
-            time.sleep(0.2)
+            wait_for(lambda: fast.served == 1, message=lambda: "(the request never started)")
         metrics = fast.policy.metrics
-        deadline = time.monotonic() + 10
-        while metrics.in_flight and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert metrics.in_flight == 0  # the request ended (not left waiting for its body)
+        wait_for(lambda: metrics.in_flight == 0, interval_s=0.02)  # the request ended (not left waiting for its body)
         assert fast.served == 1
         assert requests.post(stream, headers=TEXT, data=b"after").status_code == 204
         assert _stored(stream) == b"after"
@@ -222,11 +220,8 @@ def test_a_long_poll_whose_client_left_is_observed_with_its_status(tmp_path: Pat
         tail = requests.post(stream, headers=TEXT, data=b"x").headers["Stream-Next-Offset"]
         with connect() as sock:
             sock.sendall(b"GET /v1/stream/lp?offset=%s&live=long-poll HTTP/1.1\r\nHost: x\r\n\r\n" % tail.encode())
-            time.sleep(0.1)
-        deadline = time.monotonic() + 10
-        while fast.policy.metrics.in_flight and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert fast.policy.metrics.in_flight == 0
+            wait_for(lambda: fast.policy.live_readers.long_poll == 1, message=lambda: "(the long-poll never parked)")
+        wait_for(lambda: fast.policy.metrics.in_flight == 0, interval_s=0.02)
         assert fast.served == 2
         counted = requests.get(stream.split("/v1/")[0] + "/metrics").text.splitlines()
         assert 'durable_streams_http_requests_total{method="GET",route="long_poll",status="204"} 1.0' in counted

@@ -15,7 +15,6 @@ import contextlib
 import contextvars
 import socket
 import threading
-import time
 import traceback
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
@@ -26,6 +25,7 @@ import pytest
 import requests
 from inprocess import serving
 from rawhttp import exchange, request_bytes, text_post_head
+from servers import live_readers, wait_for
 
 from durable_streams_server import ServerConfig
 from durable_streams_server.http.fastpath import protocol
@@ -145,10 +145,13 @@ class _TaskNoting:
 
     def __init__(self, fast_path: FastPath) -> None:
         self.seen: list[tuple[str, bool, bool]] = []
+        self.started: list[str] = []
+        """The method of each request as it starts (``seen`` has it once it ended)."""
         original = fast_path.respond
 
         async def respond(name: str, scope: Any, *args: Any) -> Any:
             started_in_task = asyncio.current_task() is not None
+            self.started.append(scope["method"])
             try:
                 return await original(name, scope, *args)
             finally:
@@ -202,12 +205,6 @@ def test_reads_run_without_a_task_and_appends_continue_in_one_at_their_sync(tmp_
             assert http.get(stream, params={"offset": "-1"}).content == b"a" + b"b" * 80
 
 
-def _poller_parked(url: str) -> bool:
-    """One long-poll waits (the server's gauge of live readers)."""
-    metrics = requests.get(f"{url}/metrics").text
-    return 'durable_streams_live_readers{mode="long_poll"} 1.0' in metrics
-
-
 def test_a_long_poll_and_a_late_body_start_in_a_task(tmp_path: Path) -> None:
     """A long-poll (it parks) and a request whose body has not all come with its head (reading
     it has a deadline, which needs a task) start in a task, as uvicorn starts requests. (The
@@ -223,12 +220,10 @@ def test_a_long_poll_and_a_late_body_start_in_a_task(tmp_path: Path) -> None:
                 target=lambda: answer.append(poller.get(stream, params={"offset": tail, "live": "long-poll"}))
             )
             polling.start()
-            deadline = time.monotonic() + 10
-            while not _poller_parked(url) and time.monotonic() < deadline:
-                time.sleep(0.01)
+            wait_for(lambda: live_readers(url, "long_poll") == 1, interval_s=0.01)
             with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
                 sock.sendall(text_post_head(b"/v1/stream/waits", 4) + b"la")
-                time.sleep(0.2)
+                wait_for(lambda: "POST" in noted.started, message=lambda: "(the append never started)")
                 sock.sendall(b"te")
                 assert sock.recv(65536).startswith(b"HTTP/1.1 204 ")
             polling.join(timeout=30)
@@ -315,10 +310,12 @@ def _every_kind(http: requests.Session, url: str, auth: dict[str, str]) -> list[
         answered.append((method, name, response.status))
     tag = http.get(f"{base}/s", params={"offset": "-1"}, headers=auth).headers["ETag"]
     assert http.get(f"{base}/s", params={"offset": "-1"}, headers={**auth, "If-None-Match": tag}).status_code == 304
-    deadline = time.monotonic() + 30
-    while http.get(f"{url}/metrics", headers=auth).text.count("durable_streams_delta_commit_duration_seconds_count 0"):
-        assert time.monotonic() < deadline, "no flush into Delta"
-        time.sleep(0.05)
+    none_yet = "durable_streams_delta_commit_duration_seconds_count 0"
+    wait_for(
+        lambda: none_yet not in http.get(f"{url}/metrics", headers=auth).text,
+        timeout_s=30,
+        message=lambda: "(no flush into Delta)",
+    )
     assert http.get(f"{base}/fork", params={"offset": "-1"}, headers=auth).content == b"first"  # (from Delta)
     return answered
 

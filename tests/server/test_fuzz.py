@@ -396,11 +396,13 @@ def fuzzed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         args += ["--auth-tokens-file", str(write_tokens(directory / "tokens.json", [ADMIN | {"token": token}]))]
         token_headers = [(b"Authorization", f"Bearer {token}".encode())]
     server = ServerProcess(directory / "data", args).start()
-    state = Fuzzed(server, token_headers)
-    state.http.headers.update({name.decode(): value.decode() for name, value in token_headers})
-    assert state.http.put(f"{server.url}/{BUCKET}").status_code == 201
-    yield state
-    server.kill()
+    try:  # (killed if the set-up fails too)
+        state = Fuzzed(server, token_headers)
+        state.http.headers.update({name.decode(): value.decode() for name, value in token_headers})
+        assert state.http.put(f"{server.url}/{BUCKET}").status_code == 201
+        yield state
+    finally:
+        server.kill()
     assert "Traceback" not in server.log_text(), server.log_text()[-4000:]
 
 

@@ -16,18 +16,12 @@ from pathlib import Path
 
 import pytest
 import requests
-from servers import ServerProcess
+from servers import ServerProcess, live_readers, metric_sum, wait_for
 
 from durable_streams_server.cluster.shard.credential import CLUSTER_SECRET_HEADER
 from durable_streams_server.settings import CLUSTER_SECRET_ENV
 
 TEXT = {"Content-Type": "text/plain"}
-
-
-def _live_readers(server: ServerProcess) -> int:
-    metrics = requests.get(f"{server.url}/metrics", timeout=10).text
-    lines = [line for line in metrics.splitlines() if line.startswith("durable_streams_live_readers{")]
-    return sum(int(float(line.rsplit(" ", 1)[1])) for line in lines)
 
 
 @pytest.mark.parametrize(
@@ -60,11 +54,8 @@ def test_a_stopping_server_answers_its_long_polls_and_ends_its_sse_streams(
     readers = [threading.Thread(target=long_poll), threading.Thread(target=sse)]
     for reader in readers:
         reader.start()
-    deadline = 100
-    while _live_readers(server) < 2 and deadline:
-        deadline -= 1
-        threading.Event().wait(0.1)
-    assert _live_readers(server) == 2, "the readers are not waiting"
+    wait_for(lambda: live_readers(server.url) >= 2, interval_s=0.1)
+    assert live_readers(server.url) == 2, "the readers are not waiting"
 
     server.stop()  # SIGTERM
     for reader in readers:
@@ -105,7 +96,8 @@ def _answered_at_the_stop(server: ServerProcess, secret: str) -> None:
 
     waiting = threading.Thread(target=wait)
     waiting.start()
-    threading.Event().wait(0.5)  # (the wait has begun: nothing else answers it for 30 s)
+    # (the wait has begun: nothing else answers it for 30 s; the scrape itself is the other request)
+    wait_for(lambda: metric_sum(server.url, "durable_streams_http_requests_in_flight ") == 2)
     server.stop()  # SIGTERM
     waiting.join(timeout=60)
     assert server.proc is not None and server.proc.returncode == -15, server.log_text()[-2000:]

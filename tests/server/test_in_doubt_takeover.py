@@ -18,7 +18,6 @@ and the history read from the new owner must hold exactly what was acknowledged.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -64,6 +63,12 @@ def _said(server: ServerProcess, *texts: str) -> list[str]:
     return [line for line in server.log_text().splitlines() if any(text in line for text in texts)]
 
 
+def _fenced(server: ServerProcess) -> bool:
+    """Whether ``server`` knows a newer owner took its storage over (its readiness says so)."""
+    ready = session().get(f"{server.url}/readyz", timeout=60)
+    return ready.status_code == 503 and "no longer owns its storage" in ready.text
+
+
 def _error_code(answer: requests.Response) -> str:
     return str(answer.json()["error"]["code"]) if answer.status_code == 503 else str(answer.status_code)
 
@@ -100,7 +105,7 @@ def test_a_stale_owner_never_acknowledges_a_batch_a_newer_owners_commits_passed(
         s3.down = False
         settled = ("records not flushed: a newer owner fenced this server", "delta commits succeed again")
         wait_for(lambda: _said(old, *settled), timeout_s=60, interval_s=0.2)
-        time.sleep(1.5)  # (the old server's ownership check polls every second)
+        wait_for(lambda: _fenced(old), message=lambda: _said(old, *settled))  # (its ownership check polls every second)
 
         assert _history(old) == [0, 1, 2], _said(old, *settled)
         retried = _append(old, 3, "p", 3)  # (the same request again, as the protocol's retries are)

@@ -193,7 +193,7 @@ def test_a_dribbled_head_is_cut_off(guarded: ServerProcess) -> None:
             for byte in head:
                 sock.sendall(bytes([byte]))
                 sent += 1
-                time.sleep(0.1)
+                time.sleep(0.1)  # (one byte every 100 ms: the dribble's pace is the scenario)
         except OSError:
             pass  # closed under us: expected
         assert sent < len(head), "the server waited for the whole dribbled head"
@@ -234,7 +234,7 @@ def test_a_connection_in_use_outlives_both_deadlines(guarded: ServerProcess, htt
             assert status == 200
             client.start_next_cycle()
             answered += 1
-            time.sleep(0.3)
+            time.sleep(0.3)  # (a request every 0.3 s: the pace is the scenario)
         assert answered >= 8
         assert connection_closed_by_server(sock, within_s=TIMEOUT_S * 20)  # (once idle)
 
@@ -336,10 +336,14 @@ def test_rate_limit_answers_429_with_retry_after_and_stores_nothing(
     assert metrics.status_code == 200
     assert 'durable_streams_http_requests_total{method="POST",route="unrouted",status="429"} 1.0' in metrics.text
 
-    after = http.get(url, params={"offset": "-1"})
-    while after.status_code == 429:  # refusals cost nothing: the budget refills meanwhile
-        time.sleep(0.5)
-        after = http.get(url, params={"offset": "-1"})
+    answers: list[requests.Response] = []
+
+    def refilled() -> bool:  # (refusals cost nothing: the budget refills meanwhile, a request every 5 s)
+        answers.append(http.get(url, params={"offset": "-1"}))
+        return answers[-1].status_code != 429
+
+    wait_for(refilled, timeout_s=10, interval_s=0.5, message=lambda: f"({len(answers)} reads refused)")
+    after = answers[-1]
     assert (after.status_code, after.content) == (200, before.content)
 
 

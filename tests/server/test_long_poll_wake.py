@@ -23,6 +23,7 @@ import pytest
 import requests
 from inprocess import Served, serving
 from rawhttp import RawResponse, exchange, request_bytes
+from servers import live_readers, wait_for
 from test_lean_appends import Answer
 from test_lean_appends import _answer as _any_answer
 
@@ -30,6 +31,7 @@ from durable_streams_server import ServerConfig
 from durable_streams_server.engine.reads import wait_for_change
 from durable_streams_server.engine.stream import Stream
 from durable_streams_server.http.fastpath import cycle as direct
+from durable_streams_server.http.fastpath.parked import ParkedRead
 from durable_streams_server.http.streams import StreamHandlers
 
 TEXT = {"Content-Type": "text/plain"}
@@ -49,25 +51,16 @@ def _answer(response: requests.Response) -> Answer:
     return status, [(k, v.split("-")[0] + "-T" if k == "stream-incarnation" else v) for k, v in headers], body
 
 
-def _long_polls_waiting(base: str) -> int:
-    """The server's gauge of long-polls waiting (``durable_streams_live_readers`` on ``/metrics``):
-    a long-poll counts from the moment its read found nothing and it parked (no turn of the loop
-    in between) until its answer is done."""
-    with requests.Session() as own:
-        own.trust_env = False
-        metrics = own.get(f"{base}/metrics", timeout=10).text
-    for line in metrics.splitlines():
-        if line.startswith('durable_streams_live_readers{mode="long_poll"} '):
-            return int(float(line.rsplit(" ", 1)[1]))
-    raise AssertionError(f"no long-poll gauge in /metrics:\n{metrics}")
-
-
 def _until_waiting(base: str, count: int, timeout_s: float = 10.0) -> None:
-    """Until exactly ``count`` long-polls wait at the server (a deadline, not a sleep)."""
-    deadline = time.monotonic() + timeout_s
-    while (waiting := _long_polls_waiting(base)) != count:
-        assert time.monotonic() < deadline, f"{waiting} long-polls waiting after {timeout_s}s, not {count}"
-        time.sleep(0.005)
+    """Until exactly ``count`` long-polls wait at the server (its gauge: ``servers.live_readers``;
+    a long-poll counts from the moment its read found nothing and it parked, no turn of the loop
+    in between, until its answer is done)."""
+    wait_for(
+        lambda: live_readers(base, "long_poll") == count,
+        timeout_s,
+        interval_s=0.005,
+        message=lambda: f"({live_readers(base, 'long_poll')} long-polls waiting, not {count})",
+    )
 
 
 def _parked(
@@ -259,10 +252,21 @@ def _recv_until(sock: socket.socket, count: int, marker: bytes) -> bytes:
     return data
 
 
-def test_a_connection_that_cannot_take_the_answer_now_gets_it_from_the_task(tmp_path: Path) -> None:
+def test_a_connection_that_cannot_take_the_answer_now_gets_it_from_the_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A 12 MB read the client does not read yet: more than the kernel's buffers take, so the
     connection's writes pause. The long-poll pipelined behind it parks and is woken meanwhile:
     its task answers once the client reads."""
+    at_once: list[bool] = []
+    """What the parked long-poll's wake said (``ParkedRead.answer``: ``False``, the task answers)."""
+    real = ParkedRead.answer
+
+    def answer(self: ParkedRead) -> bool:
+        at_once.append(real(self))
+        return at_once[-1]
+
+    monkeypatch.setattr(ParkedRead, "answer", answer)
     big = b"x" * 12_000_000
     config = ServerConfig(data_dir=tmp_path, long_poll_timeout_ms=10_000, max_read_bytes=len(big))
     with serving(config) as (url, gate):
@@ -276,12 +280,10 @@ def test_a_connection_that_cannot_take_the_answer_now_gets_it_from_the_task(tmp_
                 b"GET /v1/stream/big?offset=-1 HTTP/1.1\r\nHost: x\r\n\r\n"
                 b"GET /v1/stream/big?offset=%s&live=long-poll HTTP/1.1\r\nHost: x\r\n\r\n" % tail.encode()
             )
-            deadline = time.monotonic() + 10
-            while readers.long_poll == 0 and time.monotonic() < deadline:
-                time.sleep(0.01)
+            wait_for(lambda: readers.long_poll != 0, interval_s=0.01)
             assert readers.long_poll == 1  # parked behind the big answer, which the client has not read
             assert requests.post(stream, headers=TEXT, data=b"woken").status_code == 204
-            time.sleep(0.2)
+            wait_for(lambda: at_once == [False], message=lambda: f"(answers at the wake: {at_once})")
             data = _recv_until(sock, 1, b"woken")
         first, _, second = data.partition(b"HTTP/1.1 200 OK")[2].partition(b"HTTP/1.1 200 OK")
         assert first.endswith(big) and second.endswith(b"woken")

@@ -179,7 +179,7 @@ class _Raw:
         self.position = position
 
     def read(self, nbytes: int) -> bytes:
-        time.sleep(self.store.delay_s)
+        time.sleep(self.store.delay_s)  # (the store's latency: a slow read is what the fake is for)
         with open(self.store.path, "rb") as file:
             file.seek(self.position)
             data = file.read(nbytes)

@@ -12,13 +12,13 @@ with the fast path on and off. Real server in this process, raw sockets.
 from __future__ import annotations
 
 import socket
-import time
 from pathlib import Path
 
 import pytest
 import requests
 from inprocess import serving
 from rawhttp import connection_closed_by_server
+from servers import wait_for
 
 from durable_streams_server import ServerConfig
 
@@ -73,14 +73,15 @@ def test_an_append_then_unparseable_bytes_answers_the_append_first(tmp_path: Pat
 @FAST_PATH
 def test_an_oversized_head_waits_for_the_long_poll_before_it(tmp_path: Path, fast_path: bool) -> None:
     config = ServerConfig(data_dir=tmp_path, long_poll_timeout_ms=300, max_header_bytes=2048)
-    with serving(config, fast_path=fast_path) as (url, _):
+    with serving(config, fast_path=fast_path) as (url, served):
         stream = f"{url}/v1/stream/lp"
         assert requests.put(stream, headers=TEXT).status_code == 201  # (nothing to read: the poll times out)
         poll = b"GET /v1/stream/lp?offset=now&live=long-poll HTTP/1.1\r\nHost: x\r\n\r\n"
         oversized = b"GET /v1/stream/lp HTTP/1.1\r\nHost: x\r\nX-Big: " + b"b" * 4096  # (never completed)
         with socket.create_connection(("127.0.0.1", _port(url))) as sock:
             sock.sendall(poll)
-            time.sleep(0.1)  # (the poll parked; the next head's bytes come in a read of their own)
+            # (the poll parked: the next head's bytes come in a read of their own)
+            wait_for(lambda: served.app.live_readers.long_poll == 1, interval_s=0.01)
             sock.sendall(oversized)
             statuses = _statuses(sock)
         assert statuses == [b"HTTP/1.1 204 No Content", b"HTTP/1.1 431 Request Header Fields Too Large"]

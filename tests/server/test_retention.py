@@ -44,7 +44,7 @@ def stored_message_bytes(server: ServerProcess, name: str) -> tuple[int, int]:
             table = DeltaTable(str(server.data_dir / "delta" / "streams")).to_pyarrow_table()
             break
         except FileNotFoundError:
-            time.sleep(0.05)
+            time.sleep(0.05)  # (a backoff before reading it again)
     rows = [row for row in table.to_pylist() if row["stream"] == f"v1/stream/{name}" and row["kind"] == "message"]
     return len(rows), sum(len(row["data"]) for row in rows)
 
@@ -186,7 +186,8 @@ def test_patch_sets_and_removes_limits_and_refuses_bad_ones(server_factory: Call
     assert changed.status_code == 204
     assert changed.headers["Stream-Retention-Max-Messages"] == "10"
     # A limit set on a stream counts from then on: what was there goes once ten more came after it.
-    time.sleep(1)
+    seen = passes(server)
+    wait_for(lambda: passes(server) >= seen + 2, timeout_s=30)  # (a whole pass since the limit was set)
     assert earliest(http, url) == 0
     append_all(http, url, "b", range(20, 30))
     wait_for(lambda: earliest(http, url) == 20, timeout_s=30)

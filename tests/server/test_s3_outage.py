@@ -94,7 +94,7 @@ class Writer:
             self.answers.append(answer)
             if response.status_code == 503:
                 answer.code = _check_unavailable(response, self.unexpected)
-                time.sleep(0.05)
+                time.sleep(0.05)  # (a backoff before the next append)
                 if self.producer is not None:
                     continue  # the same seq again
             elif response.status_code not in (200, 204):
@@ -255,7 +255,7 @@ def test_wal_mode_stop_during_the_outage_keeps_the_wal(
     with running([writer]):
         wait_for(lambda: len(writer.acknowledged()) >= 50, timeout_s=30)
     acknowledged = writer.acknowledged()
-    time.sleep(1.0)  # a few flush intervals: the failing flush takes every record
+    wait_for(lambda: _degraded(server), timeout_s=30)  # (a flush is failing: the stop's is its retry)
 
     server.stop()
     assert "final flush failed" in server.log_text()

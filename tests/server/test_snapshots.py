@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import pytest
 import requests
 from multipart_parsing import get_bootstrap, raw_request, read_all_bytes
-from servers import ServerProcess, session
+from servers import ServerProcess, once_a_long_poll_waits, session
 
 TEXT = {"Content-Type": "text/plain"}
 MAX_BODY_BYTES = 64 * 1024
@@ -38,9 +38,11 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     data_dir = tmp_path_factory.mktemp("snapshots") / "data"
     args = ("--long-poll-timeout-ms", "1500", "--max-body-bytes", str(MAX_BODY_BYTES))
     server = ServerProcess(data_dir, args).start()
-    assert session().put(f"{server.url}/{BUCKET}").status_code == 201
-    yield server
-    server.kill()
+    try:  # (killed if the set-up fails too)
+        assert session().put(f"{server.url}/{BUCKET}").status_code == 201
+        yield server
+    finally:
+        server.kill()
 
 
 @dataclass
@@ -356,12 +358,10 @@ def test_long_poll_and_sse_at_or_after_the_snapshot_work(surface: Surface, http:
     immediate = http.get(stream.url, params={"offset": snapshot_at, "live": "long-poll"})
     assert immediate.status_code == 200 and immediate.text == "m1m2"
 
-    def append_later() -> None:
-        time.sleep(0.2)
+    def append() -> None:
         assert session().post(stream.url, headers=TEXT, data="m3").status_code == 204
 
-    writer = threading.Thread(target=append_later)
-    writer.start()
+    writer = once_a_long_poll_waits(stream.url, append)
     waited = http.get(stream.url, params={"offset": stream.offsets[-1], "live": "long-poll"}, timeout=10)
     writer.join()
     assert waited.status_code == 200 and waited.text == "m3"
@@ -428,7 +428,7 @@ def test_publishing_snapshots_does_not_block_appends(surface: Surface, http: req
     while len(published) < 15 and time.monotonic() < deadline:
         count = len(appended)
         if count == 0 or (published and count == published[-1][1]):
-            time.sleep(0.005)
+            time.sleep(0.005)  # (a poll in a loop that checks: no append acknowledged since the last publish)
             continue
         at = tails[count]  # a committed boundary; the appender keeps going past it
         response = publish(http, stream.url, at, f"folded {count}".encode(), "text/x-folded")

@@ -188,7 +188,7 @@ def test_pull_wake_claim_lease_expiry_and_fencing(
         }
         if time.monotonic() > claimed_by + 1.5:
             break
-        time.sleep(0.25)
+        time.sleep(0.25)  # (a heartbeat every quarter lease: time is the schedule)
     busy = http.post(sub_url(server, "p", "/claim"), json={"worker": "w2"})
     answered = time.monotonic()
     assert busy.status_code == 409, busy.text
@@ -199,7 +199,7 @@ def test_pull_wake_claim_lease_expiry_and_fencing(
     while (reclaim := http.post(sub_url(server, "p", "/claim"), json={"worker": "w2"})).status_code == 409:
         assert reclaim.json()["error"]["current_holder"] == "w1", reclaim.text
         assert time.monotonic() < deadline, "the lease did not expire within 10 s"
-        time.sleep(0.02)
+        time.sleep(0.02)  # (the lease must expire: time itself is the condition, each claim checks it)
     assert time.monotonic() - heartbeat_sent >= 1.0 - 0.002  # (the server's clock counts whole ms)
     assert reclaim.status_code == 200, reclaim.text
     assert reclaim.json()["generation"] > 1

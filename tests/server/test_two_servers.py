@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from servers import MotoServer, ServerProcess
+from servers import MotoServer, ServerProcess, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -72,14 +72,14 @@ class Appender(threading.Thread):
                 answer = http.post(self.url, data=b'{"n": %d}' % n, headers=JSON, timeout=30)
             except requests.ConnectionError:
                 self.refusals["connection"] = self.refusals.get("connection", 0) + 1
-                time.sleep(0.01)
+                time.sleep(0.01)  # (a backoff before the next append)
                 continue
             if answer.status_code in (200, 204):
                 self.acknowledged.append(n)
             else:
                 code = _code(answer)
                 self.refusals[code] = self.refusals.get(code, 0) + 1
-                time.sleep(0.01)
+                time.sleep(0.01)  # (a backoff before the next append)
             n += 1
 
 
@@ -97,14 +97,7 @@ class Reader(threading.Thread):
             # (refused, or gone: what it was given before is what counts)
             with contextlib.suppress(requests.ConnectionError, AssertionError, KeyError):
                 self.seen.append(_history(self.server, self.name))
-            time.sleep(0.05)
-
-
-def _until(predicate: Callable[[], bool], timeout_s: float = 30, message: Callable[[], str] = str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"condition not met in time {message()}"
-        time.sleep(0.02)
+            time.sleep(0.05)  # (the reader's pace: a read every 50 ms)
 
 
 @pytest.mark.parametrize("durability", ["wal", "delta"])
@@ -133,11 +126,16 @@ def test_a_takeover_under_load_loses_nothing_acknowledged_and_forks_nothing(
     appender, reader = Appender(old, "load"), Reader(old, "load")
     appender.start()
     reader.start()
-    _until(lambda: len(appender.acknowledged) >= 30)
+    wait_for(lambda: len(appender.acknowledged) >= 30, timeout_s=30, interval_s=0.02)
 
     # (starting waits for the handover)
     new = server_factory(*storage, "--node-id", "new", "--take-over", data_dir=tmp_path / "new")
-    _until(lambda: appender.refusals.get("NOT_OWNER", 0) > 0, message=lambda: str(appender.refusals))
+    wait_for(
+        lambda: appender.refusals.get("NOT_OWNER", 0) > 0,
+        timeout_s=30,
+        interval_s=0.02,
+        message=lambda: str(appender.refusals),
+    )
     appender.stopping.set()
     reader.stopping.set()
     appender.join(60)

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import requests
 from inprocess import serving
+from servers import live_readers, wait_for
 from wal_support import Ack, DiskCalls
 
 from durable_streams_server import ServerConfig
@@ -24,18 +25,6 @@ from durable_streams_server.storage.acks import Acknowledgements
 from durable_streams_server.storage.sync_policy import THREAD_NAME
 
 TEXT = {"Content-Type": "text/plain"}
-
-
-def _until(condition: object, what: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
-
-
-def _long_poll_parked(base: str) -> bool:
-    metrics = requests.get(f"{base}/metrics", timeout=10).text
-    return 'durable_streams_live_readers{mode="long_poll"} 1.0' in metrics
 
 
 def test_requests_never_write_or_sync_the_wal_on_the_loop_thread(
@@ -69,7 +58,7 @@ def test_requests_never_write_or_sync_the_wal_on_the_loop_thread(
             )
         )
         poller.start()
-        _until(lambda: _long_poll_parked(url), "the long-poll to park")
+        wait_for(lambda: live_readers(url, "long_poll") == 1, timeout_s=30, interval_s=0.01)  # (parked)
         assert http.post(stream, data=b"w", headers=TEXT).status_code == 204
         poller.join(timeout=30)
         assert answers and (answers[0].status_code, answers[0].content) == (200, b"w")
@@ -86,7 +75,7 @@ def test_requests_never_write_or_sync_the_wal_on_the_loop_thread(
             thread.join(timeout=60)
         cuts = directory_syncs()
         assert http.post(stream, data=b"d", headers=TEXT).status_code == 204
-        _until(lambda: directory_syncs() > cuts, "the flusher's next segment cut")
+        wait_for(lambda: directory_syncs() > cuts, timeout_s=30, interval_s=0.01)  # (the flusher's next segment cut)
         assert http.get(stream, params={"offset": "-1"}).content == b"a" + b"b" * 20 + b"w" + b"c" * 60 + b"d"
 
     loop_threads = {event.thread for event in calls.events if isinstance(event, Ack)}

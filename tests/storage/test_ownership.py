@@ -10,11 +10,11 @@ snapshot predates the newer claim (Delta's conflict check) and when it has read 
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
+from servers import wait_for
 
 from durable_streams_server.storage.delta_log import APP_ID, DeltaLog
 from durable_streams_server.storage.owner_log import HANDOVER_APP_ID, OWNER_APP_ID, ask_handover
@@ -271,8 +271,7 @@ def test_a_claim_without_a_wait_goes_on_through_an_old_owners_concurrent_commits
 
         committer = threading.Thread(target=keep_committing)
         committer.start()
-        while len(landed) < 3:
-            time.sleep(0.005)
+        wait_for(lambda landed=landed: len(landed) >= 3, interval_s=0.005)  # (the old owner commits)
         node = _node("b", take_over="ask", poll_interval_s=0.05, take_over_timeout_s=0.0)
         claimed = DeltaLog(str(location), {}).claim(node, holds_wal=False)
         committer.join(timeout=30)
