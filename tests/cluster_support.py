@@ -8,6 +8,7 @@ the node and every shard server it runs (SIGSTOP/SIGCONT), like a VM that froze.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -94,7 +95,8 @@ class Node:
 
     def resume(self) -> None:
         for pid in self.paused:
-            os.kill(pid, signal.SIGCONT)
+            with contextlib.suppress(ProcessLookupError):  # (killed meanwhile: a teardown resumes what is left)
+                os.kill(pid, signal.SIGCONT)
         self.paused = []
 
 
@@ -154,7 +156,7 @@ def send(
         if answer is not None and (answer.status_code != 503 or time.monotonic() >= deadline):
             return answer
         assert time.monotonic() < deadline, f"{method} {url}: its shard's server did not answer in {moving_s} s"
-        time.sleep(0.2)
+        time.sleep(0.2)  # (a backoff before asking again, as the client's)
 
 
 def _follow(session: requests.Session, method: str, url: str, kwargs: dict[str, Any]) -> requests.Response | None:
@@ -214,13 +216,13 @@ class ProducerAppender(threading.Thread):
                     answer = http.post(self.url, data=b'{"n": %d}' % n, headers=headers, timeout=30)
                 except requests.RequestException as exc:
                     self._note(type(exc).__name__)
-                    time.sleep(0.05)
+                    time.sleep(0.05)  # (a backoff before the retry)
                     continue
                 if answer.status_code in (200, 204):
                     self.acknowledged.append(n)
                     break
                 self._note(str(answer.status_code))
-                time.sleep(0.05)
+                time.sleep(0.05)  # (a backoff before the retry)
             if self.stopping.is_set():
                 return
 

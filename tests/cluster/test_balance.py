@@ -38,7 +38,7 @@ def test_nodes_started_together_take_their_shares_without_a_drain(
     storage = ["--storage-uri", str(tmp_path / "root"), "--shards", "6", "--lease-ttl-s", str(TTL_S)]
 
     def launch(index: int) -> Node:  # (launched 1.5 s apart, as an orchestrator starting three machines)
-        time.sleep(1.5 * index)
+        time.sleep(1.5 * index)  # (the launches are staggered: time is the scenario)
         return start_node(server_factory, storage, f"n{index}", tmp_path)
 
     with ThreadPoolExecutor(3) as pool:

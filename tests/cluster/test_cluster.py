@@ -181,9 +181,11 @@ def test_a_paused_owner_acknowledges_nothing_that_is_later_missing(
     wait_for(lambda: len(appender.acknowledged) >= 15, timeout_s=180)
 
     paused.pause()
-    wait_for(lambda: shard in front.shards_held(), timeout_s=30)
-    wait_for(lambda: len(appender.acknowledged) >= 30, timeout_s=180)
-    paused.resume()
+    try:
+        wait_for(lambda: shard in front.shards_held(), timeout_s=30)
+        wait_for(lambda: len(appender.acknowledged) >= 30, timeout_s=180)
+    finally:  # (a node killed stopped leaves its spare stopped for the rest of the run, its pipe unread)
+        paused.resume()
     # straight to the old shard server, as a client that kept its URL would: nothing it says
     # it acknowledged may be missing afterwards
     stale: list[int] = []

@@ -46,7 +46,7 @@ class LongPollReader(threading.Thread):
                 answer = http.get(self.url, params=params, headers=RELAY, timeout=30, allow_redirects=False)
             except requests.RequestException as exc:
                 self._note(type(exc).__name__)
-                time.sleep(0.05)
+                time.sleep(0.05)  # (a backoff before the retry)
                 continue
             status = answer.status_code
             if status == 503 and answer.headers.get("Retry-After") == "1":
@@ -60,7 +60,7 @@ class LongPollReader(threading.Thread):
             if status in (200, 204):
                 offset = answer.headers["Stream-Next-Offset"]
             else:
-                time.sleep(0.05)
+                time.sleep(0.05)  # (a backoff before the retry)
 
     def _note(self, what: str) -> None:
         self.statuses[what] = self.statuses.get(what, 0) + 1

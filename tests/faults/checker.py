@@ -82,7 +82,7 @@ class History:
         last = self._read(stream, "-1")
         while True:
             assert not isinstance(last, str), last
-            time.sleep(0.5)
+            time.sleep(0.5)  # (settled is two reads 0.5 s apart agreeing: time is the measure)
             again = self._read(stream, "-1")
             if again == last or time.monotonic() > deadline:
                 assert again == last, f"{stream}: still growing {timeout_s} s after the writers stopped"

@@ -98,12 +98,17 @@ def netns_cluster(network: Network, netns_moto: MotoServer, tmp_path: Path) -> I
 @pytest.fixture
 def loopback_cluster(
     server_factory: Callable[..., ServerProcess], moto: MotoServer, tmp_path: Path
-) -> Callable[[str], FaultCluster]:
-    """Start a cluster of three nodes on loopback over moto (``server_factory`` kills them)."""
+) -> Iterator[Callable[[str], FaultCluster]]:
+    """Start a cluster of three nodes on loopback over moto (``server_factory`` kills them; a node
+    a failed scenario left paused is continued first, or its spare stays stopped for the rest of
+    the run, its pipe unread)."""
+    nodes: list[Node] = []
 
     def start(durability: str) -> FaultCluster:
         storage = [*_storage(moto, durability), *NODE_OPTIONS]
-        nodes = [start_node(server_factory, storage, f"n{index}", tmp_path) for index in range(NODES)]
-        return _wait_served(FaultCluster(nodes, SHARDS, durability))
+        nodes.extend(start_node(server_factory, storage, f"n{index}", tmp_path) for index in range(NODES))
+        return _wait_served(FaultCluster(nodes[-NODES:], SHARDS, durability))
 
-    return start
+    yield start
+    for node in nodes:
+        node.resume()

@@ -179,7 +179,7 @@ def _remove(namespaces: list[str]) -> None:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        time.sleep(0.1)
+        time.sleep(0.1)  # (a poll in a loop that checks: the killed take a moment to go)
     for namespace in namespaces:
         ip("netns", "del", namespace, check=False)
 

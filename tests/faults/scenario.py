@@ -88,7 +88,7 @@ def run_scenario(
     workload.start()
     try:
         _progress(workload, cluster, 5)
-        time.sleep(before_s)
+        time.sleep(before_s)  # (the workload runs a while before the fault: time is the scenario)
         acknowledged_before = workload.acknowledged()
         logs = log_sizes(cluster.nodes)
         moving = cluster.nodes[victim].shards_held()
@@ -141,7 +141,7 @@ def _failed_over(cluster: FaultCluster, victim: int, moving: list[int], until_s:
                 )
             ):
                 found = time.monotonic()
-        time.sleep(0.1)
+        time.sleep(0.1)  # (watched until the fault's end: time bounds the loop, not a condition)
     return found
 
 

@@ -128,7 +128,7 @@ class Producer(Worker):
             except (NotSent, InDoubt) as exc:
                 self.note(type(exc).__name__)
                 node, target = node + 1, None
-                time.sleep(0.05)
+                time.sleep(0.05)  # (a backoff before the retry)
                 continue
             if answer.status_code in (200, 204):
                 self.acknowledged.append(n)
@@ -136,11 +136,11 @@ class Producer(Worker):
                 self.in_flight = None
                 n += 1
                 target = answer.url if self.sticky else None
-                time.sleep(PAUSE_S)
+                time.sleep(PAUSE_S)  # (the producer's pace: time is the workload)
             else:
                 self.note(f"{answer.status_code} {_code(answer)}")
                 node, target = node + 1, None
-                time.sleep(0.1)
+                time.sleep(0.1)  # (a backoff before the retry)
 
 
 def _code(answer: requests.Response) -> str:
@@ -164,7 +164,7 @@ class PlainAppender(Worker):
             self.outcomes[n] = (stream, self.append(http, node, stream, n))
             node += self.outcomes[n][1] != "acknowledged"
             n += 1
-            time.sleep(2 * PAUSE_S)
+            time.sleep(2 * PAUSE_S)  # (the appender's pace: time is the workload)
 
     def append(self, http: requests.Session, node: int, stream: str, n: int) -> str:
         """Message ``n``, sent again (through the next node) while nothing was sent or the
@@ -186,7 +186,7 @@ class PlainAppender(Worker):
             if self.stopping.is_set():
                 return "in_doubt"  # (a 503 before may have lied: at most once, then)
             node += 1
-            time.sleep(PAUSE_S)
+            time.sleep(PAUSE_S)  # (a backoff before sending it again)
 
 
 @dataclass(frozen=True)
@@ -230,14 +230,14 @@ class Reader(Worker):
                 self.read_once()
             except (requests.RequestException, ValueError, ResponseError) as exc:
                 self.note(type(exc).__name__)
-                time.sleep(0.2)
+                time.sleep(0.2)  # (a backoff before reading again)
 
     def refused(self, answer: requests.Response) -> None:
         self.note(f"{answer.status_code} {_code(answer)}")
         if answer.status_code in (400, 404, 410):  # (its offset is unknown: noted, read again from the start)
             self.chain += 1
             self.offset = "-1"
-        time.sleep(0.2)
+        time.sleep(0.2)  # (a backoff before reading again)
 
     def read_once(self) -> None:
         live = {"catch-up": {}, "long-poll": {"live": "long-poll"}, "sse": {"live": "sse"}}[self.kind]
@@ -264,7 +264,7 @@ class Reader(Worker):
         messages = parse(answer.content) if answer.status_code == 200 else ()
         self.record(messages, answer.headers["Stream-Next-Offset"])
         if self.kind == "catch-up" and answer.headers.get("Stream-Up-To-Date") == "true":
-            time.sleep(0.2)
+            time.sleep(0.2)  # (a catch-up reader at the tail polls: time is its interval)
 
 
 KINDS = ("catch-up", "long-poll", "sse")
