@@ -22,7 +22,7 @@ def later(delay_s: float, action: Callable[[], object]) -> threading.Thread:
     """Run ``action`` on a thread after ``delay_s`` (e.g. an append while a reader waits)."""
 
     def run() -> None:
-        time.sleep(delay_s)
+        time.sleep(delay_s)  # (the caller's schedule: the reference server shows no waiting reader to wait for)
         action()
 
     thread = threading.Thread(target=run, daemon=True)

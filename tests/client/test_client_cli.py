@@ -10,13 +10,12 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 import requests
 from client_support import REPO_ROOT, cli, unique
-from servers import ServerProcess
+from servers import ServerProcess, live_readers, wait_for
 
 from pyspark_durable_streams.client import Client
 from pyspark_durable_streams.client.cli import build_parser
@@ -111,7 +110,8 @@ def test_tail_follow_prints_lines_as_they_arrive(ours: ServerProcess) -> None:
         assert proc.stdout is not None
         watchdog = threading.Timer(120, proc.kill)  # a stuck tail ends the test (EOF) instead of hanging it
         watchdog.start()
-        time.sleep(1.0)  # let it print the last messages (like tail -f) and connect after them
+        # let it print the last messages (like tail -f) and connect after them
+        wait_for(lambda: live_readers(ours.url, "sse") >= 1, message=lambda: "(the tail never followed)")
         for i in range(3):
             stream.append_json({"live": i})
         lines = [json.loads(line) for line in (proc.stdout.readline() for _ in range(4)) if line]

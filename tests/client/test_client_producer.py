@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from client_support import unique
-from servers import ServerProcess
+from servers import ServerProcess, wait_for
 
 from pyspark_durable_streams.client import Backoff, Client, Producer, ProducerFenced, Stream
 
@@ -84,6 +84,8 @@ def test_a_restarted_producer_must_raise_its_epoch(new_stream: Callable[..., Str
 
 def test_ten_thousand_messages_exactly_once_across_a_sigkill(tmp_path: Path) -> None:
     server = ServerProcess(tmp_path / "data", ["--long-poll-timeout-ms", "500"]).start()
+    ended = threading.Event()
+    chaos: threading.Thread | None = None
     try:
         client = Client(server.url, backoff=Backoff(deadline_s=60))
         stream = client.stream(f"v1/stream/{unique('sigkill')}")
@@ -93,11 +95,14 @@ def test_ten_thousand_messages_exactly_once_across_a_sigkill(tmp_path: Path) -> 
         killed = threading.Event()
 
         def kill_and_restart() -> None:
-            while producer.stats().messages_acked < total // 3:
-                time.sleep(0.005)
+            wait_for(
+                lambda: producer.stats().messages_acked >= total // 3 or ended.is_set(), timeout_s=60, interval_s=0.005
+            )
+            if ended.is_set():
+                return
             server.kill()
             killed.set()
-            time.sleep(0.5)
+            time.sleep(0.5)  # (the server stays down a while: time is the outage)
             server.start()
 
         chaos = threading.Thread(target=kill_and_restart)
@@ -120,5 +125,8 @@ def test_ten_thousand_messages_exactly_once_across_a_sigkill(tmp_path: Path) -> 
         assert stats.retries > 0  # the kill really interrupted requests
         assert values == list(range(total))
         assert stats.messages_acked == total
-    finally:
+    finally:  # (no restart may come after the kill: the server would outlive the test)
+        ended.set()
+        if chaos is not None:
+            chaos.join(timeout=60)
         server.kill()

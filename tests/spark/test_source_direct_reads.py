@@ -238,7 +238,7 @@ def test_spark_reads_while_compaction_rewrites_and_vacuums(
         writer = session()
         while not stop.is_set():
             writer.post(url, headers={"Content-Type": "application/json"}, data=b'[{"later":1}]')
-            time.sleep(0.02)
+            time.sleep(0.02)  # (the appender's pace: time is the workload)
 
     thread = threading.Thread(target=append, daemon=True)
     thread.start()
