@@ -82,14 +82,15 @@ class StateFiles:
         wanted = (min(self.kinds), max(self.kinds))
         pieces = [schema.empty_table()]
         for path, size in self.files:
-            with pq.ParquetFile(self._open(path, size), pre_buffer=True) as parquet:
+            with self._open(path, size) as source, pq.ParquetFile(source, pre_buffer=True) as parquet:
                 groups = _row_groups(parquet.metadata, self.since_lsn, wanted)
                 if groups:  # (files delta-rs rewrote, by a DELETE, hold view types: cast before comparing)
                     rows = parquet.read_row_groups(groups, columns=names).cast(schema)
                     pieces.append(_matching(rows, self.kinds, self.since_lsn))
         return pa.concat_tables(pieces)
 
-    def _open(self, path: str, size: int) -> Any:
+    def _open(self, path: str, size: int) -> pa.NativeFile:
+        """The file, closed by its caller (a ``ParquetFile`` closes only what it opened itself)."""
         if self.root is not None:
             return open_local(self.root, path)
         raw = self.handler.open_input_file(path)
