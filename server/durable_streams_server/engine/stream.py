@@ -25,6 +25,11 @@ from .retention_state import RetentionState
 
 log = logging.getLogger("durable_streams_server.engine")
 
+_ZERO_BY_DEFAULT = frozenset(
+    ("fork_seq", "fork_sub_offset", "base_seq", "last_access_ms", "last_write_ms", "bytes_total", "snapshot_lsn")
+)
+"""The counters ``from_state`` takes as 0 when absent (``to_state`` leaves them out at 0)."""
+
 
 def incarnation(uid: int, created_ms: int) -> str:
     """An incarnation of a path: the uid (the create record's log position, never reused by this
@@ -179,17 +184,24 @@ class Stream:
     # -- persistence ------------------------------------------------------------------
 
     def to_state(self, *, written_ms: int, deleted: bool = False) -> dict[str, Any]:
-        return {
+        """The state a ``state`` row stores and a sleeping stream keeps (``stream_index``):
+        every field ``from_state`` reads, but those at their defaults left out (``None``,
+        ``False``, an empty map, the zero counters). A new stream's row is ~200 bytes of JSON
+        rather than ~550, which a million streams pay on disk, at recovery and asleep."""
+        state: dict[str, Any] = {
             "name": self.name,
             "uid": self.uid,
             "content_type": self.content_type,
             "created_ms": self.created_ms,
+            "tail": self.tail,
+            "written_ms": written_ms,
+        }
+        optional = {
             "ttl_s": self.ttl_s,
             "expires_at": self.expires_at,
             "expires_at_ms": self.expires_at_ms,
             "closed": self.closed,
             "closed_by": list(self.closed_by) if self.closed_by else None,
-            "tail": self.tail,
             "producers": {pid: [p.epoch, p.last_seq] for pid, p in self.producers.items()},
             "stream_seq": self.stream_seq,
             "fork_of": self.fork_of,
@@ -206,10 +218,15 @@ class Stream:
             "snapshot_seq": self.snapshot_seq,
             "snapshot_content_type": self.snapshot_content_type,
             "snapshot_lsn": self.snapshot_lsn,
-            **({"retention": self.retention.to_json()} if self.retention is not None else {}),
+            "retention": self.retention.to_json() if self.retention is not None else None,
             "deleted": deleted,
-            "written_ms": written_ms,
         }
+        state.update(
+            (key, value)
+            for key, value in optional.items()
+            if not (value is None or value is False or value == {} or (value == 0 and key in _ZERO_BY_DEFAULT))
+        )
+        return state
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> Stream:
