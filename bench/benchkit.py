@@ -76,7 +76,9 @@ class Target:
 
     def text(self) -> str:
         symbol = "≥" if self.op == ">=" else "≤"
-        return f"{symbol} {self.bound:g}x" if self.kind == "ratio" else f"{symbol} {self.bound:,.0f}"
+        if self.kind == "ratio":
+            return f"{symbol} {self.bound:g}x"
+        return f"{symbol} {self.bound:,.0f}" if self.bound == int(self.bound) else f"{symbol} {self.bound:g}"
 
 
 def at_least(bound: float) -> Target:

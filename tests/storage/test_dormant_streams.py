@@ -7,6 +7,7 @@ import asyncio
 import random
 from pathlib import Path
 
+import pyarrow as pa
 from local_engine import open_local
 
 from durable_streams_server.engine.buckets import Bucket, Buckets
@@ -113,7 +114,7 @@ def test_bucket_index_rebuilt_from_paths_matches_one_by_one_inserts() -> None:
             buckets.add(Bucket(bucket_id, uid, 0))
     at_once.by_id["b2"].stream_ids = ["already"]  # merged with what is indexed
     one_by_one.stream_added("b2/already")
-    at_once.index_streams(names)
+    at_once.index_streams(pa.chunked_array([pa.array(names[:1000]), pa.array(names[1000:])]))
     for name in names:
         one_by_one.stream_added(name)
     for bucket_id in ("b0", "b1", "b2"):

@@ -14,7 +14,7 @@ from local_engine import open_local
 
 from durable_streams_server.engine import reads
 from durable_streams_server.engine.engine import Engine, EngineConfig
-from durable_streams_server.engine.idle import IdleStreams
+from durable_streams_server.engine.idle import PRESSED_IDLE_MS, IdleStreams
 from durable_streams_server.engine.memory import MemoryBudget
 from durable_streams_server.engine.retention_state import RetentionState
 from durable_streams_server.engine.stream import ProducerState, Stream
@@ -216,3 +216,32 @@ def test_a_step_takes_its_batch_or_its_time_whichever_ends_first() -> None:
     idle.step_s = 0.0  # out of time after the first
     assert [idle.step(), idle.step(), idle.step(), idle.step()] == [1, 1, 1, 0]
     assert index.dormant == 13
+
+
+def test_past_the_most_built_streams_unused_for_a_second_sleep_once_in_delta(tmp_path: Path) -> None:
+    """More streams built than the memory budget's share (``most_built``): a stream unused for
+    ``PRESSED_IDLE_MS`` sleeps without waiting ``idle_ms``, but only once its records are in
+    Delta (a flush would otherwise build it again); below the cap, the idle time holds."""
+
+    async def scenario() -> None:
+        clock = _Clock()
+        storage, engine = await _open(tmp_path, clock)
+        engine.idle.most_built = 4
+        names = [f"v1/stream/s{index}" for index in range(10)]
+        for name in names:
+            await engine.create(_create(name, b"m"))
+        await engine.append(names[-1], _append(b"n"))
+        await _flushed(engine, names)
+        last = engine.streams[names[-1]].last_lsn
+        clock.ms += PRESSED_IDLE_MS - 1
+        assert engine.idle.step() == 0  # used less than a second ago
+        clock.ms += 1
+        engine.idle.flushed_lsn = lambda: last - 1  # (as if the append's record were not in Delta yet)
+        assert engine.idle.step() == 9 and engine.live.index.awake == 1
+        engine.idle.flushed_lsn = lambda: last
+        assert engine.idle.step() == 0  # below the cap: the idle time holds again
+        assert (await _everything(engine, names[-1]))[0] == b"mn"
+        assert [(await _everything(engine, name))[0] for name in names[:3]] == [b"m"] * 3
+        await storage.close()
+
+    asyncio.run(scenario())

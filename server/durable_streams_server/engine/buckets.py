@@ -8,7 +8,6 @@ for buckets with hundreds of thousands of streams.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,11 +106,12 @@ class Buckets:
                 f"bucket {bucket.bucket_id!r} already holds its maximum of {cap} streams", code="BUCKET_FULL"
             )
 
-    def index_streams(self, stream_names: Iterable[str]) -> None:
+    def index_streams(self, names: pa.ChunkedArray) -> None:
         """Add many streams at once (recovery): split and sorted as Arrow columns, so
         rebuilding the index of 300,000 streams costs a sort, not a Python step per stream
         (string order of UTF-8 bytes is Python's order of code points)."""
-        names = pa.array(list(stream_names), pa.string())
+        if not self.by_id:
+            return
         bucketed = pc.and_(pc.invert(pc.starts_with(names, BASE_SURFACE_PREFIX)), pc.match_substring(names, "/"))
         parts = pc.split_pattern(names.filter(bucketed), "/", max_splits=1)
         pairs = pa.table({"bucket": pc.list_element(parts, 0), "id": pc.list_element(parts, 1)})

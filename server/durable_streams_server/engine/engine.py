@@ -54,7 +54,7 @@ from .buckets import Bucket, Buckets, bucket_of
 from .consumers import Consumers
 from .copied_forks import ForkCopy, PendingUnlinks
 from .history import HistoryCache
-from .idle import IDLE_MS, IdleStreams
+from .idle import AWAKE_STREAM_BYTES, IDLE_MS, IdleStreams
 from .memory import MemoryBudget
 from .memory_guard import MemoryGuard
 from .ports import StoragePort
@@ -107,7 +107,14 @@ class Engine:
         self.memory = MemoryBudget(self.config.memory_budget_bytes)
         self.history = HistoryCache(self.config.history_cache_bytes, self.memory)
         self.guard = MemoryGuard(self.memory, self.config.rss_budget_bytes)
-        self.idle = IdleStreams(self.live.index, self.memory, clock, self.config.idle_stream_ms)
+        self.idle = IdleStreams(
+            self.live.index,
+            self.memory,
+            clock,
+            self.config.idle_stream_ms,
+            flushed_lsn=lambda: storage.flushed_lsn,
+            most_built=self.config.memory_budget_bytes // AWAKE_STREAM_BYTES,
+        )
         self.reserved = ReservedRecords(storage, self.live.apply, clock)
         self.tombstones = Tombstones(
             self.reserved, clock, self.config.tombstone_retention_ms, self.config.max_tombstones

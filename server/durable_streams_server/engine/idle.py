@@ -20,6 +20,14 @@ number of streams), and puts to sleep each one that
   reason (``storage.state_rows``);
 - and nothing else refers to (``StreamIndex.sleep`` counts the references).
 
+Streams created or used faster than ``idle_ms`` lets them sleep would keep a ``Stream`` each
+(~1.3 KB) for that long: a million new streams, over a gigabyte. So the memory budget also
+caps the streams built at once (``most_built``: a share of ``AWAKE_STREAM_BYTES`` each).
+While more are built, the idle time shrinks to ``PRESSED_IDLE_MS`` and a step may take
+``PRESSED_STEP_S``: streams unused for a second sleep, their state kept as ~200 bytes
+(``cold_streams``), and the hot ones stay built. Only a stream whose every record is in
+Delta with its state (``flushed_lsn``) sleeps, so the next flush does not build it again.
+
 Its cached tail (flushed messages kept for reads) is let go first, as the memory budget
 would let it go: reads of it then come from Delta, identical. A sleeping stream is built
 again from its state by the next lookup (one JSON parse), as a dormant one is.
@@ -40,6 +48,12 @@ log = logging.getLogger("durable_streams_server.engine")
 
 IDLE_MS = 5 * 60 * 1000
 """How long a stream is left unused before it may sleep."""
+AWAKE_STREAM_BYTES = 8192
+"""The memory budget's share per built stream, for ``most_built`` (512 MiB: 65,536 streams)."""
+PRESSED_IDLE_MS = 1000
+"""How long a stream is left unused before it may sleep while too many are built."""
+PRESSED_STEP_S = 0.02
+"""The longest step while too many are built (a fifth of the loop at the default interval)."""
 
 
 class IdleStreams:
@@ -52,6 +66,9 @@ class IdleStreams:
         interval_s: float = 0.1,
         batch: int = 1000,
         step_s: float = 0.002,
+        *,
+        flushed_lsn: Callable[[], int] = lambda: 2**63 - 1,
+        most_built: int = 0,
     ) -> None:
         self.index = index
         self.memory = memory
@@ -59,6 +76,9 @@ class IdleStreams:
         self.idle_ms = idle_ms
         self.batch = batch
         self.step_s = step_s
+        self.flushed_lsn = flushed_lsn
+        self.most_built = most_built
+        """Streams built at once before they sleep sooner (0: no cap)."""
         self.slept = 0
         """Streams put to sleep so far."""
         self._turn: list[int] = []
@@ -68,23 +88,26 @@ class IdleStreams:
         """Look at the next ``batch`` built streams; how many went to sleep."""
         if not self._turn:
             self._turn = self.index.built_uids()[::-1]  # (oldest last: popped first)
-        now = self.clock()
-        until = time.perf_counter() + self.step_s
+        pressed = 0 < self.most_built < self.index.awake
+        idle_ms, step_s = (PRESSED_IDLE_MS, PRESSED_STEP_S) if pressed else (self.idle_ms, self.step_s)
+        now, flushed = self.clock(), self.flushed_lsn()
+        until = time.perf_counter() + step_s
         slept = 0
-        for _ in range(min(self.batch, len(self._turn))):
+        for _ in range(min(self.batch * (10 if pressed else 1), len(self._turn))):
             uid = self._turn.pop()
-            if self._quiesce(self.index.built(uid), now) and self.index.sleep(uid):
+            if self._quiesce(self.index.built(uid), now, idle_ms, flushed) and self.index.sleep(uid):
                 slept += 1
             if time.perf_counter() > until:
                 break
         self.slept += slept
         return slept
 
-    def _quiesce(self, stream: Stream | None, now: int) -> bool:
+    def _quiesce(self, stream: Stream | None, now: int, idle_ms: int, flushed: int) -> bool:
         """Whether ``stream`` may sleep (see the module docstring); its cached tail let go if so."""
         if (
             stream is None
-            or now - max(stream.last_access_ms, stream.last_write_ms) < self.idle_ms
+            or now - max(stream.last_access_ms, stream.last_write_ms) < idle_ms
+            or stream.last_lsn > flushed
             or stream.waiters
             or stream.forks
             or stream.fork_of is not None  # (these three, ``StreamIndex.sleep`` refuses too, from the

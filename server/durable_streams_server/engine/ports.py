@@ -44,6 +44,11 @@ class StoragePort(Protocol):
         """Return once the record ``lsn`` (and all before it) is durable."""
         ...
 
+    @property
+    def flushed_lsn(self) -> int:
+        """Every record up to this LSN is in Delta, with the states it changed."""
+        ...
+
     # -- history ----------------------------------------------------------------------
 
     async def read_messages(self, uid: int, start_seq: int, end_seq: int) -> list[StoredMessage]:

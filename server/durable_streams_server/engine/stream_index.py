@@ -1,84 +1,80 @@
 """Where the engine finds a stream, by path or by uid, including the streams a restart has not
-parsed yet.
+parsed yet and those put back to sleep.
 
 Recovery hands the engine the newest state of every live stream. Most streams are idle, so
 parsing every state at start makes a restart cost what the server ever kept (300,000 streams
 took 14 s). Instead, storage leaves the states of ordinary live streams unparsed
-(``storage.state_rows``: *dormant*), and this index builds a dormant stream's ``Stream`` the
-first time anything looks it up, by path (a request) or by uid (a replayed WAL record, a
-fork's link to its source). A restart costs two dictionary entries per dormant stream.
+(``storage.state_rows``: *dormant*), and this index keeps them *cold* (``cold_streams``:
+columns, no Python object per stream) until the first time anything looks one up, by path
+(a request) or by uid (a replayed WAL record, a fork's link to its source), which builds its
+``Stream``.
 
 A built stream can also go back to sleep (``sleep``, by the engine's ``idle.IdleStreams``):
-its state kept as JSON bytes, no ``Stream`` (and nothing for the cyclic collector to scan,
+its state kept cold as JSON, no ``Stream`` (and nothing for the cyclic collector to scan,
 ``collector.py``) until it is used again, exactly as a stream restored dormant. Only a
 stream nothing else refers to sleeps: no request, reader, cache entry or queue holds its
 ``Stream`` (its reference count says so), so no one can go on using an object the index
 has let go while the next lookup builds another.
 
 ``by_name`` and ``by_uid`` are two mapping views of one index. Lookups (``[]``, ``get``)
-wake a dormant or sleeping stream; membership tests (``in``) and ``len`` do not. Iterating ``values`` or
-``items`` wakes every dormant stream (rare paths only); ``loaded`` iterates only the streams
-built so far, which are all that per-stream work in the background needs, since every
+wake a cold stream; membership tests (``in``) and ``len`` do not. Iterating ``values`` or
+``items`` wakes every cold stream (rare paths only); ``loaded`` iterates only the streams
+built now, which are all that per-stream work in the background needs, since every
 stream whose state matters before use (buckets, forks, soft-deleted streams, retention
-points, tombstones) is parsed at recovery.
+points, tombstones) is parsed at recovery and never sleeps.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any, Generic, TypeVar
 
 import orjson
+import pyarrow as pa
 
 from ..storage.state_rows import DORMANT, DormantStates, state_flags
+from .cold_streams import ColdStreams
 from .stream import Stream
 
 _K = TypeVar("_K", str, int)
 _UNREFERENCED = 4
 """``sys.getrefcount`` of a built stream in ``sleep`` that nothing else refers to: the two
 maps, ``sleep``'s own variable, and ``getrefcount``'s argument."""
-_ZERO_BY_DEFAULT = frozenset(
-    ("fork_seq", "fork_sub_offset", "base_seq", "last_access_ms", "last_write_ms", "bytes_total", "snapshot_lsn")
-)
-"""The counters ``Stream.from_state`` takes as 0 when absent: a sleeping stream's state leaves
-them out when 0, as it leaves out every ``None``, ``False`` and empty map (its defaults too)."""
 
 
 class StreamIndex:
     def __init__(self) -> None:
         self._by_name: dict[str, Stream] = {}
         self._by_uid: dict[int, Stream] = {}
-        self._dormant = DormantStates.empty()
-        self._dormant_names: dict[str, int] = {}
-        self._dormant_uids: dict[int, int] = {}
+        self._cold = ColdStreams()
         self._recovered_ms = 0
-        self._asleep: dict[int, bytes] = {}
-        """Streams put to sleep: uid -> state JSON."""
-        self._asleep_names: dict[str, int] = {}
-        self.by_name: _View[str] = _View(self, self._by_name, self._dormant_names, self._asleep_names)
-        self.by_uid: _View[int] = _View(self, self._by_uid, self._dormant_uids, self._asleep)
+        self.by_name: _View[str] = _View(self, self._by_name, self._cold_uid_at, self._cold_names)
+        self.by_uid: _View[int] = _View(self, self._by_uid, self._cold_uid, self._cold_uids)
 
     def hold(self, dormant: DormantStates, recovered_ms: int) -> None:
         """Keep ``dormant`` (at recovery, after the parsed streams are in) until each is used.
         A dormant stream whose path a parsed one also holds (a soft-deleted incarnation) is
         woken now, so the newer incarnation takes the path as it did before."""
-        self._dormant = dormant
+        self._cold = ColdStreams.of(dormant)
         self._recovered_ms = recovered_ms
-        self._dormant_names.update(zip(dormant.names, range(len(dormant)), strict=True))
-        self._dormant_uids.update(zip(dormant.uids, range(len(dormant)), strict=True))
-        for name in [name for name in self._by_name if name in self._dormant_names]:
-            self._wake(self._dormant_names[name])
+        for name in list(self._by_name):
+            uid = self._cold.uid_of(name)
+            if uid is not None:
+                self._wake(uid)
 
     def loaded(self) -> list[Stream]:
-        """The streams built so far (not the dormant ones), by uid order of creation."""
+        """The streams built so far (not the cold ones), by uid order of creation."""
         return list(self._by_uid.values())
 
     def names(self) -> Iterator[str]:
-        """Every path, dormant ones included, without waking any."""
-        yield from self._by_name
-        yield from self._dormant_names
-        yield from self._asleep_names
+        """Every path, cold ones included, without waking any."""
+        yield from list(self._by_name)
+        yield from self._cold.names()
+
+    def name_column(self) -> pa.ChunkedArray:
+        """Every path, cold ones included, as Arrow (no Python string per cold stream)."""
+        return pa.chunked_array([pa.array(list(self._by_name), pa.string()), *self._cold.name_chunks()], pa.string())
 
     def rebuild_names(self) -> None:
         """Re-point every built stream's path at its newest incarnation (after recovery)."""
@@ -88,25 +84,25 @@ class StreamIndex:
     @property
     def dormant(self) -> int:
         """Streams not built: restored dormant, or put to sleep since."""
-        return len(self._dormant_names) + len(self._asleep)
+        return len(self._cold)
+
+    @property
+    def awake(self) -> int:
+        """Streams built now."""
+        return len(self._by_uid)
 
     def built(self, uid: int) -> Stream | None:
-        """The stream ``uid`` if it is built now (a dormant or sleeping one stays so)."""
+        """The stream ``uid`` if it is built now (a cold one stays so)."""
         return self._by_uid.get(uid)
 
     def look(self, name: str) -> Stream | dict[str, Any] | None:
-        """The stream at ``name`` without building it: the built ``Stream``, else the dormant or
-        sleeping one's state, parsed (for a look that must not wake it: ``consumers``' lag)."""
+        """The stream at ``name`` without building it: the built ``Stream``, else the cold
+        one's state, parsed (for a look that must not wake it: ``consumers``' lag)."""
         stream = self._by_name.get(name)
         if stream is not None:
             return stream
-        if name in self._dormant_names:
-            return self._dormant.state(self._dormant_names[name])
-        uid = self._asleep_names.get(name)
-        if uid is None:
-            return None
-        state: dict[str, Any] = orjson.loads(self._asleep[uid])
-        return state
+        uid = self._cold.uid_of(name)
+        return None if uid is None else self._cold.peek(uid)
 
     def built_uids(self) -> list[int]:
         """The uids of the streams built now (``IdleStreams`` goes through them in turns)."""
@@ -124,56 +120,52 @@ class StreamIndex:
         if sys.getrefcount(stream) != _UNREFERENCED:
             return False
         name = stream.name
-        full = stream.to_state(written_ms=0)
-        if state_flags(full) != DORMANT:
+        state = stream.to_state(written_ms=0)
+        if state_flags(state) != DORMANT:
             return False
-        state = {
-            key: value
-            for key, value in full.items()
-            if not (value is None or value is False or value == {} or (value == 0 and key in _ZERO_BY_DEFAULT))
-            and key != "written_ms"
-        }
-        self._asleep[uid] = memoryview(orjson.dumps(state)).tobytes()  # (orjson's own bytes keep ~8 KB each)
-        self._asleep_names[name] = uid
+        del state["written_ms"]
+        self._cold.put(name, uid, orjson.dumps(state))
         del self._by_uid[uid], self._by_name[name]
         return True
 
-    def _rouse(self, uid: int) -> Stream:
-        stream = Stream.from_state(orjson.loads(self._asleep.pop(uid)))
-        del self._asleep_names[stream.name]
-        self._by_uid[uid] = stream
-        self._by_name[stream.name] = stream
-        return stream
-
-    def _wake(self, index: int) -> Stream:
-        name, uid = self._dormant.names[index], self._dormant.uids[index]
-        del self._dormant_names[name]
-        del self._dormant_uids[uid]
-        stream = Stream.from_state(self._dormant.state(index))
+    def _wake(self, uid: int) -> Stream:
+        state = self._cold.take(uid)
+        assert state is not None, uid
+        stream = Stream.from_state(state)
         # Access times are persisted lazily; never let a restart expire a stream early.
         stream.last_access_ms = max(stream.last_access_ms, self._recovered_ms)
         self._by_uid[uid] = stream
-        self._by_name.setdefault(name, stream)
-        if not self._dormant_names:
-            self._dormant = DormantStates.empty()  # let the recovered rows go
+        self._by_name.setdefault(stream.name, stream)
         return stream
+
+    def _cold_uid_at(self, name: str) -> int | None:
+        return self._cold.uid_of(name)
+
+    def _cold_uid(self, uid: int) -> int | None:
+        return uid if isinstance(uid, int) and self._cold.holds(uid) else None
+
+    def _cold_names(self) -> Iterator[str]:
+        return self._cold.names()
+
+    def _cold_uids(self) -> Iterator[int]:
+        return self._cold.uids()
 
 
 class _View(MutableMapping[_K, Stream], Generic[_K]):
-    """Streams by one key (path or uid): the built ones, then the dormant and sleeping ones."""
+    """Streams by one key (path or uid): the built ones, then the cold ones."""
 
     def __init__(
         self,
         index: StreamIndex,
         built: dict[_K, Stream],
-        dormant: dict[_K, int],
-        asleep: dict[str, int] | dict[int, bytes],
+        cold_uid: Callable[[_K], int | None],
+        cold_keys: Callable[[], Iterator[_K]],
     ) -> None:
         self._index = index
         self._built: dict[_K, Stream] = built
-        self._dormant: dict[_K, int] = dormant
-        self._asleep = asleep
-        """By path: the uid; by uid: the state."""
+        self._cold_uid: Callable[[_K], int | None] = cold_uid
+        """The uid of the cold stream at a key; ``None``: none is cold there."""
+        self._cold_keys: Callable[[], Iterator[_K]] = cold_keys
 
     def get(self, key: _K, default: Stream | None = None) -> Stream | None:  # type: ignore[override]
         stream = self._built.get(key)
@@ -182,13 +174,9 @@ class _View(MutableMapping[_K, Stream], Generic[_K]):
         return stream if stream is not None else default
 
     def _unbuilt(self, key: _K) -> Stream | None:
-        """The dormant or sleeping stream at ``key``, built now; ``None``: there is none."""
-        if key in self._dormant:
-            return self._index._wake(self._dormant[key])
-        found = self._asleep.get(key)  # type: ignore[call-overload]
-        if found is None:
-            return None
-        return self._index._rouse(found if isinstance(found, int) else key)  # type: ignore[arg-type]
+        """The cold stream at ``key``, built now; ``None``: there is none."""
+        uid = self._cold_uid(key)
+        return None if uid is None else self._index._wake(uid)
 
     def __getitem__(self, key: _K) -> Stream:
         stream = self.get(key)
@@ -197,7 +185,7 @@ class _View(MutableMapping[_K, Stream], Generic[_K]):
         return stream
 
     def __contains__(self, key: object) -> bool:
-        return key in self._built or key in self._dormant or key in self._asleep
+        return key in self._built or self._cold_uid(key) is not None  # type: ignore[arg-type]
 
     def __setitem__(self, key: _K, stream: Stream) -> None:
         if key not in self._built:  # (a lookup builds it first: only a caller's slip lands here)
@@ -211,8 +199,7 @@ class _View(MutableMapping[_K, Stream], Generic[_K]):
 
     def __iter__(self) -> Iterator[_K]:
         yield from list(self._built)
-        yield from list(self._dormant)
-        yield from list(self._asleep)  # type: ignore[misc]
+        yield from list(self._cold_keys())
 
     def __len__(self) -> int:
-        return len(self._built) + len(self._dormant) + len(self._asleep)
+        return len(self._built) + self._index.dormant

@@ -87,7 +87,7 @@ class LiveState:
                 self.by_uid[stream.uid] = stream
                 self.streams[stream.name] = stream
         self.index.hold(recovery.dormant, now)
-        self.buckets.index_streams(self.index.names())
+        self.buckets.index_streams(self.index.name_column())
         for stream in self.index.loaded():
             if stream.fork_of is not None and stream.fork_of in self.by_uid:
                 self.by_uid[stream.fork_of].forks += 1

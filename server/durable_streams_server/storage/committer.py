@@ -254,6 +254,10 @@ class Storage:
         """The LSN the next record will get; a CREATE uses it as the stream's uid."""
         return self._acks.next_lsn
 
+    @property
+    def flushed_lsn(self) -> int:
+        return self._flusher.flushed_lsn
+
     async def wait_durable(self, lsn: int) -> None:
         if self._acks.is_durable(lsn):
             return

@@ -45,25 +45,25 @@ def state_flags(state: dict[str, Any]) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class DormantStates:
-    """Live streams recovery did not parse: ``names[i]`` and ``uids[i]`` are the path and uid
-    of the stream whose JSON state is ``metas[rows[i]]``."""
+    """Live streams recovery did not parse, as Arrow columns (no Python object per stream):
+    ``names[i]`` and ``uids[i]`` are the path and uid of the stream whose JSON state is
+    ``states[i]``."""
 
-    names: list[str]
-    uids: list[int]
-    rows: list[int]
-    metas: pa.ChunkedArray
+    names: pa.StringArray
+    uids: pa.Int64Array
+    states: pa.StringArray
 
     def __len__(self) -> int:
         return len(self.names)
 
     def state(self, index: int) -> dict[str, Any]:
         """The parsed state of ``names[index]``."""
-        parsed: dict[str, Any] = json.loads(self.metas[self.rows[index]].as_py())
+        parsed: dict[str, Any] = json.loads(self.states[index].as_py())
         return parsed
 
     @staticmethod
     def empty() -> DormantStates:
-        return DormantStates([], [], [], pa.chunked_array([], pa.string()))
+        return DormantStates(pa.array([], pa.string()), pa.array([], pa.int64()), pa.array([], pa.string()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +80,7 @@ class RecoveredRows:
     def all_states(self) -> dict[int, dict[str, Any]]:
         """Every state, the dormant ones parsed too (for tools and tests)."""
         states = dict(self.states)
-        for index, uid in enumerate(self.dormant.uids):
+        for index, uid in enumerate(self.dormant.uids.to_pylist()):
             states[uid] = self.dormant.state(index)
         return states
 
@@ -106,6 +106,14 @@ def split_rows(newest: pa.Table, metas: pa.ChunkedArray, *, state_kind: str) -> 
         states,
         subscriptions,
         DormantStates(
-            dormant["stream"].to_pylist(), dormant["stream_uid"].to_pylist(), dormant["row"].to_pylist(), metas
+            _column(dormant["stream"], pa.string()),
+            _column(dormant["stream_uid"], pa.int64()),
+            _column(metas.take(dormant["row"]), pa.string()),
         ),
     )
+
+
+def _column(column: pa.ChunkedArray, type_: pa.DataType) -> Any:
+    """``column`` as one array of ``type_`` (the rows of the newest states only: the older
+    rows' JSON recovery read is let go with the table it came in)."""
+    return column.cast(type_).combine_chunks()

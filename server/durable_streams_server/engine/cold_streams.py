@@ -1,0 +1,233 @@
+"""The streams not built: each one's path, uid and JSON state in columns, found by path or by
+uid without a Python object per stream.
+
+Theory of operation
+-------------------
+A million idle streams should cost about their bytes (the path and the state JSON), not a
+``Stream`` each, nor what an index of dictionaries costs beside the state: two dict entries
+and three Python objects (path, uid, state) per stream, ~450 bytes.
+
+So cold streams live in one *segment* of columns in row order: ``names`` and ``states``
+(Arrow arrays, one chunk per batch of streams added), ``uids`` and ``alive`` (numpy). Two
+sorted numpy indexes find a row: the paths' hashes (Python's ``hash`` of the path, which
+is this process's own: nothing hashed is ever stored) beside their rows, and the uids
+beside theirs. A lookup is a binary search, then, by path, a comparison of the path at
+each row of an equal hash (a collision is resolved by the path itself).
+
+A stream leaves the segment (it is woken and built) by clearing its ``alive`` bit; the
+columns are not rewritten for one stream, so a woken stream's row is *dead*. A stream put
+to sleep first enters ``recent``: two small dicts. When ``recent`` holds as many streams
+as a sixteenth of the segment (at least ``MERGE_AT``), they become one more chunk and are
+merged into both sorted indexes: a linear merge of sorted arrays, not a sort, so putting a
+million streams to sleep costs a few dozen merges. When more than half the rows are dead
+(and at least ``MERGE_AT``), the columns are rewritten without them, chunk by chunk: memory
+follows the streams asleep now, not every stream ever asleep.
+
+Memory per cold stream: its path and state as bytes, 8 (uid), 1 (alive), 12 + 12 (the two
+indexes) and 8 of Arrow offsets; a new stream's state is ~200 bytes (``Stream.to_state``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import orjson
+import pyarrow as pa
+
+from ..storage.state_rows import DormantStates
+
+MERGE_AT = 4096
+"""The fewest recent streams merged into the segment at once (and the fewest dead rows a
+rewrite drops)."""
+_HASHED_AT_ONCE = 65536
+"""Paths turned into Python strings at once to be hashed (the transient memory of a
+recovery's hashing)."""
+
+_Keys = np.ndarray[Any, np.dtype[np.int64]]
+_Rows = np.ndarray[Any, np.dtype[np.int32]]
+
+
+class ColdStreams:
+    def __init__(self) -> None:
+        self._names: list[pa.Array] = []
+        self._states: list[pa.Array] = []
+        """Chunks: chunk ``i`` holds rows ``_starts[i]`` to ``_starts[i + 1]``."""
+        self._starts = np.zeros(1, np.int64)
+        self._uids: _Keys = np.empty(0, np.int64)
+        self._alive = np.empty(0, np.bool_)
+        self._dead = 0
+        self._hashes: _Keys = np.empty(0, np.int64)
+        self._hash_rows: _Rows = np.empty(0, np.int32)
+        self._uid_keys: _Keys = np.empty(0, np.int64)
+        self._uid_rows: _Rows = np.empty(0, np.int32)
+        self._recent: dict[int, tuple[str, bytes]] = {}
+        """Put to sleep since the last merge: uid -> (path, state JSON)."""
+        self._recent_names: dict[str, int] = {}
+
+    @classmethod
+    def of(cls, dormant: DormantStates) -> ColdStreams:
+        """The streams recovery left unparsed, as they were read."""
+        cold = cls()
+        if len(dormant):
+            hashes = np.empty(len(dormant), np.int64)
+            for start in range(0, len(dormant), _HASHED_AT_ONCE):
+                names = dormant.names.slice(start, _HASHED_AT_ONCE).to_pylist()
+                hashes[start : start + len(names)] = [hash(name) for name in names]
+            cold._add(dormant.names, dormant.uids.to_numpy(zero_copy_only=False), dormant.states, hashes)
+        return cold
+
+    def __len__(self) -> int:
+        return len(self._alive) - self._dead + len(self._recent)
+
+    def rows(self) -> int:
+        """What is kept: the segment's rows, the woken ones not yet dropped included, and the
+        recent streams."""
+        return len(self._alive) + len(self._recent)
+
+    # -- lookups (none of them takes a stream out) ----------------------------------------
+
+    def uid_of(self, name: str) -> int | None:
+        """The uid of the cold stream at ``name``; ``None``: none is cold there."""
+        uid = self._recent_names.get(name)
+        if uid is not None:
+            return uid
+        row = self._row_of_name(name)
+        return None if row is None else int(self._uids[row])
+
+    def holds(self, uid: int) -> bool:
+        return uid in self._recent or self._row_of_uid(uid) is not None
+
+    def peek(self, uid: int) -> dict[str, Any] | None:
+        """The state of the cold stream ``uid``, parsed; it stays cold."""
+        found = self._recent.get(uid)
+        if found is not None:
+            return _parsed(found[1])
+        row = self._row_of_uid(uid)
+        return None if row is None else _parsed(self._cell(self._states, row))
+
+    def names(self) -> Iterator[str]:
+        yield from list(self._recent_names)
+        for chunk, alive in self._chunks(self._names):
+            yield from chunk.filter(pa.array(alive)).to_pylist()
+
+    def name_chunks(self) -> list[pa.Array]:
+        """The paths, as Arrow arrays."""
+        recent = pa.array(list(self._recent_names), pa.string())
+        return [recent, *(chunk.filter(pa.array(alive)) for chunk, alive in self._chunks(self._names))]
+
+    def uids(self) -> Iterator[int]:
+        yield from list(self._recent)
+        yield from self._uids[self._alive].tolist()
+
+    # -- in and out -------------------------------------------------------------------
+
+    def put(self, name: str, uid: int, state: bytes) -> None:
+        """Keep the stream ``uid`` at ``name`` cold, its state ``state`` (JSON)."""
+        self._recent[uid] = (name, state)
+        self._recent_names[name] = uid
+        if len(self._recent) >= max(MERGE_AT, len(self._alive) // 16):
+            self._merge_recent()
+
+    def take(self, uid: int) -> dict[str, Any] | None:
+        """The state of the cold stream ``uid``, parsed, and the stream no longer cold."""
+        found = self._recent.pop(uid, None)
+        if found is not None:
+            del self._recent_names[found[0]]
+            return _parsed(found[1])
+        row = self._row_of_uid(uid)
+        if row is None:
+            return None
+        state = _parsed(self._cell(self._states, row))
+        self._alive[row] = False
+        self._dead += 1
+        if self._dead >= MERGE_AT and self._dead * 2 > len(self._alive):
+            self._drop_dead()
+        return state
+
+    # -- the segment ------------------------------------------------------------------
+
+    def _row_of_name(self, name: str) -> int | None:
+        key = hash(name)
+        at = int(self._hashes.searchsorted(key))
+        while at < len(self._hashes) and self._hashes[at] == key:
+            row = int(self._hash_rows[at])
+            if self._alive[row] and self._cell(self._names, row) == name:
+                return row
+            at += 1
+        return None
+
+    def _row_of_uid(self, uid: int) -> int | None:
+        at = int(self._uid_keys.searchsorted(uid))
+        while at < len(self._uid_keys) and self._uid_keys[at] == uid:  # (a woken row, then its sleep again)
+            row = int(self._uid_rows[at])
+            if self._alive[row]:
+                return row
+            at += 1
+        return None
+
+    def _cell(self, chunks: list[pa.Array], row: int) -> Any:
+        chunk = int(self._starts.searchsorted(row, side="right")) - 1
+        return chunks[chunk][row - int(self._starts[chunk])].as_py()
+
+    def _chunks(self, chunks: list[pa.Array]) -> Iterator[tuple[pa.Array, np.ndarray[Any, np.dtype[np.bool_]]]]:
+        for index, chunk in enumerate(chunks):
+            yield chunk, self._alive[self._starts[index] : self._starts[index + 1]]
+
+    def _merge_recent(self) -> None:
+        uids = list(self._recent)
+        names = [name for name, _ in self._recent.values()]
+        states = [state for _, state in self._recent.values()]
+        hashes = np.fromiter((hash(name) for name in names), np.int64, len(names))
+        self._add(pa.array(names, pa.string()), np.array(uids, np.int64), pa.array(states, pa.binary()), hashes)
+        self._recent.clear()
+        self._recent_names.clear()
+
+    def _add(self, names: pa.Array, uids: _Keys, states: pa.Array, hashes: _Keys) -> None:
+        first = len(self._alive)
+        rows = np.arange(first, first + len(uids), dtype=np.int32)
+        self._names.append(names)
+        self._states.append(states)
+        self._starts = np.append(self._starts, first + len(uids))
+        self._uids = np.concatenate([self._uids, uids])
+        self._alive = np.concatenate([self._alive, np.ones(len(uids), np.bool_)])
+        self._hashes, self._hash_rows = _merged(self._hashes, self._hash_rows, hashes, rows)
+        self._uid_keys, self._uid_rows = _merged(self._uid_keys, self._uid_rows, uids, rows)
+
+    def _drop_dead(self) -> None:
+        """Rewrite the segment without its dead rows (chunk by chunk: the transient memory is
+        one chunk's)."""
+        alive = self._alive
+        renumbered = (np.cumsum(alive, dtype=np.int64) - 1).astype(np.int32)
+        names = [chunk.filter(pa.array(mask)) for chunk, mask in self._chunks(self._names)]
+        states = [chunk.filter(pa.array(mask)) for chunk, mask in self._chunks(self._states)]
+        kept = [index for index, chunk in enumerate(names) if len(chunk)]
+        self._names = [names[index] for index in kept]
+        self._states = [states[index] for index in kept]
+        self._starts = np.concatenate([[0], np.cumsum([len(chunk) for chunk in self._names], dtype=np.int64)])
+        self._hashes, self._hash_rows = _renumbered(self._hashes, self._hash_rows, alive, renumbered)
+        self._uid_keys, self._uid_rows = _renumbered(self._uid_keys, self._uid_rows, alive, renumbered)
+        self._uids = self._uids[alive]
+        self._alive = np.ones(len(self._uids), np.bool_)
+        self._dead = 0
+
+
+def _parsed(state: str | bytes) -> dict[str, Any]:
+    parsed: dict[str, Any] = orjson.loads(state)
+    return parsed
+
+
+def _merged(keys: _Keys, rows: _Rows, new_keys: _Keys, new_rows: _Rows) -> tuple[_Keys, _Rows]:
+    """``keys`` (sorted) with ``new_keys`` merged in, each beside its row."""
+    order = np.argsort(new_keys, kind="stable")
+    at = np.searchsorted(keys, new_keys[order], side="right")
+    return np.insert(keys, at, new_keys[order]), np.insert(rows, at, new_rows[order])
+
+
+def _renumbered(
+    keys: _Keys, rows: _Rows, alive: np.ndarray[Any, np.dtype[np.bool_]], renumbered: _Rows
+) -> tuple[_Keys, _Rows]:
+    """An index without its dead rows, its rows numbered as after the rewrite."""
+    kept = alive[rows]
+    return keys[kept], renumbered[rows[kept]]

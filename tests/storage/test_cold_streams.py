@@ -1,0 +1,83 @@
+"""The cold streams' columns (``engine.cold_streams``) answer as a dictionary would, through
+merges of recent sleepers into the segment and rewrites without the woken rows; and a
+restart's dormant rows go in as the Arrow columns recovery read."""
+
+from __future__ import annotations
+
+import random
+
+import orjson
+import pyarrow as pa
+
+from durable_streams_server.engine.cold_streams import MERGE_AT, ColdStreams
+from durable_streams_server.storage.state_rows import DormantStates
+
+
+def _state(name: str, uid: int, tail: int) -> dict[str, object]:
+    return {"name": name, "uid": uid, "content_type": "text/plain", "created_ms": 1, "tail": tail}
+
+
+def _check(cold: ColdStreams, model: dict[int, dict[str, object]], names: dict[str, int]) -> None:
+    assert len(cold) == len(model)
+    assert sorted(cold.uids()) == sorted(model)
+    assert sorted(cold.names()) == sorted(names)
+
+
+def test_puts_and_takes_in_any_order_answer_as_a_dictionary() -> None:
+    rng = random.Random(7)
+    dormant_count = 3 * MERGE_AT
+    dormant = [(f"v1/stream/restored-{uid}", uid) for uid in range(1, dormant_count + 1)]
+    model = {uid: _state(name, uid, uid % 5) for name, uid in dormant}
+    names = {name: uid for name, uid in dormant}
+    cold = ColdStreams.of(
+        DormantStates(
+            pa.array([name for name, _ in dormant], pa.string()),
+            pa.array([uid for _, uid in dormant], pa.int64()),
+            pa.array([orjson.dumps(model[uid]).decode() for _, uid in dormant], pa.string()),
+        )
+    )
+    _check(cold, model, names)
+    built: dict[int, dict[str, object]] = {}
+    next_uid = dormant_count + 1
+    for step in range(12 * MERGE_AT):
+        roll = rng.random()
+        if roll < 0.45 and model:  # wake one: its state, and no longer cold
+            uid = rng.choice(list(model)) if step % 7 else max(model)
+            assert cold.peek(uid) == model[uid]
+            assert cold.take(uid) == model[uid]
+            built[uid] = model.pop(uid)
+            del names[str(built[uid]["name"])]
+        elif roll < 0.75 and built:  # back to sleep, its tail moved on
+            uid = rng.choice(list(built))
+            state = built.pop(uid)
+            state["tail"] = int(str(state["tail"])) + 1
+            cold.put(str(state["name"]), uid, orjson.dumps(state))
+            model[uid], names[str(state["name"])] = state, uid
+        else:  # a new stream goes to sleep
+            name = f"v1/stream/new-{next_uid}"
+            model[next_uid], names[name] = _state(name, next_uid, 0), next_uid
+            cold.put(name, next_uid, orjson.dumps(model[next_uid]))
+            next_uid += 1
+        probe = rng.choice(list(names)) if names and rng.random() < 0.5 else f"v1/stream/absent-{step}"
+        assert cold.uid_of(probe) == names.get(probe)
+        uid = rng.randrange(1, next_uid)
+        assert cold.holds(uid) == (uid in model)
+        assert cold.peek(uid) == model.get(uid)
+        if step % 997 == 0:
+            _check(cold, model, names)
+    _check(cold, model, names)
+    for uid in list(model):  # every one taken: none is left, whatever was merged or dropped
+        assert cold.take(uid) == model.pop(uid)
+    assert len(cold) == 0 and list(cold.names()) == [] and cold.take(1) is None
+
+
+def test_woken_rows_are_dropped_once_they_are_the_majority() -> None:
+    cold = ColdStreams()
+    count = 4 * MERGE_AT
+    for uid in range(count):
+        cold.put(f"s{uid}", uid, orjson.dumps(_state(f"s{uid}", uid, 0)))
+    for uid in range(count - MERGE_AT // 2):
+        assert cold.take(uid) is not None
+    assert cold.rows() < count  # (rewritten without the woken rows)
+    assert sorted(cold.uids()) == list(range(count - MERGE_AT // 2, count))
+    assert cold.uid_of(f"s{count - 1}") == count - 1 and cold.uid_of("s0") is None
