@@ -1,5 +1,7 @@
-"""Cold reads (history from Delta) answer exactly what warm reads (memory) answered, from any
-offset, and read about what they serve from storage, however much the stream holds."""
+"""Cold reads (history from Delta) answer what warm reads (memory) answered, from any offset --
+a binary stream's with up to ``HISTORY_FACTOR`` times more after it (``engine.reads.read_body``),
+each body exactly the stored bytes between its offsets -- and read about what they serve from
+storage, however much the stream holds."""
 
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ from collections.abc import Callable
 import requests
 from servers import MotoServer, ServerProcess, flushed, read_all, session, wait_for
 
-from durable_streams_server.protocol.offsets import Offset
+from durable_streams_server.engine.reads import HISTORY_FACTOR
+from durable_streams_server.protocol.offsets import Offset, parse_offset
 
 OCTETS = {"Content-Type": "application/octet-stream"}
 MIB = 1024 * 1024
@@ -32,6 +35,20 @@ def answers(http: requests.Session, url: str, offsets: list[Offset]) -> list[tup
         response = http.get(url, params={"offset": offset.encode()})
         found.append((response.status_code, response.content, response.headers.get("Stream-Next-Offset", "")))
     return found
+
+
+def assert_extends(
+    cold: list[tuple[int, bytes, str]], warm: list[tuple[int, bytes, str]], messages: list[bytes], offsets: list[Offset]
+) -> None:
+    """Each cold answer starts with the warm one and is the stored bytes between its offsets."""
+    stored = b"".join(messages)
+
+    def position(offset: Offset) -> int:
+        return sum(len(message) for message in messages[: offset.seq]) + offset.within
+
+    for offset, (status, body, end), (_, warm_body, _) in zip(offsets, cold, warm, strict=True):
+        assert status == 200 and body.startswith(warm_body), offset
+        assert body == stored[position(offset) : position(parse_offset(end))], offset
 
 
 def test_cold_reads_match_warm_reads_from_any_offset_and_after_compaction(
@@ -64,25 +81,27 @@ def test_cold_reads_match_warm_reads_from_any_offset_and_after_compaction(
 
     server.restart()  # nothing in memory: every read goes to Delta
     before = history_read_bytes(server)
-    assert answers(http, url, offsets) == warm
+    cold = answers(http, url, offsets)
+    assert_extends(cold, warm, messages, offsets)
+    assert max(len(body) for _, body, _ in cold) > 4 * 65_536  # (several read budgets: ``HISTORY_FACTOR``)
     assert history_read_bytes(server) > before
-    assert answers(http, url, list(reversed(offsets))) == list(reversed(warm))  # parked cursors or not
+    assert answers(http, url, list(reversed(offsets))) == list(reversed(cold))  # parked cursors or not
 
     server.stop()
     server.extra_args = (*flags[:-1], "0.3")
     server.start()
     wait_for(lambda: compaction_passes(server) >= 2, timeout_s=30)
-    assert answers(http, url, offsets) == warm
+    assert_extends(answers(http, url, offsets), warm, messages, offsets)
 
 
 def test_a_small_read_of_a_large_stream_reads_little_and_a_catch_up_reads_it_once(
     server_factory: Callable[..., ServerProcess],
 ) -> None:
     """24 MiB in 1 MiB messages, flushed at most 4 MiB at a time (files of one row group each).
-    The read of message 6 has 18 MiB after it, three times what it may read (as message 30 of
-    48 MiB had). The flusher runs every 100 ms and the test waits for it after every fourth
-    message, so no commit holds more than 4 MiB (graceful restarts made those commits before,
-    six of them, ~2-3 s each)."""
+    The read of message 6 has 18 MiB after it, more than twice what it may read (as message 30
+    of 48 MiB had: ``HISTORY_FACTOR`` 1 MiB budgets). The flusher runs every 100 ms and the
+    test waits for it after every fourth message, so no commit holds more than 4 MiB (graceful
+    restarts made those commits before, six of them, ~2-3 s each)."""
     server = server_factory("--flush-interval-ms", "100", "--compaction-interval-s", "0")
     http = session()
     url = server.stream_url("big")
@@ -97,10 +116,11 @@ def test_a_small_read_of_a_large_stream_reads_little_and_a_catch_up_reads_it_onc
 
     before = history_read_bytes(server)
     response = http.get(url, params={"offset": Offset(6).encode()})
-    assert response.status_code == 200 and response.content == stored[6]
+    assert response.status_code == 200 and response.content == b"".join(stored[6 : 6 + HISTORY_FACTOR])
     one_read = history_read_bytes(server) - before
-    # (at most the row group holding it, 4 MiB, plus the read buffer and footers; before: all 18 MiB after it)
-    assert one_read < 6 * MIB, f"a 1 MiB read of a 24 MiB stream read {one_read / MIB:.1f} MiB"
+    # (what it serves, plus the start of the row group holding message 6 and the rest of the
+    # last one, at most 4 MiB, plus the read buffer and footers; before: all 18 MiB after it)
+    assert one_read < len(response.content) + 5 * MIB, f"a read of a 24 MiB stream read {one_read / MIB:.1f} MiB"
 
     server.restart()
     before = history_read_bytes(server)
@@ -128,6 +148,6 @@ def test_cold_reads_from_s3_match_warm_reads(server_factory: Callable[..., Serve
     warm = answers(http, url, offsets)
     server.restart()
     before = history_read_bytes(server)
-    assert answers(http, url, offsets) == warm
+    assert_extends(answers(http, url, offsets), warm, messages, offsets)
     assert history_read_bytes(server) > before
     assert read_all(http, url) == b"".join(messages)

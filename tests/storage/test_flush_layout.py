@@ -90,6 +90,18 @@ def test_small_messages_make_row_groups_of_about_the_target_bytes(tmp_path: Path
     assert all(g[5] >= FLUSH_ROW_GROUP_BYTES // 2 for g in message_groups[:-1])
 
 
+def test_messages_are_stored_in_plain_pages(tmp_path: Path) -> None:
+    """The ``data`` column has no dictionary (``delta_log._PAYLOAD_COLUMNS``): a read copies each
+    message once, from its page into the column read, not through a decoded dictionary first."""
+    _flush(tmp_path, streams=4, messages=20, size=64 * 1024)
+    metadata = pq.ParquetFile(DeltaTable(f"{tmp_path}/streams").file_uris()[0]).metadata
+    data = metadata.schema.names.index("data")
+    for index in range(metadata.num_row_groups):
+        column = metadata.row_group(index).column(data)
+        assert column.dictionary_page_offset is None
+        assert "RLE_DICTIONARY" not in column.encodings and "PLAIN" in column.encodings
+
+
 def test_history_reads_decode_only_the_row_groups_of_their_stream(tmp_path: Path) -> None:
     delta, sent = _flush(tmp_path, streams=40, messages=2, size=64 * 1024)
     reader = HistoryReader(delta.uri, {})

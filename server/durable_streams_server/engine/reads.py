@@ -11,6 +11,16 @@ Gathering yields *runs* of consecutive messages in the form their tier holds the
 bulk appends, Arrow columns from Delta. Ordinary reads turn every run into
 lists of bytes; Arrow reads (``read_slice`` + ``Run.columns``) turn every run into Arrow,
 so history goes from the Delta scan to the response without a Python object per message.
+
+Binary bodies (``read_body``): the plain read of a binary stream answers the messages' bytes
+end to end, nothing per message, so its body is the runs' buffers (``Run.views``): views of
+the Arrow buffers the Delta read decoded, written to the socket as they are. A read that
+goes to Delta (history: a catch-up) gathers up to ``HISTORY_FACTOR`` times the read's budget:
+each response costs a request, a hand-over to a storage thread and a plan step whatever its
+size, which at 1 MiB per response was a third of a catch-up's time; the bytes themselves
+cost one copy (Parquet page to column) and the socket's. What such a response holds -- the
+decoded columns its views point into -- is bounded by that factor times the budget, and
+reserved from the memory budget while gathered like any read's.
 """
 
 from __future__ import annotations
@@ -56,6 +66,44 @@ class Slice:
             first = pa.array([data[0].as_py()[self.start.within :]], pa.binary())
             table = table.set_column(2, COLUMNS.field("data"), pa.chunked_array([first, *data.slice(1).chunks]))
         return table
+
+
+HISTORY_FACTOR = 8
+"""A binary body read from Delta carries up to this many times the read's budget (module docstring)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Body:
+    """A binary stream's messages from ``start`` as one body: the buffers written end to end."""
+
+    stream: Stream
+    start: Offset
+    next: Offset
+    parts: list[bytes | memoryview]
+    up_to_date: bool
+    closed: bool
+
+
+async def read_body(engine: Engine, stream: Stream, start: Offset, max_bytes: int) -> Body:
+    """``read``'s messages as one binary body (the plain read of a binary stream): from the
+    memory tail about ``max_bytes`` as ``read`` gathers them, from Delta (``start`` below the
+    memory tail) up to ``HISTORY_FACTOR * max_bytes`` as views of what the read decoded; a
+    first message larger than that is sliced."""
+    found = read_now(engine, stream, start, max_bytes)
+    if found is not None:
+        parts: list[bytes | memoryview] = [b"".join(found.chunks)] if found.chunks else []
+        return Body(stream, start, found.next, parts, found.up_to_date, found.closed)
+    budget = max_bytes * HISTORY_FACTOR if start.seq < stream.mem_base else max_bytes
+    sliced = await read_slice(engine, stream, start, budget)
+    next_offset = sliced.next
+    parts = [part for run in sliced.runs for part in run.views()]
+    if parts:  # (the first part starts with the first message, cut at ``start.within``)
+        first_size = sliced.runs[0].first_size() - start.within
+        parts[0] = memoryview(parts[0])[start.within :]
+        if first_size > budget:
+            parts, next_offset = [parts[0][:budget]], Offset(start.seq, start.within + budget)
+    up_to_date, closed = _at_tail(stream, next_offset)
+    return Body(stream, start, next_offset, parts, up_to_date, closed)
 
 
 async def read(engine: Engine, stream: Stream, start: Offset, max_bytes: int, *, whole: bool = False) -> ReadResult:

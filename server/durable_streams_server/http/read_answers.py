@@ -30,6 +30,8 @@ from ..protocol.cursor import response_cursor
 from ..protocol.offsets import Offset
 
 CACHEABLE = "public, max-age=60, stale-while-revalidate=300"
+Found = ReadResult | reads.Slice | reads.Body
+"""A read's messages as its framing gathers them: lists, Arrow runs, a binary body's buffers."""
 Framing = Literal["plain", "multipart", "arrow"]
 _ETAG_SUFFIX: dict[Framing, str] = {"plain": "", "multipart": ":m", "arrow": ":a"}
 
@@ -83,8 +85,14 @@ def stream_headers(stream: Stream) -> dict[str, str]:
     }
 
 
+def empty(result: Found) -> bool:
+    if isinstance(result, reads.Slice):
+        return result.count == 0
+    return not (result.parts if isinstance(result, reads.Body) else result.chunks)
+
+
 def position_headers(
-    result: ReadResult | reads.Slice, start: str, live: str | None, cursor: str | None, framing: Framing = "plain"
+    result: Found, start: str, live: str | None, cursor: str | None, framing: Framing = "plain"
 ) -> dict[str, str]:
     """A data answer's headers that depend on the read (after ``stream_headers``); ``start``: the
     offset the read was asked from, as given (its ETag names it)."""

@@ -18,7 +18,7 @@ from ..engine import reads
 from ..engine.engine import Engine
 from ..engine.memory_writes import WriteAdmission
 from ..engine.stream import Stream
-from ..engine.types import AppendOutcome, AppendRequest, AppendResult, CreateRequest, ReadResult
+from ..engine.types import AppendOutcome, AppendRequest, AppendResult, CreateRequest
 from ..protocol import bulk, preconditions, retention
 from ..protocol import headers as h
 from ..protocol.cursor import response_cursor
@@ -32,14 +32,16 @@ from .read_answers import (
     ANSWER_AFTER_WAKE,
     ANSWERED_AT_WAKE,
     CACHEABLE,
+    Found,
     Framing,
     ParkedLongPoll,
     Parking,
+    empty,
     etag,
     position_headers,
     stream_headers,
 )
-from .responses import location
+from .responses import PartsResponse, location
 from .retention import retention_headers
 from .targets import stream_name_from_reference
 
@@ -284,7 +286,7 @@ class StreamHandlers:
         stop = arrow_ipc.stop_seq(params.get("end")) if framing == "arrow" else None
         result = await self._read_once(stream, start, framing, stop)
         token = offset_raw or BEGINNING_SENTINEL
-        if live == "long-poll" and _empty(result):
+        if live == "long-poll" and empty(result):
             if not result.closed and not self.live_readers.ended:  # (stopping: answered now)
                 self.live_readers.admit(request.scope, "long-poll")
                 answered = False
@@ -318,14 +320,14 @@ class StreamHandlers:
                 stream = self.engine.get_live(name)
                 self.engine.touch(stream)
                 result = await self._read_once(stream, start, framing, stop)
-            if _empty(result):
+            if empty(result):
                 return self._long_poll_empty(result, cursor)
         return self._data_response(request, result, token, live, cursor, framing)
 
-    async def _read_once(
-        self, stream: Stream, start: Offset, framing: Framing, stop: int | None
-    ) -> ReadResult | reads.Slice:
+    async def _read_once(self, stream: Stream, start: Offset, framing: Framing, stop: int | None) -> Found:
         limit = self.limits.max_read_bytes
+        if framing == "plain" and not stream.is_json:
+            return await reads.read_body(self.engine, stream, start, limit)
         if framing == "arrow":
             return await reads.read_slice(self.engine, stream, start, limit * arrow_ipc.BUDGET_FACTOR, stop=stop)
         return await reads.read(self.engine, stream, start, limit, whole=framing == "multipart")
@@ -343,7 +345,7 @@ class StreamHandlers:
         body = b"[]" if stream.is_json else b""
         return Response(body, status_code=200, headers=headers)
 
-    def _long_poll_empty(self, result: ReadResult | reads.Slice, cursor: str | None) -> Response:
+    def _long_poll_empty(self, result: Found, cursor: str | None) -> Response:
         headers = {
             h.STREAM_NEXT_OFFSET: result.next.encode(),
             h.STREAM_UP_TO_DATE: "true",
@@ -359,7 +361,7 @@ class StreamHandlers:
     def _data_response(
         self,
         request: Request,
-        result: ReadResult | reads.Slice,
+        result: Found,
         start_token: str,
         live: str | None,
         cursor: str | None,
@@ -370,6 +372,8 @@ class StreamHandlers:
         tag = headers["ETag"]
         if request.headers.get("if-none-match") == tag:
             return Response(status_code=304, headers={"ETag": tag, "Cache-Control": CACHEABLE})
+        if isinstance(result, reads.Body):
+            return PartsResponse(result.parts, headers)
         if isinstance(result, reads.Slice):
             headers["Content-Type"] = arrow_ipc.ARROW_STREAM
             return Response(arrow_ipc.body(result, stream.content_type), status_code=200, headers=headers)
@@ -389,10 +393,6 @@ async def _admit(writes: WriteAdmission, scope: Scope, nbytes: int) -> None:
         await writes.admit(nbytes)
     scope[WRITE_BYTES_KEY] = scope.get(WRITE_BYTES_KEY, 0) + nbytes
     scope[WRITES_KEY] = writes
-
-
-def _empty(result: ReadResult | reads.Slice) -> bool:
-    return result.count == 0 if isinstance(result, reads.Slice) else not result.chunks
 
 
 def append_flags(headers: Mapping[str, str]) -> tuple[h.ProducerHeaders | None, bool]:

@@ -45,7 +45,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
@@ -56,7 +56,7 @@ from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 
 from ..read_answers import ParkedLongPoll
 from ..request_policy import security_lines
-from ..responses import UNSAFE_VALUE
+from ..responses import UNSAFE_VALUE, PartsResponse
 from .parked import ParkedRead
 from .route import FastPath
 
@@ -262,10 +262,12 @@ class FastCycle:
                 continue  # (written once, by _send)
             head += (name, b": ", value, b"\r\n")
         head.append(security_lines(raw))
-        self._send(response.status_code, b"".join(head), response.body)
+        body = response.parts if isinstance(response, PartsResponse) else response.body
+        self._send(response.status_code, b"".join(head), body)
 
-    def _send(self, status: int, lines: bytes, body: bytes | memoryview) -> None:
-        """Status line, header ``lines``, the connection's own line, then ``body`` (none for HEAD)."""
+    def _send(self, status: int, lines: bytes, body: bytes | memoryview | Sequence[bytes | memoryview]) -> None:
+        """Status line, header ``lines``, the connection's own line, then ``body`` (none for HEAD):
+        one buffer, or parts written end to end in one vectored write (``PartsResponse``)."""
         if self.scope["method"] == "HEAD":
             body = b""
         if self.access_log:
@@ -279,7 +281,9 @@ class FastCycle:
                 status,
             )
         end = b"\r\n" if self.keep_alive else b"connection: close\r\n\r\n"
-        if len(body) <= _JOINED_BODY:
+        if not isinstance(body, bytes | memoryview):
+            self.transport.writelines([b"".join((STATUS_LINE[status], lines, end)), *body])
+        elif len(body) <= _JOINED_BODY:
             self.transport.write(b"".join((STATUS_LINE[status], lines, end, body)))
         else:  # (not copied into one buffer with the head; a read's body may be a memoryview)
             self.transport.write(b"".join((STATUS_LINE[status], lines, end)))
