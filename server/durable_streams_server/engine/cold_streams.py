@@ -65,6 +65,8 @@ class ColdStreams:
         self._recent: dict[int, tuple[str, bytes]] = {}
         """Put to sleep since the last merge: uid -> (path, state JSON)."""
         self._recent_names: dict[str, int] = {}
+        self._top_uid = -1
+        """The largest uid ever held: a uid above it (a new stream's) is not cold, found at once."""
 
     @classmethod
     def of(cls, dormant: DormantStates) -> ColdStreams:
@@ -97,7 +99,7 @@ class ColdStreams:
         return None if row is None else int(self._uids[row])
 
     def holds(self, uid: int) -> bool:
-        return uid in self._recent or self._row_of_uid(uid) is not None
+        return uid <= self._top_uid and (uid in self._recent or self._row_of_uid(uid) is not None)
 
     def peek(self, uid: int) -> dict[str, Any] | None:
         """The state of the cold stream ``uid``, parsed; it stays cold."""
@@ -127,6 +129,7 @@ class ColdStreams:
         """Keep the stream ``uid`` at ``name`` cold, its state ``state`` (JSON)."""
         self._recent[uid] = (name, state)
         self._recent_names[name] = uid
+        self._top_uid = max(self._top_uid, uid)
         if len(self._recent) >= max(MERGE_AT, len(self._alive) // 16):
             self._merge_recent()
 
@@ -186,6 +189,8 @@ class ColdStreams:
 
     def _add(self, names: pa.Array, uids: _Keys, states: pa.Array, hashes: _Keys) -> None:
         first = len(self._alive)
+        if len(uids):
+            self._top_uid = max(self._top_uid, int(uids.max()))
         rows = np.arange(first, first + len(uids), dtype=np.int32)
         self._names.append(names)
         self._states.append(states)
