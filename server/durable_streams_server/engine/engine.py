@@ -34,6 +34,9 @@ from collections import deque
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from ..protocol import preconditions, producers
 from ..protocol.errors import Conflict, Gone, NotFound
 from ..protocol.headers import DEFAULT_CONTENT_TYPE, is_json, normalize_content_type
@@ -137,9 +140,10 @@ class Engine:
     def by_uid(self) -> MutableMapping[int, Stream]:
         return self.live.by_uid
 
-    def stream_names(self) -> list[str]:
-        """Every stream's name, without building the dormant ones."""
-        return list(self.live.index.names())
+    def stream_names(self, prefix: str = "") -> pa.ChunkedArray:
+        """Every stream's name (those starting with ``prefix``) as Arrow, building no cold one."""
+        names = self.live.index.name_column()
+        return names.filter(pc.starts_with(names, prefix)) if prefix else names
 
     @property
     def buckets(self) -> Buckets:

@@ -61,7 +61,7 @@ class LocalStreams:
     def streams_of(self, root: str) -> list[tuple[str, int, int]]:
         """Every live stream of ``root``: (path, visible tail, created_ms)."""
         found = []
-        for name in self.manager.engine.stream_names():  # (builds only the streams under ``root``)
+        for name in self.manager.engine.stream_names(root).to_pylist():  # (builds only those under ``root``)
             if name.startswith(root) and stream_root(name) == root:
                 stream = self.manager.engine.streams.get(name)
                 if stream is not None and not stream.soft_deleted:

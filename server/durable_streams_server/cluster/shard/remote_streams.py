@@ -117,8 +117,8 @@ class Interest:
 def matching_streams(engine: Engine, interest: InterestView) -> list[tuple[str, int, int]]:
     """This engine's live base-surface streams ``interest`` wants: (path, visible tail, created_ms)."""
     found = []
-    for name in engine.stream_names():
-        if name.startswith(BASE_ROOT) and interest.wants(name[len(BASE_ROOT) :]):
+    for name in engine.stream_names(BASE_ROOT).to_pylist():
+        if interest.wants(name[len(BASE_ROOT) :]):
             stream = engine.streams.get(name)
             if stream is not None and not stream.soft_deleted:
                 found.append((name[len(BASE_ROOT) :], stream.visible_tail, stream.created_ms))
