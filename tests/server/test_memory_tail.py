@@ -71,6 +71,9 @@ def test_get_sizes_and_drop_across_chunks() -> None:
     tail, messages, _ = _filled()
     assert [tail.get(10 + i) for i in range(len(messages))] == messages
     assert tail.sizes(12, 20).tolist() == [len(m) for m in messages[2:10]]
+    for start in range(10, 10 + len(messages)):  # (summed without an array within a chunk of lists)
+        for stop in range(start, 10 + len(messages) + 1):
+            assert tail.bytes_between(start, stop) == sum(len(m) for m in messages[start - 10 : stop - 10])
     for count in (1, 2, 4, 3):
         base = 10 + len(messages) - len(tail)
         tail.drop(count)

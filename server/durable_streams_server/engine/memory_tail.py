@@ -137,6 +137,16 @@ class MemoryTail:
         chunk = self._chunks[self._locate(seq)]
         return chunk.get(seq - chunk.first)
 
+    def bytes_between(self, start: int, stop: int) -> int:
+        """The bytes of messages ``start <= seq < stop`` (all in memory): ``sizes`` summed,
+        without an array for the one or few plain messages a flush marks per stream."""
+        if start >= stop or not self._chunks:
+            return 0
+        chunk = self._chunks[max(0, self._locate(start))]
+        if isinstance(chunk, _Lists) and stop <= chunk.first + len(chunk):
+            return sum(map(len, itertools.islice(chunk.data, start - chunk.first, stop - chunk.first)))
+        return int(self.sizes(start, stop).sum())
+
     def sizes(self, start: int, stop: int) -> np.ndarray:
         """The sizes of messages ``start <= seq < stop`` (all in memory)."""
         if start >= stop or not self._chunks:

@@ -145,7 +145,7 @@ class Stream:
         if tail <= self.flushed_tail:
             return
         first = max(self.flushed_tail, self.mem_base)
-        self.flushed_mem_bytes += int(self.mem.sizes(first, max(first, tail)).sum())
+        self.flushed_mem_bytes += self.mem.bytes_between(first, tail)
         self.flushed_tail = tail
 
     def trim_flushed(self, keep_bytes: int) -> None:
