@@ -17,12 +17,12 @@ benchmark's creation row). At each size, ours is measured:
   ``HEAD`` of a random stream), RSS right after that answer and 3 s later.
 
 The reference server (``@durable-streams/server``, file-backed) is measured at each size
-up to ``--reference-up-to``: creates/s and RSS. Targets: at every size, creates/s at least
+(up to ``--reference-up-to``, every size by default): creates/s and RSS. Targets: at every size, creates/s at least
 1.5x the reference's and RSS at most 768 MiB (the default 512 MiB ``--memory-budget`` plus
 the process's base) after creating and after a restart, a restart to the first answer in at
 most 5 s, random-stream appends at least 0.8x the 32-stream appends.
 
-    python bench/streams_scale.py [--sizes 10000,100000,1000000] [--reference-up-to 100000]
+    python bench/streams_scale.py [--sizes 10000,100000,1000000] [--reference-up-to 1000000]
         [--seconds 5]
 
 The default sizes make a run of record (``bench/results/streams_scale.json``, rendered into
@@ -160,7 +160,7 @@ def restart(server: ServerProcess, names: list[str]) -> Measured:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default=",".join(str(size) for size in SIZES), help="stream counts, ascending")
-    parser.add_argument("--reference-up-to", type=int, default=100_000, help="largest size the reference is given")
+    parser.add_argument("--reference-up-to", type=int, default=SIZES[-1], help="largest size the reference is given")
     parser.add_argument("--seconds", type=float, default=5.0, help="each append window")
     args = parser.parse_args()
     sizes = sorted(int(size) for size in args.sizes.split(","))
