@@ -24,7 +24,7 @@ Streams created or used faster than ``idle_ms`` lets them sleep would keep a ``S
 (~1.3 KB) for that long: a million new streams, over a gigabyte. So the memory budget also
 caps the streams built at once (``most_built``: a share of ``AWAKE_STREAM_BYTES`` each).
 While more are built, the idle time shrinks to ``PRESSED_IDLE_MS`` and a step may take
-``PRESSED_STEP_S``: streams unused for a second sleep, their state kept as ~200 bytes
+``PRESSED_STEP_S``: streams unused for a second sleep, each kept as ~235 bytes of columns
 (``cold_streams``), and the hot ones stay built. Only a stream whose every record is in
 Delta with its state (``flushed_lsn``) sleeps, so the next flush does not build it again.
 
@@ -89,7 +89,9 @@ class IdleStreams:
         if not self._turn:
             self._turn = self.index.built_uids()[::-1]  # (oldest last: popped first)
         pressed = 0 < self.most_built < self.index.awake
-        idle_ms, step_s = (PRESSED_IDLE_MS, PRESSED_STEP_S) if pressed else (self.idle_ms, self.step_s)
+        idle_ms, step_s = self.idle_ms, self.step_s
+        if pressed:  # (never longer to wait, nor a shorter step, than without the cap)
+            idle_ms, step_s = min(idle_ms, PRESSED_IDLE_MS), max(step_s, PRESSED_STEP_S)
         now, flushed = self.clock(), self.flushed_lsn()
         until = time.perf_counter() + step_s
         slept = 0
