@@ -110,9 +110,8 @@ class ColdStreams:
         return None if row is None else _parsed(self._cell(self._states, row))
 
     def names(self) -> Iterator[str]:
-        yield from list(self._recent_names)
-        for chunk, alive in self._chunks(self._names):
-            yield from chunk.filter(pa.array(alive)).to_pylist()
+        for chunk in self.name_chunks():
+            yield from chunk.to_pylist()
 
     def name_chunks(self) -> list[pa.Array]:
         """The paths, as Arrow arrays."""

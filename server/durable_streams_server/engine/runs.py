@@ -21,6 +21,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..storage.message_batch import MessageBatch
+
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 COLUMNS = pa.schema(
     [
@@ -145,13 +147,10 @@ def binary_views(data: pa.ChunkedArray | pa.Array) -> list[bytes | memoryview]:
     as bytes for any other type (a large or view type a file may hold)."""
     views: list[bytes | memoryview] = []
     for chunk in data.chunks if isinstance(data, pa.ChunkedArray) else [data]:
-        if not len(chunk):
-            continue
         if chunk.type != pa.binary() or chunk.null_count:
             views += [value for value in chunk.to_pylist() if value]
-            continue
-        _, offsets, values = chunk.buffers()
-        ends = np.frombuffer(offsets, np.int32, len(chunk) + 1, 4 * chunk.offset)
-        if values is not None and ends[-1] > ends[0]:
-            views.append(memoryview(values)[int(ends[0]) : int(ends[-1])])
+        elif len(chunk):
+            batch = MessageBatch(chunk)
+            if batch.nbytes:
+                views.append(batch.values())
     return views

@@ -64,14 +64,16 @@ class MessageBatch(Sequence[bytes]):
         """Each message's length."""
         return np.diff(_offsets(self.array))
 
+    def values(self) -> memoryview:
+        """The messages' bytes end to end: a view of the values buffer, no copy."""
+        return _values(self.array, int(_offsets(self.array)[0]), self.nbytes)
+
     def frame_parts(self) -> tuple[bytes, memoryview]:
         """The offsets (``u32`` * (count + 1), from 0) and the values, for a WAL frame."""
         offsets = _offsets(self.array)
         base = int(offsets[0]) if len(offsets) else 0
         relative = (offsets - base).astype("<u4", copy=False).tobytes()
-        values = self.array.buffers()[2]
-        data = memoryview(values)[base : base + self.nbytes] if values is not None else memoryview(b"")
-        return relative, data
+        return relative, _values(self.array, base, self.nbytes)
 
     @classmethod
     def from_frame(cls, count: int, offsets: bytes | memoryview, values: bytes | memoryview) -> MessageBatch:
@@ -81,6 +83,11 @@ class MessageBatch(Sequence[bytes]):
         )
         assert isinstance(array, pa.BinaryArray)
         return cls(array)
+
+
+def _values(array: pa.BinaryArray, base: int, nbytes: int) -> memoryview:
+    values = array.buffers()[2]
+    return memoryview(values)[base : base + nbytes] if values is not None else memoryview(b"")
 
 
 def _offsets(array: pa.BinaryArray) -> np.ndarray:
