@@ -28,7 +28,7 @@ def _guarded(window: int = 3) -> tuple[MemoryBudget, _Process, MemoryGuard, list
     guard = MemoryGuard(memory, 512 * MIB, window=window, rss=process.rss, release=lambda: released.append("trim"))
     guard.sample()  # the baseline
     for index in range(8):  # 8 tails of 50 MiB: 400 MiB held
-        memory.hold(("tail", index), 50 * MIB, lambda index=index: released.append(f"tail {index}"))  # type: ignore[misc]
+        memory.hold(("tail", index), 50 * MIB, lambda _, index=index: released.append(f"tail {index}"))  # type: ignore[misc]
     return memory, process, guard, released
 
 

@@ -19,6 +19,7 @@ from durable_streams_server.engine.memory import MemoryBudget
 from durable_streams_server.engine.retention_state import RetentionState
 from durable_streams_server.engine.stream import ProducerState, Stream
 from durable_streams_server.engine.stream_index import StreamIndex
+from durable_streams_server.engine.tail_caches import TailCaches
 from durable_streams_server.engine.types import AppendRequest, AppendResult, CreateRequest
 from durable_streams_server.protocol.headers import ProducerHeaders
 from durable_streams_server.protocol.offsets import Offset
@@ -208,7 +209,9 @@ def test_a_step_takes_its_batch_or_its_time_whichever_ends_first() -> None:
     index = StreamIndex()
     for uid in range(1, 11):
         index.by_uid[uid] = index.by_name[f"v1/stream/s{uid}"] = Stream(f"v1/stream/s{uid}", uid, "text/plain", 1)
-    idle = IdleStreams(index, MemoryBudget(0), clock=lambda: 10 * IDLE_MS, idle_ms=IDLE_MS, batch=4, step_s=60.0)
+    idle = IdleStreams(
+        index, TailCaches(MemoryBudget(0), index, 0), clock=lambda: 10 * IDLE_MS, idle_ms=IDLE_MS, batch=4, step_s=60.0
+    )
     assert [idle.step(), idle.step(), idle.step()] == [4, 4, 2]  # the oldest first, in batches
     assert index.dormant == 10 and idle.slept == 10
     for uid in range(11, 14):

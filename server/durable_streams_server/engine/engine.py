@@ -27,7 +27,6 @@ is checked lazily on access and behaves like a delete.
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from collections import deque
@@ -65,6 +64,7 @@ from .reserved_records import ReservedRecords
 from .retention import Retention
 from .snapshots import Snapshots
 from .stream import Stream
+from .tail_caches import TailCaches
 from .tombstones import DEFAULT_MAX_COUNT, DEFAULT_RETENTION_MS, Tombstones
 from .transitions import LiveState
 from .types import AppendOutcome, AppendRequest, AppendResult, CreateOutcome, CreateRequest
@@ -110,9 +110,10 @@ class Engine:
         self.memory = MemoryBudget(self.config.memory_budget_bytes)
         self.history = HistoryCache(self.config.history_cache_bytes, self.memory)
         self.guard = MemoryGuard(self.memory, self.config.rss_budget_bytes)
+        self.tails = TailCaches(self.memory, self.live.index, self.config.tail_cache_bytes)
         self.idle = IdleStreams(
             self.live.index,
-            self.memory,
+            self.tails,
             clock,
             self.config.idle_stream_ms,
             flushed_lsn=lambda: storage.flushed_lsn,
@@ -178,16 +179,13 @@ class Engine:
                 hooks.on_visible(stream)
 
     def on_flushed(self, states: Mapping[int, StreamState]) -> None:
-        keep = self.config.tail_cache_bytes
         for uid, state in states.items():
             stream = self.by_uid.get(uid)
             if stream is None:
                 continue
             if stream.retention is not None:
                 stream.retention.note_flushed(state)
-            stream.mark_flushed(state["tail"])
-            stream.trim_flushed(keep)
-            self.memory.hold(("tail", uid), stream.flushed_mem_bytes, functools.partial(stream.trim_flushed, 0))
+            self.tails.flushed(stream, state["tail"])
             if stream.snapshot_lsn == state.get("snapshot_lsn"):
                 stream.snapshot_data = None  # in Delta now
 
@@ -227,7 +225,7 @@ class Engine:
         """Reads and writes renew a sliding TTL (HEAD does not), and keep the stream's tail
         cache from being the next one the memory budget lets go."""
         stream.last_access_ms = self.clock()
-        self.memory.touch(("tail", stream.uid))
+        self.tails.touch(stream.uid)
 
     # -- create -----------------------------------------------------------------------
 
@@ -414,7 +412,7 @@ class Engine:
         self.live.delete(stream, record)
         for each in ancestry:
             if each.uid not in self.by_uid:
-                self.memory.drop(("tail", each.uid))
+                self.tails.drop(each.uid)
                 self.unlinks.removed(each)  # (before the tombstone: ``delete`` awaits the tombstone's LSN)
                 self.tombstones.record(each, record.header.ts)
 

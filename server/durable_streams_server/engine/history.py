@@ -16,6 +16,7 @@ a purged message is never served. Entries are evicted least recently used, by by
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Hashable
 
 import pyarrow as pa
 
@@ -29,6 +30,7 @@ class HistoryCache:
         self._entries: OrderedDict[tuple[int, int], pa.Table] = OrderedDict()
         """(uid, first seq) -> a read's messages (``seq``, ``data``, ``ts``), consecutive."""
         self._bytes = 0
+        self._release = self._let_go  # (bound once: ``memory`` keeps one function per kind of entry)
 
     def get(self, uid: int, seq: int) -> pa.Table | None:
         """The cached messages of ``uid`` from ``seq`` on, if a scan covered ``seq``."""
@@ -49,7 +51,11 @@ class HistoryCache:
         while self._bytes > self.max_bytes:
             self._forget(next(iter(self._entries)))
         if key in self._entries:
-            self.memory.hold(("history", *key), table.nbytes, lambda: self._forget(key, held=False))
+            self.memory.hold(("history", *key), table.nbytes, self._release)
+
+    def _let_go(self, held: Hashable) -> None:
+        assert isinstance(held, tuple)
+        self._forget((held[1], held[2]), held=False)
 
     def _forget(self, key: tuple[int, int], *, held: bool = True) -> None:
         table = self._entries.pop(key, None)

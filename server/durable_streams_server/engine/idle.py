@@ -39,10 +39,10 @@ import logging
 import time
 from collections.abc import Callable
 
-from .memory import MemoryBudget
 from .periodic import Periodic
 from .stream import Stream
 from .stream_index import StreamIndex
+from .tail_caches import TailCaches
 
 log = logging.getLogger("durable_streams_server.engine")
 
@@ -60,7 +60,7 @@ class IdleStreams:
     def __init__(
         self,
         index: StreamIndex,
-        memory: MemoryBudget,
+        tails: TailCaches,
         clock: Callable[[], int],
         idle_ms: int = IDLE_MS,
         interval_s: float = 0.1,
@@ -71,7 +71,7 @@ class IdleStreams:
         most_built: int = 0,
     ) -> None:
         self.index = index
-        self.memory = memory
+        self.tails = tails
         self.clock = clock
         self.idle_ms = idle_ms
         self.batch = batch
@@ -123,8 +123,7 @@ class IdleStreams:
         ):
             return False
         if len(stream.mem):
-            stream.trim_flushed(0)
-            self.memory.drop(("tail", stream.uid))  # (and its release, which refers to the stream)
+            self.tails.let_go(stream)
         return not len(stream.mem) and not stream.batches
 
     def start(self) -> None:

@@ -31,6 +31,9 @@ import contextlib
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Hashable
 
+Release = Callable[[Hashable], None]
+"""Lets an entry go: called with its key (one function for a kind of entry, not one each)."""
+
 
 class MemoryBudget:
     def __init__(self, limit: int) -> None:
@@ -39,20 +42,23 @@ class MemoryBudget:
         self.held = 0
         self.in_flight = 0
         self.evictions = 0
-        self._entries: OrderedDict[Hashable, tuple[int, Callable[[], None]]] = OrderedDict()
+        self._sizes: OrderedDict[Hashable, int] = OrderedDict()
+        """Held entries' bytes, least recently used first."""
+        self._releases: dict[Hashable, Release] = {}
         self._released: asyncio.Event | None = None
 
     @property
     def used(self) -> int:
         return self.held + self.in_flight
 
-    def hold(self, key: Hashable, nbytes: int, release: Callable[[], None]) -> None:
+    def hold(self, key: Hashable, nbytes: int, release: Release) -> None:
         """Keep (or resize) the entry ``key`` of ``nbytes`` as the most recently used;
-        ``release()`` is called if the budget lets it go."""
+        ``release(key)`` is called if the budget lets it go."""
         self.drop(key)
         if nbytes <= 0:
             return
-        self._entries[key] = (nbytes, release)
+        self._sizes[key] = nbytes
+        self._releases[key] = release
         self.held += nbytes
         self._shrink()
 
@@ -62,14 +68,15 @@ class MemoryBudget:
         self._shrink()
 
     def touch(self, key: Hashable) -> None:
-        if key in self._entries:
-            self._entries.move_to_end(key)
+        if key in self._sizes:
+            self._sizes.move_to_end(key)
 
     def drop(self, key: Hashable) -> None:
         """Forget an entry without calling its release (its owner let it go)."""
-        entry = self._entries.pop(key, None)
-        if entry is not None:
-            self.held -= entry[0]
+        nbytes = self._sizes.pop(key, None)
+        if nbytes is not None:
+            self.held -= nbytes
+            del self._releases[key]
 
     @contextlib.asynccontextmanager
     async def reading(self, nbytes: int) -> AsyncIterator[None]:
@@ -101,8 +108,8 @@ class MemoryBudget:
             released.set()
 
     def _shrink(self) -> None:
-        while self.limit and self.used > self.limit and self._entries:
-            _, (nbytes, release) = self._entries.popitem(last=False)
+        while self.limit and self.used > self.limit and self._sizes:
+            key, nbytes = self._sizes.popitem(last=False)
             self.held -= nbytes
             self.evictions += 1
-            release()
+            self._releases.pop(key)(key)
