@@ -44,6 +44,13 @@ def test_puts_and_takes_in_any_order_answer_as_a_dictionary() -> None:
         if roll < 0.45 and model:  # wake one: its state, and no longer cold
             uid = rng.choice(list(model)) if step % 7 else max(model)
             assert cold.peek(uid) == model[uid]
+            if step % 3 == 0:  # found by path first, as a request wakes it (the wake reuses the row found)
+                assert cold.uid_of(str(model[uid]["name"])) == uid
+                if step % 2:  # a sleeper in between (a merge of sleepers, at times)
+                    name = f"v1/stream/new-{next_uid}"
+                    model[next_uid], names[name] = _state(name, next_uid, 0), next_uid
+                    cold.put(name, next_uid, orjson.dumps(model[next_uid]))
+                    next_uid += 1
             assert cold.take(uid) == model[uid]
             built[uid] = model.pop(uid)
             del names[str(built[uid]["name"])]

@@ -25,10 +25,16 @@ follows the streams asleep now, not every stream ever asleep.
 
 Memory per cold stream: its path and state as bytes, 8 (uid), 1 (alive), 12 + 12 (the two
 indexes) and 8 of Arrow offsets; a new stream's state is ~200 bytes (``Stream.to_state``).
+
+A lookup reads a cell as bytes straight from its chunk's offsets and values buffers
+(``_Cells``), not through an Arrow scalar, and a wake follows the lookup by path that
+found it (``StreamIndex``): the row that lookup found is kept (``_found``) so the wake
+does not search again, until anything moves the rows.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterator
 from typing import Any
 
@@ -49,12 +55,34 @@ _Keys = np.ndarray[Any, np.dtype[np.int64]]
 _Rows = np.ndarray[Any, np.dtype[np.int32]]
 
 
+class _Cells:
+    """One chunk of a string or binary column, each cell read as bytes from its buffers."""
+
+    __slots__ = ("_offsets", "_values")
+
+    def __init__(self, chunk: pa.Array) -> None:
+        _, offsets, values = chunk.buffers()
+        width = np.int64 if chunk.type in (pa.large_string(), pa.large_binary()) else np.int32
+        edges = np.frombuffer(offsets, width)[chunk.offset : chunk.offset + len(chunk) + 1] if len(chunk) else ()
+        self._offsets = np.array(edges, np.int64).data  # (a memoryview: its item is a Python int at once)
+        self._values = memoryview(values) if values is not None else memoryview(b"")
+
+    def __getitem__(self, index: int) -> bytes:
+        return self._values[self._offsets[index] : self._offsets[index + 1]].tobytes()
+
+
 class ColdStreams:
     def __init__(self) -> None:
         self._names: list[pa.Array] = []
         self._states: list[pa.Array] = []
         """Chunks: chunk ``i`` holds rows ``_starts[i]`` to ``_starts[i + 1]``."""
+        self._name_cells: list[_Cells] = []
+        self._state_cells: list[_Cells] = []
         self._starts = np.zeros(1, np.int64)
+        self._start_list = [0]
+        """``_starts`` as a list (a cell's chunk is found with ``bisect``)."""
+        self._found = (-1, -1)
+        """The uid and row the last lookup by path found, for the wake that follows it."""
         self._uids: _Keys = np.empty(0, np.int64)
         self._alive = np.empty(0, np.bool_)
         self._dead = 0
@@ -96,7 +124,11 @@ class ColdStreams:
         if uid is not None:
             return uid
         row = self._row_of_name(name)
-        return None if row is None else int(self._uids[row])
+        if row is None:
+            return None
+        uid = int(self._uids[row])
+        self._found = (uid, row)
+        return uid
 
     def holds(self, uid: int) -> bool:
         return uid <= self._top_uid and (uid in self._recent or self._row_of_uid(uid) is not None)
@@ -107,7 +139,7 @@ class ColdStreams:
         if found is not None:
             return _parsed(found[1])
         row = self._row_of_uid(uid)
-        return None if row is None else _parsed(self._cell(self._states, row))
+        return None if row is None else _parsed(self._cell(self._state_cells, row))
 
     def names(self) -> Iterator[str]:
         for chunk in self.name_chunks():
@@ -138,12 +170,13 @@ class ColdStreams:
         if found is not None:
             del self._recent_names[found[0]]
             return _parsed(found[1])
-        row = self._row_of_uid(uid)
+        row = self._found[1] if self._found[0] == uid else self._row_of_uid(uid)
         if row is None:
             return None
-        state = _parsed(self._cell(self._states, row))
+        state = _parsed(self._cell(self._state_cells, row))
         self._alive[row] = False
         self._dead += 1
+        self._found = (-1, -1)
         if self._dead >= MERGE_AT and self._dead * 2 > len(self._alive):
             self._drop_dead()
         return state
@@ -151,12 +184,15 @@ class ColdStreams:
     # -- the segment ------------------------------------------------------------------
 
     def _row_of_name(self, name: str) -> int | None:
-        key = hash(name)
-        at = int(self._hashes.searchsorted(key))
-        while at < len(self._hashes) and self._hashes[at] == key:
+        key, hashes = hash(name), self._hashes
+        at = int(hashes.searchsorted(key))
+        encoded = None
+        while at < len(hashes) and hashes[at] == key:
             row = int(self._hash_rows[at])
-            if self._alive[row] and self._cell(self._names, row) == name:
-                return row
+            if self._alive[row]:
+                encoded = encoded or name.encode()
+                if self._cell(self._name_cells, row) == encoded:
+                    return row
             at += 1
         return None
 
@@ -169,9 +205,9 @@ class ColdStreams:
             at += 1
         return None
 
-    def _cell(self, chunks: list[pa.Array], row: int) -> Any:
-        chunk = int(self._starts.searchsorted(row, side="right")) - 1
-        return chunks[chunk][row - int(self._starts[chunk])].as_py()
+    def _cell(self, chunks: list[_Cells], row: int) -> bytes:
+        chunk = bisect.bisect_right(self._start_list, row) - 1
+        return chunks[chunk][row - self._start_list[chunk]]
 
     def _chunks(self, chunks: list[pa.Array]) -> Iterator[tuple[pa.Array, np.ndarray[Any, np.dtype[np.bool_]]]]:
         for index, chunk in enumerate(chunks):
@@ -193,7 +229,11 @@ class ColdStreams:
         rows = np.arange(first, first + len(uids), dtype=np.int32)
         self._names.append(names)
         self._states.append(states)
+        self._name_cells.append(_Cells(names))
+        self._state_cells.append(_Cells(states))
         self._starts = np.append(self._starts, first + len(uids))
+        self._start_list.append(first + len(uids))
+        self._found = (-1, -1)
         self._uids = np.concatenate([self._uids, uids])
         self._alive = np.concatenate([self._alive, np.ones(len(uids), np.bool_)])
         self._hashes, self._hash_rows = _merged(self._hashes, self._hash_rows, hashes, rows)
@@ -209,7 +249,11 @@ class ColdStreams:
         kept = [index for index, chunk in enumerate(names) if len(chunk)]
         self._names = [names[index] for index in kept]
         self._states = [states[index] for index in kept]
+        self._name_cells = [_Cells(chunk) for chunk in self._names]
+        self._state_cells = [_Cells(chunk) for chunk in self._states]
         self._starts = np.concatenate([[0], np.cumsum([len(chunk) for chunk in self._names], dtype=np.int64)])
+        self._start_list = self._starts.tolist()
+        self._found = (-1, -1)
         self._hashes, self._hash_rows = _renumbered(self._hashes, self._hash_rows, alive, renumbered)
         self._uid_keys, self._uid_rows = _renumbered(self._uid_keys, self._uid_rows, alive, renumbered)
         self._uids = self._uids[alive]
