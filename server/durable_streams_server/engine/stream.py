@@ -25,10 +25,31 @@ from .retention_state import RetentionState
 
 log = logging.getLogger("durable_streams_server.engine")
 
-_ZERO_BY_DEFAULT = frozenset(
-    ("fork_seq", "fork_sub_offset", "base_seq", "last_access_ms", "last_write_ms", "bytes_total", "snapshot_lsn")
+_ZERO_BY_DEFAULT = (
+    "fork_seq",
+    "fork_sub_offset",
+    "base_seq",
+    "last_access_ms",
+    "last_write_ms",
+    "bytes_total",
+    "snapshot_lsn",
 )
 """The counters ``from_state`` takes as 0 when absent (``to_state`` leaves them out at 0)."""
+_NONE_BY_DEFAULT = (
+    "ttl_s",
+    "expires_at",
+    "expires_at_ms",
+    "closed",
+    "stream_seq",
+    "fork_of",
+    "fork_offset",
+    "fork_source",
+    "fork_link",
+    "soft_deleted",
+    "snapshot_seq",
+    "snapshot_content_type",
+)
+"""The fields ``from_state`` takes as ``None`` (or ``False``) when absent (``to_state`` leaves them out so)."""
 
 
 def incarnation(uid: int, created_ms: int) -> str:
@@ -154,10 +175,12 @@ class Stream:
         excess = self.mem_bytes - keep_bytes
         if limit <= 0 or excess <= 0:
             return
-        # the fewest oldest messages whose bytes reach the excess
-        cumulative = np.cumsum(self.mem.sizes(self.mem_base, self.flushed_tail))
-        drop = min(int(np.searchsorted(cumulative, excess, side="left")) + 1, limit)
-        dropped = int(cumulative[drop - 1])
+        if excess >= self.flushed_mem_bytes:  # every flushed message goes (a stream going to sleep)
+            drop, dropped = limit, self.flushed_mem_bytes
+        else:  # the fewest oldest messages whose bytes reach the excess
+            cumulative = np.cumsum(self.mem.sizes(self.mem_base, self.flushed_tail))
+            drop = min(int(np.searchsorted(cumulative, excess, side="left")) + 1, limit)
+            dropped = int(cumulative[drop - 1])
         self.mem.drop(drop)
         self.mem_base += drop
         self.mem_bytes -= dropped
@@ -196,36 +219,22 @@ class Stream:
             "tail": self.tail,
             "written_ms": written_ms,
         }
-        optional = {
-            "ttl_s": self.ttl_s,
-            "expires_at": self.expires_at,
-            "expires_at_ms": self.expires_at_ms,
-            "closed": self.closed,
-            "closed_by": list(self.closed_by) if self.closed_by else None,
-            "producers": {pid: [p.epoch, p.last_seq] for pid, p in self.producers.items()},
-            "stream_seq": self.stream_seq,
-            "fork_of": self.fork_of,
-            "fork_seq": self.fork_seq,
-            "fork_offset": self.fork_offset,
-            "fork_sub_offset": self.fork_sub_offset,
-            "fork_source": self.fork_source,
-            "fork_link": self.fork_link,
-            "base_seq": self.base_seq,
-            "soft_deleted": self.soft_deleted,
-            "last_access_ms": self.last_access_ms,
-            "last_write_ms": self.last_write_ms,
-            "bytes_total": self.bytes_total,
-            "snapshot_seq": self.snapshot_seq,
-            "snapshot_content_type": self.snapshot_content_type,
-            "snapshot_lsn": self.snapshot_lsn,
-            "retention": self.retention.to_json() if self.retention is not None else None,
-            "deleted": deleted,
-        }
-        state.update(
-            (key, value)
-            for key, value in optional.items()
-            if not (value is None or value is False or value == {} or (value == 0 and key in _ZERO_BY_DEFAULT))
-        )
+        for key in _NONE_BY_DEFAULT:  # (a loop of getattr: twice as fast as a dict of all, filtered)
+            value = getattr(self, key)
+            if value is not None and value is not False:
+                state[key] = value
+        for key in _ZERO_BY_DEFAULT:
+            value = getattr(self, key)
+            if value:
+                state[key] = value
+        if self.closed_by:
+            state["closed_by"] = list(self.closed_by)
+        if self.producers:
+            state["producers"] = {pid: [p.epoch, p.last_seq] for pid, p in self.producers.items()}
+        if self.retention is not None:
+            state["retention"] = self.retention.to_json()
+        if deleted:
+            state["deleted"] = True
         return state
 
     @classmethod
