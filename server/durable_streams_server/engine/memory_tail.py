@@ -1,7 +1,7 @@
 """One stream's in-memory tail: the messages from ``Stream.mem_base`` on, in chunks.
 
-Plain appends extend a chunk of Python lists (one ``bytes`` and one append time per
-message, as they arrived); a bulk append adds its ``MessageBatch``'s Arrow array as a chunk
+Plain appends extend a chunk of a Python list (one ``bytes`` per message, as they arrived)
+and an ``array`` of their append times; a bulk append adds its ``MessageBatch``'s Arrow array as a chunk
 of its own, so its messages stay in the batch's two buffers: remembering, measuring,
 trimming and reading them (``runs``) slices those buffers without a Python object per
 message. Chunks are in sequence order and contiguous.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -25,7 +26,7 @@ from .runs import ArrowRun, MemoryRun, Run
 class _Lists:
     first: int
     data: list[bytes] = field(default_factory=list)
-    stamps: list[int] = field(default_factory=list)
+    stamps: array[int] = field(default_factory=lambda: array("q"))
 
     def __len__(self) -> int:
         return len(self.data)
@@ -49,7 +50,7 @@ class _Lists:
         return MemoryRun(self.first + start, self.data[start:stop], self.stamps[start:stop])
 
     def first_stamped(self, at_ms: int, start: int, stop: int) -> int | None:
-        late = np.flatnonzero(np.asarray(self.stamps[start:stop], dtype=np.int64) >= at_ms)
+        late = np.flatnonzero(np.frombuffer(self.stamps[start:stop], np.int64) >= at_ms)
         return start + int(late[0]) if len(late) else None
 
     def drop(self, count: int) -> None:
@@ -102,13 +103,13 @@ class MemoryTail:
 
     def __init__(self) -> None:
         self._chunks: list[_Lists | _Arrow] | tuple[()] = ()
-        self._firsts: list[int] | tuple[()] = ()
+        self._firsts: array[int] | tuple[()] = ()
         self.count = 0
 
     def _append(self, chunk: _Lists | _Arrow) -> None:
         if not self._chunks:
-            self._chunks, self._firsts = [], []
-        assert isinstance(self._chunks, list) and isinstance(self._firsts, list)
+            self._chunks, self._firsts = [], array("q")
+        assert isinstance(self._chunks, list) and isinstance(self._firsts, array)
         self._chunks.append(chunk)
         self._firsts.append(chunk.first)
 
@@ -199,7 +200,7 @@ class MemoryTail:
             self._chunks, self._firsts = (), ()
             return
         chunks, firsts = self._chunks, self._firsts
-        assert isinstance(chunks, list) and isinstance(firsts, list)
+        assert isinstance(chunks, list) and isinstance(firsts, array)
         while count:
             chunk = chunks[0]
             if len(chunk) <= count:

@@ -14,6 +14,7 @@ buffers the read decoded -- no Python object per message, no copy before the soc
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -63,7 +64,7 @@ class Run(Protocol):
 class MemoryRun:
     first: int
     data: list[bytes]
-    stamps: list[int]
+    stamps: array[int]
 
     def __len__(self) -> int:
         return len(self.data)
@@ -75,14 +76,14 @@ class MemoryRun:
         return len(self.data[0])
 
     def lists(self) -> tuple[list[bytes], list[int]]:
-        return self.data, self.stamps
+        return self.data, self.stamps.tolist()
 
     def views(self) -> list[bytes | memoryview]:
         return [b"".join(self.data)] if self.data else []  # (one buffer: a body of many small messages)
 
     def columns(self) -> pa.Table:
         seqs = pa.array(range(self.first, self.first + len(self.data)), pa.int64())
-        stamps = pa.array(self.stamps, pa.timestamp("ms", tz="UTC")).cast(TIMESTAMP)
+        stamps = pa.array(np.frombuffer(self.stamps, np.int64), pa.timestamp("ms", tz="UTC")).cast(TIMESTAMP)
         return pa.Table.from_arrays([seqs, stamps, pa.array(self.data, pa.binary())], schema=COLUMNS)
 
 
