@@ -14,7 +14,7 @@ from local_engine import open_local
 
 from durable_streams_server.engine import reads
 from durable_streams_server.engine.engine import Engine, EngineConfig
-from durable_streams_server.engine.idle import PRESSED_IDLE_MS, IdleStreams
+from durable_streams_server.engine.idle import MOST_BUILT, PRESSED_IDLE_MS, IdleStreams, most_built
 from durable_streams_server.engine.memory import MemoryBudget
 from durable_streams_server.engine.retention_state import RetentionState
 from durable_streams_server.engine.stream import ProducerState, Stream
@@ -219,6 +219,14 @@ def test_a_step_takes_its_batch_or_its_time_whichever_ends_first() -> None:
     idle.step_s = 0.0  # out of time after the first
     assert [idle.step(), idle.step(), idle.step(), idle.step()] == [1, 1, 1, 0]
     assert index.dormant == 13
+
+
+def test_the_streams_built_at_once_are_a_share_of_the_memory_budget_at_most_the_collectors_bound() -> None:
+    """The default 512 MiB budget would allow 65,536 (8 KiB each): the collector's bound caps it;
+    a small budget caps it lower; without a budget the bound still holds."""
+    assert most_built(512 * 1024 * 1024) == MOST_BUILT == 16384
+    assert most_built(64 * 1024 * 1024) == 8192
+    assert most_built(1) == 1 and most_built(0) == MOST_BUILT
 
 
 def test_past_the_most_built_streams_unused_for_a_second_sleep_once_in_delta(tmp_path: Path) -> None:

@@ -56,7 +56,7 @@ from .buckets import Bucket, Buckets, bucket_of
 from .consumers import Consumers
 from .copied_forks import ForkCopy, PendingUnlinks
 from .history import HistoryCache
-from .idle import AWAKE_STREAM_BYTES, IDLE_MS, IdleStreams
+from .idle import IDLE_MS, IdleStreams, most_built
 from .memory import MemoryBudget
 from .memory_guard import MemoryGuard
 from .ports import StoragePort
@@ -117,7 +117,7 @@ class Engine:
             clock,
             self.config.idle_stream_ms,
             flushed_lsn=lambda: storage.flushed_lsn,
-            most_built=self.config.memory_budget_bytes // AWAKE_STREAM_BYTES,
+            most_built=most_built(self.config.memory_budget_bytes),
         )
         self.reserved = ReservedRecords(storage, self.live.apply, clock)
         self.tombstones = Tombstones(

@@ -21,12 +21,16 @@ number of streams), and puts to sleep each one that
 - and nothing else refers to (``StreamIndex.sleep`` counts the references).
 
 Streams created or used faster than ``idle_ms`` lets them sleep would keep a ``Stream`` each
-(~1.3 KB) for that long: a million new streams, over a gigabyte. So the memory budget also
-caps the streams built at once (``most_built``: a share of ``AWAKE_STREAM_BYTES`` each).
-While more are built, the idle time shrinks to ``PRESSED_IDLE_MS`` and a step may take
-``PRESSED_STEP_S``: streams unused for a second sleep, each kept as ~235 bytes of columns
-(``cold_streams``), and the hot ones stay built. Only a stream whose every record is in
-Delta with its state (``flushed_lsn``) sleeps, so the next flush does not build it again.
+(~1.3 KB) for that long: a million new streams, over a gigabyte. And every full collection
+of the cyclic collector scans each built stream (``collector.py``): ~2-4 µs a stream with
+its tail, so 65,536 built streams paused the loop 130-280 ms at a time. So the streams built
+at once are capped (``most_built``): a share of the memory budget each
+(``AWAKE_STREAM_BYTES``), and never more than ``MOST_BUILT`` (16,384: pauses of 45-90 ms
+measured with a million streams and appends to random ones). While more are built, the idle
+time shrinks to ``PRESSED_IDLE_MS`` and a step may take ``PRESSED_STEP_S``: streams unused
+for a second sleep, each kept as ~235 bytes of columns (``cold_streams``), and the hot ones
+stay built. Only a stream whose every record is in Delta with its state (``flushed_lsn``)
+sleeps, so the next flush does not build it again.
 
 Its cached tail (flushed messages kept for reads) is let go first, as the memory budget
 would let it go: reads of it then come from Delta, identical. A sleeping stream is built
@@ -49,11 +53,21 @@ log = logging.getLogger("durable_streams_server.engine")
 IDLE_MS = 5 * 60 * 1000
 """How long a stream is left unused before it may sleep."""
 AWAKE_STREAM_BYTES = 8192
-"""The memory budget's share per built stream, for ``most_built`` (512 MiB: 65,536 streams)."""
+"""The memory budget's share per built stream, for ``most_built`` (64 MiB: 8,192 streams)."""
+MOST_BUILT = 16384
+"""The most streams built at once, whatever the memory budget (the collector's pauses)."""
 PRESSED_IDLE_MS = 1000
 """How long a stream is left unused before it may sleep while too many are built."""
 PRESSED_STEP_S = 0.02
 """The longest step while too many are built (a fifth of the loop at the default interval)."""
+
+
+def most_built(memory_budget_bytes: int) -> int:
+    """The streams built at once before they sleep sooner: a share of the memory budget each
+    (no share without a budget), at most ``MOST_BUILT``."""
+    if not memory_budget_bytes:
+        return MOST_BUILT
+    return min(max(memory_budget_bytes // AWAKE_STREAM_BYTES, 1), MOST_BUILT)
 
 
 class IdleStreams:
