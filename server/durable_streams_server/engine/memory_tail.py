@@ -1,10 +1,14 @@
 """One stream's in-memory tail: the messages from ``Stream.mem_base`` on, in chunks.
 
 Plain appends extend a chunk of a Python list (one ``bytes`` per message, as they arrived)
-and an ``array`` of their append times; a bulk append adds its ``MessageBatch``'s Arrow array as a chunk
-of its own, so its messages stay in the batch's two buffers: remembering, measuring,
-trimming and reading them (``runs``) slices those buffers without a Python object per
-message. Chunks are in sequence order and contiguous.
+and an ``array`` of their append times; a bulk append adds its ``MessageBatch``'s Arrow
+array as a chunk of its own, so its messages stay in the batch's two buffers: remembering,
+measuring, trimming and reading them (``runs``) slices those buffers without a Python
+object per message. Chunks are in sequence order and contiguous.
+
+The append times and the chunks' first seqs are ``array``s, not lists: the cyclic collector
+(``collector.py``) follows none of an array's items, where a list of append times is an int
+object per message to visit in every full collection (and 36 bytes a message, not 8).
 """
 
 from __future__ import annotations
