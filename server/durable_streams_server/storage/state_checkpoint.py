@@ -31,15 +31,19 @@ CHECKPOINT_APP_ID = "durable-streams-server/state-checkpoint"
 
 
 def newest_per_uid(rows: pa.Table) -> pa.Table:
-    """For each ``(kind, stream_uid)``, its row with the highest ``lsn``."""
+    """For each ``(kind, stream_uid)``, its row with the highest ``lsn``, in ``(kind, stream_uid)``
+    order. The keys are sorted, not the rows: the rows kept are copied once (sorting the whole
+    table, then filtering it, copied every row's ``meta`` twice: ~330 MiB at peak for a
+    million rows of ~130 bytes each, ~205 MiB so)."""
     if rows.num_rows == 0:
         return rows
-    ordered = rows.sort_by([("kind", "ascending"), ("stream_uid", "ascending"), ("lsn", "descending")])
-    uids = ordered["stream_uid"].to_numpy()
-    kinds = pc.dictionary_encode(ordered["kind"]).combine_chunks().indices.to_numpy(zero_copy_only=False)
+    keys = pa.table([rows["kind"], rows["stream_uid"], rows["lsn"]], names=["kind", "stream_uid", "lsn"])
+    order = pc.sort_indices(keys, [("kind", "ascending"), ("stream_uid", "ascending"), ("lsn", "descending")])
+    uids = rows["stream_uid"].take(order).to_numpy()
+    kinds = pc.dictionary_encode(rows["kind"].take(order)).combine_chunks().indices.to_numpy(zero_copy_only=False)
     first = np.ones(len(uids), dtype=bool)
     first[1:] = (uids[1:] != uids[:-1]) | (kinds[1:] != kinds[:-1])
-    return ordered.filter(pa.array(first))
+    return rows.take(order.filter(pa.array(first)))
 
 
 @dataclass
