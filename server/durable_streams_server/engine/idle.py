@@ -23,9 +23,9 @@ number of streams), and puts to sleep each one that
 Streams created or used faster than ``idle_ms`` lets them sleep would keep a ``Stream`` each
 (~1.3 KB) for that long: a million new streams, over a gigabyte. And every full collection
 of the cyclic collector scans each built stream (``collector.py``): ~2-4 µs a stream with
-its tail, so 65,536 built streams paused the loop 130-280 ms at a time. So the streams built
+its tail, so 65,536 built streams paused the loop 130-285 ms at a time. So the streams built
 at once are capped (``most_built``): a share of the memory budget each
-(``AWAKE_STREAM_BYTES``), and never more than ``MOST_BUILT`` (16,384: pauses of 45-90 ms
+(``AWAKE_STREAM_BYTES``), and never more than ``MOST_BUILT`` (16,384: pauses of 45-95 ms
 measured with a million streams and appends to random ones). While more are built, the idle
 time shrinks to ``PRESSED_IDLE_MS`` and a step may take ``PRESSED_STEP_S``: streams unused
 for a second sleep, each kept as ~235 bytes of columns (``cold_streams``), and the hot ones
