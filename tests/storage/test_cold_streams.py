@@ -8,6 +8,7 @@ import random
 
 import orjson
 import pyarrow as pa
+import pytest
 
 from durable_streams_server.engine.cold_streams import MERGE_AT, ColdStreams
 from durable_streams_server.storage.state_rows import DormantStates
@@ -88,3 +89,15 @@ def test_woken_rows_are_dropped_once_they_are_the_majority() -> None:
     assert cold.rows() < count  # (rewritten without the woken rows)
     assert sorted(cold.uids()) == list(range(count - MERGE_AT // 2, count))
     assert cold.uid_of(f"s{count - 1}") == count - 1 and cold.uid_of("s0") is None
+
+
+def test_columns_of_a_view_type_are_refused_not_misread() -> None:
+    """A view type's buffers are laid out otherwise than offsets and values: read as those, its
+    cells would be garbage, so the columns are refused by name."""
+    views = DormantStates(
+        pa.array(["v1/stream/a"], pa.string_view()),
+        pa.array([1], pa.int64()),
+        pa.array([orjson.dumps(_state("v1/stream/a", 1, 0)).decode()], pa.string()),
+    )
+    with pytest.raises(TypeError, match="not string_view"):
+        ColdStreams.of(views)

@@ -51,6 +51,7 @@ _HASHED_AT_ONCE = 65536
 """Paths turned into Python strings at once to be hashed (the transient memory of a
 recovery's hashing)."""
 
+_OFFSET_TYPES = (pa.string(), pa.binary(), pa.large_string(), pa.large_binary())
 _Keys = np.ndarray[Any, np.dtype[np.int64]]
 _Rows = np.ndarray[Any, np.dtype[np.int32]]
 
@@ -61,6 +62,8 @@ class _Cells:
     __slots__ = ("_offsets", "_values")
 
     def __init__(self, chunk: pa.Array) -> None:
+        if chunk.type not in _OFFSET_TYPES:  # (a view type's buffers are laid out otherwise)
+            raise TypeError(f"cold stream columns are strings or binaries with offsets, not {chunk.type}")
         _, offsets, values = chunk.buffers()
         width = np.int64 if chunk.type in (pa.large_string(), pa.large_binary()) else np.int32
         edges = np.frombuffer(offsets, width)[chunk.offset : chunk.offset + len(chunk) + 1] if len(chunk) else ()
