@@ -35,6 +35,7 @@ does not search again, until anything moves the rows.
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -42,6 +43,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
+from ..storage.message_batch import MessageBatch
 from ..storage.state_rows import DormantStates
 
 MERGE_AT = 4096
@@ -51,24 +53,22 @@ _HASHED_AT_ONCE = 65536
 """Paths turned into Python strings at once to be hashed (the transient memory of a
 recovery's hashing)."""
 
-_OFFSET_TYPES = (pa.string(), pa.binary(), pa.large_string(), pa.large_binary())
 _Keys = np.ndarray[Any, np.dtype[np.int64]]
 _Rows = np.ndarray[Any, np.dtype[np.int32]]
 
 
 class _Cells:
-    """One chunk of a string or binary column, each cell read as bytes from its buffers."""
+    """One chunk of a string or binary column, each cell read as bytes from its buffers
+    (``MessageBatch``'s offsets and values: a string chunk is viewed as binary, no copy)."""
 
     __slots__ = ("_offsets", "_values")
 
     def __init__(self, chunk: pa.Array) -> None:
-        if chunk.type not in _OFFSET_TYPES:  # (a view type's buffers are laid out otherwise)
+        if chunk.type not in (pa.string(), pa.binary()):  # (a view type's buffers are laid out otherwise)
             raise TypeError(f"cold stream columns are strings or binaries with offsets, not {chunk.type}")
-        _, offsets, values = chunk.buffers()
-        width = np.int64 if chunk.type in (pa.large_string(), pa.large_binary()) else np.int32
-        edges = np.frombuffer(offsets, width)[chunk.offset : chunk.offset + len(chunk) + 1] if len(chunk) else ()
-        self._offsets = np.array(edges, np.int64).data  # (a memoryview: its item is a Python int at once)
-        self._values = memoryview(values) if values is not None else memoryview(b"")
+        batch = MessageBatch(chunk.view(pa.binary()))
+        self._offsets = batch.offsets().astype(np.int64).data  # (a memoryview: its item is a Python int at once)
+        self._values = batch.values()
 
     def __getitem__(self, index: int) -> bytes:
         return self._values[self._offsets[index] : self._offsets[index + 1]].tobytes()
@@ -81,9 +81,8 @@ class ColdStreams:
         """Chunks: chunk ``i`` holds rows ``_starts[i]`` to ``_starts[i + 1]``."""
         self._name_cells: list[_Cells] = []
         self._state_cells: list[_Cells] = []
-        self._starts = np.zeros(1, np.int64)
-        self._start_list = [0]
-        """``_starts`` as a list (a cell's chunk is found with ``bisect``)."""
+        self._starts = [0]
+        """(A list: a cell's chunk is found with ``bisect``.)"""
         self._found = (-1, -1)
         """The uid and row the last lookup by path found, for the wake that follows it."""
         self._uids: _Keys = np.empty(0, np.int64)
@@ -209,8 +208,8 @@ class ColdStreams:
         return None
 
     def _cell(self, chunks: list[_Cells], row: int) -> bytes:
-        chunk = bisect.bisect_right(self._start_list, row) - 1
-        return chunks[chunk][row - self._start_list[chunk]]
+        chunk = bisect.bisect_right(self._starts, row) - 1
+        return chunks[chunk][row - self._starts[chunk]]
 
     def _chunks(self, chunks: list[pa.Array]) -> Iterator[tuple[pa.Array, np.ndarray[Any, np.dtype[np.bool_]]]]:
         for index, chunk in enumerate(chunks):
@@ -234,8 +233,7 @@ class ColdStreams:
         self._states.append(states)
         self._name_cells.append(_Cells(names))
         self._state_cells.append(_Cells(states))
-        self._starts = np.append(self._starts, first + len(uids))
-        self._start_list.append(first + len(uids))
+        self._starts.append(first + len(uids))
         self._found = (-1, -1)
         self._uids = np.concatenate([self._uids, uids])
         self._alive = np.concatenate([self._alive, np.ones(len(uids), np.bool_)])
@@ -254,8 +252,7 @@ class ColdStreams:
         self._states = [states[index] for index in kept]
         self._name_cells = [_Cells(chunk) for chunk in self._names]
         self._state_cells = [_Cells(chunk) for chunk in self._states]
-        self._starts = np.concatenate([[0], np.cumsum([len(chunk) for chunk in self._names], dtype=np.int64)])
-        self._start_list = self._starts.tolist()
+        self._starts = [0, *itertools.accumulate(len(chunk) for chunk in self._names)]
         self._found = (-1, -1)
         self._hashes, self._hash_rows = _renumbered(self._hashes, self._hash_rows, alive, renumbered)
         self._uid_keys, self._uid_rows = _renumbered(self._uid_keys, self._uid_rows, alive, renumbered)

@@ -68,12 +68,15 @@ class MessageBatch(Sequence[bytes]):
         """The messages' bytes end to end: a view of the values buffer, no copy."""
         return _values(self.array, int(_offsets(self.array)[0]), self.nbytes)
 
+    def offsets(self) -> np.ndarray:
+        """Where each message starts in ``values()`` (count + 1 of them, from 0)."""
+        offsets = _offsets(self.array)
+        relative: np.ndarray = offsets - offsets[0]
+        return relative
+
     def frame_parts(self) -> tuple[bytes, memoryview]:
         """The offsets (``u32`` * (count + 1), from 0) and the values, for a WAL frame."""
-        offsets = _offsets(self.array)
-        base = int(offsets[0]) if len(offsets) else 0
-        relative = (offsets - base).astype("<u4", copy=False).tobytes()
-        return relative, _values(self.array, base, self.nbytes)
+        return self.offsets().astype("<u4", copy=False).tobytes(), self.values()
 
     @classmethod
     def from_frame(cls, count: int, offsets: bytes | memoryview, values: bytes | memoryview) -> MessageBatch:
