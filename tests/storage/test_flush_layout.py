@@ -21,6 +21,7 @@ from durable_streams_server.storage.delta_log import DeltaLog
 from durable_streams_server.storage.footers import FooterCache
 from durable_streams_server.storage.history_reader import HistoryReader
 from durable_streams_server.storage.records import AppendHeader, Header, Record
+from durable_streams_server.storage.row_group_streams import RowGroupStreams
 
 
 def _state(uid: int, tail: int) -> dict[str, Any]:
@@ -152,3 +153,46 @@ def test_footer_cache_counts_decoded_row_group_statistics(tmp_path: Path) -> Non
     assert [int(v) for v in stats.seq_max] == [
         metadata.row_group(i).column(seq).statistics.max for i in range(metadata.num_row_groups)
     ]
+
+
+def _spread_flushes(tmp_path: Path, flushes: int, streams: int) -> tuple[DeltaLog, dict[int, bytes]]:
+    """``flushes`` flush files whose uid ranges all span every stream (uids 10, 11, ...), each
+    stream's one message in one of them: the layout of appends spread over many streams."""
+    delta = DeltaLog(str(tmp_path), {})
+    sent = {10 + i: os.urandom(100) for i in range(streams)}
+    lsn = 0
+    for flush in range(flushes):
+        records: list[Record[Header]] = []
+        for uid, payload in sent.items():
+            if uid % flushes == flush:
+                lsn += 1
+                records.append(Record(lsn, uid, AppendHeader(0, 1_000 + lsn, None, None, False), (payload,)))
+        delta.commit(records, {}, lsn)
+    return delta, sent
+
+
+def test_a_read_decodes_only_the_row_groups_that_hold_its_stream(tmp_path: Path) -> None:
+    """Every flush file's statistics allow every stream; after a row group's uids are learned
+    (its first read, ``row_group_streams``), a read of a stream decodes the one that holds it."""
+    delta, sent = _spread_flushes(tmp_path, flushes=6, streams=1_200)
+    files = DeltaTable(delta.uri).file_uris()
+    assert len(files) == 6 and all(pq.ParquetFile(path).metadata.num_row_groups == 1 for path in files)
+    reader = HistoryReader(delta.uri, {})
+    assert all(reader.read(uid, 0, 1, max_bytes=1 << 20)["data"].to_pylist() == [data] for uid, data in sent.items())
+    assert reader.streams.learned == 6  # each row group's uids decoded once
+    largest = max(os.path.getsize(path) for path in files)
+    for uid in (11, 500, 1_209):
+        before = reader.bytes_read
+        assert reader.read(uid, 0, 1, max_bytes=1 << 20)["data"].to_pylist() == [sent[uid]]
+        assert reader.bytes_read - before <= largest  # one row group, not up to six
+    assert reader.streams.learned == 6
+
+
+def test_row_groups_whose_streams_are_not_kept_are_read_as_before(tmp_path: Path) -> None:
+    """A bound too small for any row group's uids: nothing is kept, every read learns again, and
+    every stream still reads back whole."""
+    delta, sent = _spread_flushes(tmp_path, flushes=3, streams=300)
+    reader = HistoryReader(delta.uri, {})
+    reader.streams = RowGroupStreams(max_bytes=64)
+    assert all(reader.read(uid, 0, 1, max_bytes=1 << 20)["data"].to_pylist() == [data] for uid, data in sent.items())
+    assert reader.streams.nbytes == 0 and reader.streams.learned >= len(sent)  # (3 if kept)

@@ -47,6 +47,7 @@ block; callers run them on worker threads.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import threading
@@ -63,6 +64,7 @@ from deltalake.fs import DeltaStorageHandler
 
 from .data_files import FileBytes, local_root, open_local
 from .footers import FooterCache, message_files, message_row_groups
+from .row_group_streams import RowGroupStreams
 from .table_schema import KIND_MESSAGE, SCHEMA
 
 HISTORY_COLUMNS = ["seq", "ts", "data", "meta"]
@@ -165,6 +167,8 @@ class HistoryReader:
         self._local_root = local_root(uri)
         self._sizes: dict[str, int] = {}
         """The size of each data file of the file index (its add action's ``size_bytes``)."""
+        self.streams = RowGroupStreams()
+        """Which streams each row group of several holds, learned at its first read."""
         self.files = FileBytes(max_file_bytes)
         """Object-store tables: the data files' bytes read, kept for the next reads."""
 
@@ -255,13 +259,23 @@ class HistoryReader:
         self._sizes = sizes
 
     def _groups(self, path: str, uid: int, start: int, max_bytes: int) -> list[_Group]:
-        """The row groups of a file that may hold messages of ``uid`` from ``start``, by first seq."""
+        """The row groups of a file that may hold messages of ``uid`` from ``start``, by first seq
+        (one of several streams only if it holds ``uid``: ``row_group_streams``)."""
         groups = []
-        for group in message_row_groups(self._footers.row_groups(path, self._sizes.get(path)), uid, start):
+        size = self._sizes.get(path)
+        for group in message_row_groups(self._footers.row_groups(path, size), uid, start):
+            if not group.only_stream and not self.streams.may_hold(
+                (path, size, group.index), uid, functools.partial(self._uid_column, path, group.index)
+            ):
+                continue
             row_bytes = max(1, group.data_bytes // max(1, group.rows))
             rows = min(_MAX_BATCH_ROWS, max(1, max_bytes // row_bytes))
             groups.append(_Group(path, group.index, group.first_seq, rows))
         return sorted(groups, key=lambda group: (group.first_seq, group.index))
+
+    def _uid_column(self, path: str, index: int) -> pa.ChunkedArray:
+        parquet = pq.ParquetFile(self._open(path), metadata=self._footer(path), pre_buffer=False)
+        return parquet.read_row_group(index, columns=["stream_uid"], use_threads=False)["stream_uid"]
 
     def _footer(self, path: str) -> pq.FileMetaData:
         return self._footers.get(path, self._sizes.get(path))
