@@ -4,6 +4,7 @@ whatever the number of flushes before it, and the newest state always wins."""
 from __future__ import annotations
 
 import json
+import random
 import uuid
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from servers import MotoServer
 from durable_streams_server.storage.data_files import WHOLE_FILE_BYTES
 from durable_streams_server.storage.delta_log import DeltaLog
 from durable_streams_server.storage.records import AppendHeader, Header, Record, SubscriptionHeader
-from durable_streams_server.storage.state_checkpoint import CheckpointPolicy, newest_per_uid
+from durable_streams_server.storage.state_checkpoint import BATCH_ROWS, CheckpointPolicy, newest_per_uid
 from durable_streams_server.storage.state_files import StateFiles
 
 
@@ -28,6 +29,15 @@ def _flush(
     delta: DeltaLog, lsn: int, states: dict[int, dict[str, Any]], records: tuple[Record[Header], ...] = ()
 ) -> None:
     delta.commit(list(records), states, lsn)
+
+
+def _location(store: str, tmp_path: Path, moto: MotoServer) -> tuple[str, dict[str, str]]:
+    """A table's URI and storage options: in ``tmp_path``, or in a fresh bucket of moto's."""
+    if store == "local":
+        return str(tmp_path), {}
+    bucket = f"state-{uuid.uuid4().hex[:8]}"
+    moto.create_bucket(bucket)
+    return f"s3://{bucket}/shard", moto.storage_options()
 
 
 def _state_rows(tmp_path: Path) -> pa.Table:
@@ -119,12 +129,7 @@ def test_state_rows_read_from_the_files_are_the_rows_a_delta_scan_finds(
     (``state_files``): the same rows a Delta scan with the same predicate finds, from small
     flush files fetched whole, from one larger than ``WHOLE_FILE_BYTES`` read by its row groups, and
     from files a DELETE rewrote."""
-    if store == "s3":
-        bucket = f"state-files-{uuid.uuid4().hex[:8]}"
-        moto.create_bucket(bucket)
-        uri, options = f"s3://{bucket}/shard", moto.storage_options()
-    else:
-        uri, options = str(tmp_path), {}
+    uri, options = _location(store, tmp_path, moto)
     delta = DeltaLog(uri, options)
     for lsn in range(1, 13):  # (one record per flush: the tail is the LSN)
         tail = lsn
@@ -147,3 +152,43 @@ def test_state_rows_read_from_the_files_are_the_rows_a_delta_scan_finds(
     assert found.num_rows == 4 + 1 + 7 + 2  # the checkpoint's rows, flush 5's, a state per flush after, 2 subscriptions
     assert found.sort_by(order).to_pylist() == scanned.select(found.column_names).sort_by(order).to_pylist()
     assert delta.load_rows().all_states()[2]["tail"] == 10
+
+
+@pytest.mark.parametrize("store", ["local", "s3"])
+def test_a_checkpoint_of_many_streams_writes_the_newest_row_of_each(
+    store: str, tmp_path: Path, moto: MotoServer
+) -> None:
+    """A checkpoint reads its keys first, then the rows it keeps file by file, a batch at a time
+    (``state_checkpoint.Checkpoint``): what it writes is ``newest_per_uid`` of every row it
+    covers, over files of several batches (a previous checkpoint's among them) and both kinds."""
+    uri, options = _location(store, tmp_path, moto)
+    delta = DeltaLog(uri, options)
+    rng = random.Random(7)
+    streams = 3 * BATCH_ROWS + 5
+    subscribed: set[int] = set()
+    _flush(delta, 1, {uid: _state(uid, 0) for uid in range(streams)})
+    for lsn in range(2, 6):
+        uids = rng.sample(range(streams), 50)
+        subscribed.update(uids)
+        subs = tuple(
+            Record(lsn, uid, SubscriptionHeader(f"v1/stream/__ds/subscriptions/s{uid}", {"generation": lsn}, 2000))
+            for uid in uids
+        )
+        _flush(delta, lsn, {uid: _state(uid, lsn) for uid in rng.sample(range(streams), 2_000)}, subs)
+        if lsn == 3:
+            assert delta.write_state_checkpoint() == streams + len(subscribed)
+    delta._table.update_incremental()
+    covered = StateFiles.plan(delta._table, options, ("state", "subscription"), 3).read()
+    expected = newest_per_uid(covered)  # (re-stamped 5 by the checkpoint)
+    flush_five = covered.filter(pa.compute.equal(covered["lsn"], 5))
+
+    assert delta.write_state_checkpoint() == streams + len(subscribed) == expected.num_rows
+    found = DeltaTable(f"{uri}/streams", storage_options=options).to_pyarrow_table(
+        filters=[("kind", "in", ["state", "subscription"]), ("lsn", "=", 5)]
+    )
+    columns = ["kind", "stream_uid", "stream", "data", "meta"]
+
+    def rows(*tables: pa.Table) -> list[tuple[Any, ...]]:
+        return sorted(tuple(row.values()) for table in tables for row in table.select(columns).to_pylist())
+
+    assert rows(found) == rows(expected, flush_five)  # the checkpoint's rows beside flush 5's (same LSN)

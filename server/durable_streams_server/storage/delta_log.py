@@ -61,7 +61,7 @@ from .records import (
     Header,
     Record,
 )
-from .state_checkpoint import CHECKPOINT_APP_ID, newest_per_uid
+from .state_checkpoint import BATCH_ROWS, CHECKPOINT_APP_ID, Checkpoint, newest_per_uid
 from .state_files import StateFiles
 from .state_rows import RecoveredRows, split_rows
 from .table_schema import KIND_SNAPSHOT, KIND_STATE, KIND_SUBSCRIPTION, SCHEMA
@@ -224,18 +224,18 @@ class DeltaLog:
             if covered <= since:
                 return 0
             files = StateFiles.plan(self._table, self.storage_options, _STATE_KINDS, since)
-        rows = newest_per_uid(files.read())
-        rows = rows.set_column(rows.schema.get_field_index("lsn"), "lsn", pa.repeat(covered, rows.num_rows))
+        checkpoint = Checkpoint(files, covered)
+        rows = checkpoint.rows_to_write()
         with self._lock:
             properties = self._properties(Transaction(app_id=CHECKPOINT_APP_ID, version=covered))
             self._write(
                 rows,
                 mode="append",
                 commit_properties=properties,
-                writer_properties=WriterProperties(column_properties=_PAYLOAD_COLUMNS),
+                writer_properties=WriterProperties(max_row_group_size=BATCH_ROWS, column_properties=_PAYLOAD_COLUMNS),
             )
             self._committed()
-        return int(rows.num_rows)
+        return checkpoint.rows
 
     # -- maintenance writes, through the writer's handle under its lock ---------------------
     #

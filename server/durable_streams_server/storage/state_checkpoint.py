@@ -21,13 +21,85 @@ never so often that rewriting every live stream's row costs more than the rows i
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .state_files import StateFiles
+from .table_schema import SCHEMA
+
 CHECKPOINT_APP_ID = "durable-streams-server/state-checkpoint"
+BATCH_ROWS = 16_384
+"""Rows a checkpoint decodes at a time, and the row groups it writes."""
+_KEYS = ["kind", "stream_uid", "lsn"]
+
+
+class Checkpoint:
+    """The rows of a state checkpoint over ``files``, re-stamped ``covered``, in two passes: the
+    keys of every row first (``winners``: which row of which file is the newest of its
+    ``(kind, stream_uid)``), then the rows kept, file by file, a batch at a time (``reader``),
+    as the Delta writer takes them. Whole, a checkpoint of 850,000 streams held every row
+    twice at once, decoded and taken: +755 MiB of RSS at its peak."""
+
+    def __init__(self, files: StateFiles, covered: int) -> None:
+        self.files = files
+        self.covered = covered
+        self.kept = self._winners()
+        """Per file (its index in ``files.files``), the sorted positions of its rows kept."""
+        self.rows = sum(len(positions) for positions in self.kept.values())
+
+    def _winners(self) -> dict[int, np.ndarray]:
+        """(Plain numpy arrays, a few bytes a row: the keys of a million rows take ~30 MB.)"""
+        kinds, uids, lsns, files, positions = [], [], [], [], []
+        codes = pa.array(list(self.files.kinds))  # (a kind as its index: rows asked for have one)
+        for file, position, batch in self.files.batches(_KEYS, BATCH_ROWS):
+            mask = pc.fill_null(self.files.matching(batch), False).to_numpy(zero_copy_only=False)
+            at = np.flatnonzero(mask)
+            if len(at):
+                kinds.append(pc.index_in(batch["kind"], value_set=codes).to_numpy(zero_copy_only=False)[at])
+                uids.append(batch["stream_uid"].to_numpy()[at])
+                lsns.append(batch["lsn"].to_numpy()[at])
+                files.append(np.full(len(at), file, dtype=np.int32))
+                positions.append(at + position)
+        if not positions:
+            return {}
+        kind, uid, lsn = np.concatenate(kinds), np.concatenate(uids), np.concatenate(lsns)
+        order = np.lexsort((-lsn, uid, kind))  # (stable: of equal LSNs, the first read wins)
+        del lsn
+        kind, uid = kind[order], uid[order]
+        first = np.ones(len(order), dtype=bool)
+        first[1:] = (uid[1:] != uid[:-1]) | (kind[1:] != kind[:-1])
+        del kind, uid
+        kept = order[first]
+        del order, first
+        file_of, position_of = np.concatenate(files)[kept], np.concatenate(positions)[kept]
+        by_place = np.lexsort((position_of, file_of))
+        file_of, position_of = file_of[by_place], position_of[by_place]
+        starts = np.flatnonzero(np.r_[True, file_of[1:] != file_of[:-1]])
+        return {int(file_of[s]): part for s, part in zip(starts, np.split(position_of, starts[1:]), strict=True)}
+
+    def rows_to_write(self) -> pa.RecordBatchReader | pa.Table:
+        """A local table's rows as a reader, read as the writer takes them; an object store's
+        read now, whole (only the rows kept): the writer pulls a reader from delta-rs's own
+        runtime, from which the files of an object store cannot be read (a panic)."""
+        if self.files.root is not None:
+            return pa.RecordBatchReader.from_batches(SCHEMA, self._batches())
+        return pa.Table.from_batches(list(self._batches()), SCHEMA)
+
+    def _batches(self) -> Iterator[pa.RecordBatch]:
+        lsn = SCHEMA.get_field_index("lsn")
+        for file, position, batch in self.files.batches(SCHEMA.names, BATCH_ROWS):
+            kept = self.kept.get(file)
+            if kept is None:
+                continue
+            lo, hi = np.searchsorted(kept, [position, position + batch.num_rows])
+            if lo < hi:
+                rows = batch.take(pa.array(kept[lo:hi] - position))
+                stamps = pa.array(np.full(rows.num_rows, self.covered, dtype=np.int64), SCHEMA.field("lsn").type)
+                yield rows.set_column(lsn, SCHEMA.field("lsn"), stamps)
 
 
 def newest_per_uid(rows: pa.Table) -> pa.Table:

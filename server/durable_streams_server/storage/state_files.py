@@ -24,7 +24,7 @@ the table's rows.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +36,10 @@ from deltalake.fs import DeltaStorageHandler
 
 from .data_files import WHOLE_FILE_BYTES, local_root, open_local
 from .table_schema import SCHEMA
+
+_BUFFER_BYTES = 1 << 20
+"""Read buffer of a row group's column chunks in ``batches``: pages are fetched as they are
+decoded, not a column chunk (of a checkpoint's hundreds of thousands of rows) at once."""
 
 
 @dataclass(frozen=True)
@@ -86,8 +90,30 @@ class StateFiles:
                 groups = _row_groups(parquet.metadata, self.since_lsn, wanted)
                 if groups:  # (files delta-rs rewrote, by a DELETE, hold view types: cast before comparing)
                     rows = parquet.read_row_groups(groups, columns=names).cast(schema)
-                    pieces.append(_matching(rows, self.kinds, self.since_lsn))
+                    pieces.append(rows.filter(self.matching(rows)))
         return pa.concat_tables(pieces)
+
+    def batches(self, columns: Sequence[str], rows: int) -> Iterator[tuple[int, int, pa.RecordBatch]]:
+        """The planned row groups' rows, unfiltered (``matching`` says which are asked for), in
+        batches of at most ``rows``: ``(file, position, batch)``, the file's index in ``files``
+        and the position of the batch's first row among the rows of its file's planned row
+        groups. One batch is decoded at a time, and two passes see the same positions."""
+        schema = pa.schema([SCHEMA.field(name) for name in columns])
+        wanted = (min(self.kinds), max(self.kinds))
+        for file, (path, size) in enumerate(self.files):
+            with self._open(path, size) as source, pq.ParquetFile(source, buffer_size=_BUFFER_BYTES) as parquet:
+                groups = _row_groups(parquet.metadata, self.since_lsn, wanted)
+                if not groups:
+                    continue
+                position = 0
+                for batch in parquet.iter_batches(rows, row_groups=groups, columns=list(columns), use_threads=False):
+                    yield file, position, batch.cast(schema)
+                    position += batch.num_rows
+
+    def matching(self, rows: pa.Table | pa.RecordBatch) -> pa.Array:
+        """Which of ``rows`` (with ``kind`` and ``lsn``) are asked for."""
+        kinds = pc.is_in(rows["kind"], pa.array(list(self.kinds)))
+        return pc.and_(kinds, pc.greater_equal(rows["lsn"], self.since_lsn))
 
     def _open(self, path: str, size: int) -> pa.NativeFile:
         """The file, closed by its caller (a ``ParquetFile`` closes only what it opened itself)."""
@@ -121,8 +147,3 @@ def _row_groups(metadata: pq.FileMetaData, since_lsn: int, wanted: tuple[str, st
         if _may_hold(max_lsn, kinds[0], kinds[1], since_lsn, wanted):
             groups.append(index)
     return groups
-
-
-def _matching(rows: pa.Table, kinds: Sequence[str], since_lsn: int) -> pa.Table:
-    mask = pc.and_(pc.is_in(rows["kind"], pa.array(list(kinds))), pc.greater_equal(rows["lsn"], since_lsn))
-    return rows.filter(mask)
