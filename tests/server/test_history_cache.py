@@ -10,6 +10,7 @@ import requests
 from servers import ServerProcess, append_all, flushed, read_all, wait_for
 
 from durable_streams_server.engine.history import HistoryCache
+from durable_streams_server.engine.memory import MemoryBudget
 
 TEXT = {"Content-Type": "text/plain"}
 
@@ -30,6 +31,28 @@ def test_cache_answers_from_the_covering_scan_and_evicts_least_recently_used() -
     cache.put(1, scan(10, 10))  # evicts uid 2 (uid 1's first scan was used more recently)
     assert cache.get(2, 0) is None
     assert cache.get(1, 0) is not None and cache.get(1, 15) is not None
+
+
+def test_the_reads_of_many_streams_are_found_by_their_stream() -> None:
+    """Entries of many streams, several per stream: each read finds its stream's covering entry
+    (looked up among that stream's entries), and what was evicted or let go is not found."""
+    budget = MemoryBudget(1 << 30)
+    cache = HistoryCache(max_bytes=1 << 30, memory=budget)
+    for uid in range(2_000):
+        cache.put(uid, scan(0, 5))
+        cache.put(uid, scan(5 + uid % 3, 5))  # (a gap of uid % 3 after the first entry)
+    for uid in (0, 1, 2, 1_234, 1_999):
+        assert [cache.get(uid, seq) is not None for seq in range(12)] == [
+            seq < 5 or 5 + uid % 3 <= seq < 10 + uid % 3 for seq in range(12)
+        ]
+        hit = cache.get(uid, 6 + uid % 3)
+        assert hit is not None and hit["seq"].to_pylist() == list(range(6 + uid % 3, 10 + uid % 3))
+    budget.resize(budget.used - 1)  # (the least recently used entry goes: uid 3's first, never read)
+    assert cache.get(3, 0) is None and cache.get(3, 5) is not None and cache.get(4, 0) is not None
+    small = HistoryCache(max_bytes=scan(0, 5).nbytes * 3)
+    for uid in range(10):
+        small.put(uid, scan(0, 5))
+    assert [small.get(uid, 0) is not None for uid in range(10)] == [False] * 7 + [True] * 3
 
 
 def test_cache_off_or_too_small_keeps_nothing() -> None:

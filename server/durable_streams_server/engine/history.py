@@ -29,16 +29,20 @@ class HistoryCache:
         self.memory = memory or MemoryBudget(0)
         self._entries: OrderedDict[tuple[int, int], pa.Table] = OrderedDict()
         """(uid, first seq) -> a read's messages (``seq``, ``data``, ``ts``), consecutive."""
+        self._starts: dict[int, set[int]] = {}
+        """Each uid's first seqs among ``_entries``: a lookup looks at its stream's entries only
+        (the cache may hold hundreds of thousands of small reads of as many streams)."""
         self._bytes = 0
         self._release = self._let_go  # (bound once: ``memory`` keeps one function per kind of entry)
 
     def get(self, uid: int, seq: int) -> pa.Table | None:
         """The cached messages of ``uid`` from ``seq`` on, if a scan covered ``seq``."""
-        for key, table in self._entries.items():
-            if key[0] == uid and key[1] <= seq < key[1] + table.num_rows:
-                self._entries.move_to_end(key)
-                self.memory.touch(("history", *key))
-                return table.slice(seq - key[1])
+        for start in self._starts.get(uid, ()):
+            table = self._entries[(uid, start)]
+            if start <= seq < start + table.num_rows:
+                self._entries.move_to_end((uid, start))
+                self.memory.touch(("history", uid, start))
+                return table.slice(seq - start)
         return None
 
     def put(self, uid: int, table: pa.Table) -> None:
@@ -47,6 +51,7 @@ class HistoryCache:
         key = (uid, table["seq"][0].as_py())
         self._forget(key)
         self._entries[key] = table
+        self._starts.setdefault(uid, set()).add(key[1])
         self._bytes += table.nbytes
         while self._bytes > self.max_bytes:
             self._forget(next(iter(self._entries)))
@@ -60,6 +65,10 @@ class HistoryCache:
     def _forget(self, key: tuple[int, int], *, held: bool = True) -> None:
         table = self._entries.pop(key, None)
         if table is not None:
+            starts = self._starts[key[0]]
+            starts.discard(key[1])
+            if not starts:
+                del self._starts[key[0]]
             self._bytes -= table.nbytes
             if held:
                 self.memory.drop(("history", *key))
