@@ -274,8 +274,10 @@ class HistoryReader:
         return sorted(groups, key=lambda group: (group.first_seq, group.index))
 
     def _uid_column(self, path: str, index: int) -> pa.ChunkedArray:
-        parquet = pq.ParquetFile(self._open(path), metadata=self._footer(path), pre_buffer=False)
-        return parquet.read_row_group(index, columns=["stream_uid"], use_threads=False)["stream_uid"]
+        """The ``stream_uid`` column of one row group (for ``row_group_streams``)."""
+        with self._open(path) as source:
+            parquet = pq.ParquetFile(source, metadata=self._footer(path), pre_buffer=False)
+            return parquet.read_row_group(index, columns=["stream_uid"], use_threads=False)["stream_uid"]
 
     def _footer(self, path: str) -> pq.FileMetaData:
         return self._footers.get(path, self._sizes.get(path))
