@@ -24,7 +24,7 @@ the table's rows.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Container, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,14 +93,19 @@ class StateFiles:
                     pieces.append(rows.filter(self.matching(rows)))
         return pa.concat_tables(pieces)
 
-    def batches(self, columns: Sequence[str], rows: int) -> Iterator[tuple[int, int, pa.RecordBatch]]:
+    def batches(
+        self, columns: Sequence[str], rows: int, only: Container[int] | None = None
+    ) -> Iterator[tuple[int, int, pa.RecordBatch]]:
         """The planned row groups' rows, unfiltered (``matching`` says which are asked for), in
         batches of at most ``rows``: ``(file, position, batch)``, the file's index in ``files``
         and the position of the batch's first row among the rows of its file's planned row
-        groups. One batch is decoded at a time, and two passes see the same positions."""
+        groups; of the files whose index is in ``only`` (every file: ``None``). One batch is
+        decoded at a time, and two passes see the same positions."""
         schema = pa.schema([SCHEMA.field(name) for name in columns])
         wanted = (min(self.kinds), max(self.kinds))
         for file, (path, size) in enumerate(self.files):
+            if only is not None and file not in only:
+                continue
             with self._open(path, size) as source, pq.ParquetFile(source, buffer_size=_BUFFER_BYTES) as parquet:
                 groups = _row_groups(parquet.metadata, self.since_lsn, wanted)
                 if not groups:
