@@ -90,7 +90,7 @@ class Checkpoint:
             lo, hi = np.searchsorted(kept, [position, position + batch.num_rows])
             if lo < hi:
                 rows = batch.take(pa.array(kept[lo:hi] - position))
-                stamps = pa.array(np.full(rows.num_rows, self.covered, dtype=np.int64), SCHEMA.field("lsn").type)
+                stamps = pa.repeat(pa.scalar(self.covered, SCHEMA.field("lsn").type), rows.num_rows)
                 yield rows.set_column(lsn, SCHEMA.field("lsn"), stamps)
 
 

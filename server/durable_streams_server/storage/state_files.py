@@ -83,14 +83,11 @@ class StateFiles:
         """The planned rows, ``columns`` of them (every column: ``None``), typed as ``SCHEMA``."""
         names = list(columns) if columns is not None else SCHEMA.names
         schema = pa.schema([SCHEMA.field(name) for name in names])
-        wanted = (min(self.kinds), max(self.kinds))
         pieces = [schema.empty_table()]
-        for path, size in self.files:
-            with self._open(path, size) as source, pq.ParquetFile(source, pre_buffer=True) as parquet:
-                groups = _row_groups(parquet.metadata, self.since_lsn, wanted)
-                if groups:  # (files delta-rs rewrote, by a DELETE, hold view types: cast before comparing)
-                    rows = parquet.read_row_groups(groups, columns=names).cast(schema)
-                    pieces.append(rows.filter(self.matching(rows)))
+        for _, parquet, groups in self._planned(pre_buffer=True):
+            # (files delta-rs rewrote, by a DELETE, hold view types: cast before comparing)
+            rows = parquet.read_row_groups(groups, columns=names).cast(schema)
+            pieces.append(rows.filter(self.matching(rows)))
         return pa.concat_tables(pieces)
 
     def batches(
@@ -102,23 +99,32 @@ class StateFiles:
         groups; of the files whose index is in ``only`` (every file: ``None``). One batch is
         decoded at a time, and two passes see the same positions."""
         schema = pa.schema([SCHEMA.field(name) for name in columns])
-        wanted = (min(self.kinds), max(self.kinds))
-        for file, (path, size) in enumerate(self.files):
-            if only is not None and file not in only:
-                continue
-            with self._open(path, size) as source, pq.ParquetFile(source, buffer_size=_BUFFER_BYTES) as parquet:
-                groups = _row_groups(parquet.metadata, self.since_lsn, wanted)
-                if not groups:
-                    continue
-                position = 0
-                for batch in parquet.iter_batches(rows, row_groups=groups, columns=list(columns), use_threads=False):
-                    yield file, position, batch.cast(schema)
-                    position += batch.num_rows
+        for file, parquet, groups in self._planned(only, buffer_size=_BUFFER_BYTES):
+            position = 0
+            for batch in parquet.iter_batches(rows, row_groups=groups, columns=list(columns), use_threads=False):
+                yield file, position, batch.cast(schema)
+                position += batch.num_rows
 
     def matching(self, rows: pa.Table | pa.RecordBatch) -> pa.Array:
         """Which of ``rows`` (with ``kind`` and ``lsn``) are asked for."""
         kinds = pc.is_in(rows["kind"], pa.array(list(self.kinds)))
         return pc.and_(kinds, pc.greater_equal(rows["lsn"], self.since_lsn))
+
+    def _planned(
+        self, only: Container[int] | None = None, **options: Any
+    ) -> Iterator[tuple[int, pq.ParquetFile, list[int]]]:
+        """Each planned file that has row groups to read (of those in ``only``, if given), open
+        (``pq.ParquetFile`` with ``options``) while the caller reads it: ``(file, parquet,
+        groups)``, the file's index in ``files`` and the row groups whose statistics can hold
+        the rows asked for."""
+        wanted = (min(self.kinds), max(self.kinds))
+        for file, (path, size) in enumerate(self.files):
+            if only is not None and file not in only:
+                continue
+            with self._open(path, size) as source, pq.ParquetFile(source, **options) as parquet:
+                groups = _row_groups(parquet.metadata, self.since_lsn, wanted)
+                if groups:
+                    yield file, parquet, groups
 
     def _open(self, path: str, size: int) -> pa.NativeFile:
         """The file, closed by its caller (a ``ParquetFile`` closes only what it opened itself)."""
