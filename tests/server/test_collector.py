@@ -57,4 +57,28 @@ def test_an_empty_tail_holds_no_list_for_the_collector() -> None:
     tail.drop(2)
     assert (len(tail), tail._chunks, tail._firsts) == (0, (), ())
     tail.add(8, (b"e",), 3)  # (and it fills again)
-    assert (len(tail), tail.get(8), list(tail._firsts)) == (1, b"e", [8])
+    assert (len(tail), tail.get(8), tail._firsts) == (1, b"e", ())
+
+
+def test_one_message_in_memory_is_one_container_beside_the_tail() -> None:
+    """A stream woken for one append holds its message without a list of chunks, a list of
+    messages or arrays (each one more container for every full collection to scan)."""
+    tail = MemoryTail()
+    tail.add(3, (b"only",), 7)
+    assert len(_containers(tail)) == 1, _containers(tail)
+    tail.add(4, (b"next",), 8)  # (a second message: one chunk of lists, still no list of chunks)
+    assert tail._firsts == () and [tail.get(3), tail.get(4)] == [b"only", b"next"]
+    assert len(_containers(tail)) == 3, _containers(tail)  # (the chunk, its messages, their times)
+    tail.drop(1)
+    assert (len(tail), tail.get(4), tail._firsts) == (1, b"next", ())
+
+
+def _containers(root: object) -> list[object]:
+    """The containers the collector scans below ``root`` (classes aside)."""
+    found, todo = [], [root]
+    while todo:
+        for referent in gc.get_referents(todo.pop()):
+            if gc.is_tracked(referent) and not isinstance(referent, type):
+                found.append(referent)
+                todo.append(referent)
+    return found

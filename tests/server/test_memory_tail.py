@@ -96,3 +96,47 @@ def test_stream_trims_flushed_bulk_messages_by_bytes() -> None:
     stream.trim_flushed(0)  # only the flushed ones may go
     assert (stream.mem_base, stream.mem_bytes) == (3, 14)
     assert stream.mem.get(3) == b"3" * 10 and stream.mem.get(5) == b"ef"
+
+
+@pytest.mark.parametrize(
+    "appends",
+    [
+        [[b"one"]],
+        [[b"a"], [b"bc"], [b"def"]],
+        [[b"x" * 5, b"y"], [b"z"]],
+        [[b"a"], "bulk", [b"b"], [b"cc"], "bulk", [b"d"]],
+    ],
+    ids=["a single message", "single messages one after another", "lists then one", "single around bulk"],
+)
+def test_single_messages_read_measure_and_drop_as_one_list_would(appends: list[list[bytes] | str]) -> None:
+    """Single plain messages (held without lists until a second one comes) against a plain list."""
+    tail, messages, stamps, seq = MemoryTail(), [], [], 20
+    for ts, batch in enumerate(appends):
+        if batch == "bulk":
+            batch = [b"B" * (ts + 1), b"b"]
+            tail.add(seq, MessageBatch(pa.array(batch, pa.binary())), ts)
+        else:
+            assert not isinstance(batch, str)
+            tail.add(seq, tuple(batch), ts)
+        messages += batch
+        stamps += [ts] * len(batch)
+        seq += len(batch)
+    while messages:
+        base = seq - len(messages)
+        assert len(tail) == len(messages)
+        assert [tail.get(s) for s in range(base, seq)] == messages
+        assert tail.sizes(base, seq).tolist() == [len(m) for m in messages]
+        for start in range(base, seq):
+            for stop in range(start, seq + 1):
+                assert tail.bytes_between(start, stop) == sum(map(len, messages[start - base : stop - base]))
+            for budget in (0, 1, 3, 100):
+                runs = tail.runs(start, seq, budget, at_least_one=True)
+                kept = _reference_take([len(m) for m in messages[start - base :]], budget, True)
+                assert [m for run in runs for m in run.lists()[0]] == messages[start - base : start - base + kept]
+                assert [t for run in runs for t in run.lists()[1]] == stamps[start - base : start - base + kept]
+            for at_ms in range(len(appends) + 1):
+                late = [i for i, t in enumerate(stamps) if t >= at_ms and i >= start - base]
+                assert tail.first_stamped(at_ms, start, seq) == (base + late[0] if late else None)
+        tail.drop(1)
+        messages, stamps = messages[1:], stamps[1:]
+    assert len(tail) == 0 and tail.runs(seq, seq, 10, at_least_one=True) == []

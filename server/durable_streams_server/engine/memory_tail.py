@@ -9,6 +9,14 @@ object per message. Chunks are in sequence order and contiguous.
 The append times and the chunks' first seqs are ``array``s, not lists: the cyclic collector
 (``collector.py``) follows none of an array's items, where a list of append times is an int
 object per message to visit in every full collection (and 36 bytes a message, not 8).
+
+Every container counts for the collector, so the commonest tails hold the fewest: a stream
+woken for one append (a stream among many, written at random) holds one plain message, a
+``_One`` (its bytes and append time, no list, no array), and a tail of one chunk holds it
+alone, without the list of chunks and the array of their first seqs. A full collection
+scanned 16,384 such streams in 0.95-1.2 µs each, against 2.1-2.5 µs with a ``_Lists`` of one
+message in a list of chunks (``Stream``, ``MemoryTail`` and five containers): with appends to
+random ones of 100,000 streams, full collections of 41-58 ms each, against 47-95 ms.
 """
 
 from __future__ import annotations
@@ -64,6 +72,42 @@ class _Lists:
 
 
 @dataclass(slots=True)
+class _One:
+    """A single plain message (a second one turns the chunk into ``_Lists``)."""
+
+    first: int
+    data: bytes
+    ts_ms: int
+
+    def __len__(self) -> int:
+        return 1
+
+    def sizes(self, start: int, stop: int) -> np.ndarray:
+        return np.array([len(self.data)], dtype=np.int64)[start:stop]
+
+    def get(self, index: int) -> bytes:
+        assert index == 0, index
+        return self.data
+
+    def take(self, start: int, stop: int, budget: int, forced: bool) -> tuple[int, int]:
+        if start < stop and (budget > 0 or forced):
+            return 1, len(self.data)
+        return 0, 0
+
+    def run(self, start: int, stop: int) -> Run:
+        return MemoryRun(self.first + start, [self.data][start:stop], array("q", [self.ts_ms])[start:stop])
+
+    def first_stamped(self, at_ms: int, start: int, stop: int) -> int | None:
+        return start if start < stop and self.ts_ms >= at_ms else None
+
+    def drop(self, count: int) -> None:
+        assert not count, "a single message is dropped with its chunk"
+
+    def lists(self) -> _Lists:
+        return _Lists(self.first, [self.data], array("q", [self.ts_ms]))
+
+
+@dataclass(slots=True)
 class _Arrow:
     first: int
     data: pa.BinaryArray
@@ -98,24 +142,51 @@ class _Arrow:
         self.first += count
 
 
+_Chunk = _Lists | _One | _Arrow
+
+
 class MemoryTail:
-    """The chunks and their first seqs are empty tuples while there are none (a new stream, or
-    one whose messages were all let go): a stream awake in memory is then two containers
-    for the collector to scan, not four (``collector.py``)."""
+    """``_chunks`` is an empty tuple while there are none (a new stream, or one whose messages
+    were all let go), the chunk itself while there is one, and a list of them (their first
+    seqs in the array ``_firsts``) from two on: a stream awake in memory is then two
+    containers for the collector to scan, not four (``collector.py``)."""
 
     __slots__ = ("_chunks", "_firsts", "count")
 
     def __init__(self) -> None:
-        self._chunks: list[_Lists | _Arrow] | tuple[()] = ()
+        self._chunks: list[_Chunk] | _Chunk | tuple[()] = ()
         self._firsts: array[int] | tuple[()] = ()
         self.count = 0
 
-    def _append(self, chunk: _Lists | _Arrow) -> None:
-        if not self._chunks:
-            self._chunks, self._firsts = [], array("q")
-        assert isinstance(self._chunks, list) and isinstance(self._firsts, array)
-        self._chunks.append(chunk)
-        self._firsts.append(chunk.first)
+    def _all(self) -> list[_Chunk] | tuple[_Chunk, ...]:
+        chunks = self._chunks
+        if isinstance(chunks, list):
+            return chunks
+        return () if isinstance(chunks, tuple) else (chunks,)
+
+    def _last(self) -> _Chunk | None:
+        chunks = self._chunks
+        if isinstance(chunks, list):
+            return chunks[-1]
+        return None if isinstance(chunks, tuple) else chunks
+
+    def _append(self, chunk: _Chunk) -> None:
+        chunks = self._chunks
+        if isinstance(chunks, tuple):
+            self._chunks = chunk
+        elif isinstance(chunks, list):
+            assert isinstance(self._firsts, array)
+            chunks.append(chunk)
+            self._firsts.append(chunk.first)
+        else:
+            self._chunks, self._firsts = [chunks, chunk], array("q", [chunks.first, chunk.first])
+
+    def _replace_last(self, chunk: _Chunk) -> None:
+        """``chunk`` instead of the last chunk, from the same first seq."""
+        if isinstance(self._chunks, list):
+            self._chunks[-1] = chunk
+        else:
+            self._chunks = chunk
 
     def __len__(self) -> int:
         return self.count
@@ -126,8 +197,15 @@ class MemoryTail:
             self._append(_Arrow(first_seq, messages.array, ts_ms))
             self.count += len(messages)
             return messages.nbytes
-        last = self._chunks[-1] if self._chunks else None
+        last = self._last()
+        if isinstance(last, _One):
+            last = last.lists()
+            self._replace_last(last)
         if not isinstance(last, _Lists):
+            if len(messages) == 1:
+                self._append(_One(first_seq, messages[0], ts_ms))
+                self.count += 1
+                return len(messages[0])
             last = _Lists(first_seq)
             self._append(last)
         last.data.extend(messages)
@@ -136,30 +214,36 @@ class MemoryTail:
         return sum(map(len, messages))
 
     def _locate(self, seq: int) -> int:
+        if not isinstance(self._chunks, list):
+            return 0
         return bisect.bisect_right(self._firsts, seq) - 1
 
     def get(self, seq: int) -> bytes:
-        chunk = self._chunks[self._locate(seq)]
+        chunk = self._all()[self._locate(seq)]
         return chunk.get(seq - chunk.first)
 
     def bytes_between(self, start: int, stop: int) -> int:
         """The bytes of messages ``start <= seq < stop`` (all in memory): ``sizes`` summed,
         without an array for the one or few plain messages a flush marks per stream."""
-        if start >= stop or not self._chunks:
+        chunks = self._all()
+        if start >= stop or not chunks:
             return 0
-        chunk = self._chunks[max(0, self._locate(start))]
+        chunk = chunks[max(0, self._locate(start))]
+        if isinstance(chunk, _One) and start == chunk.first and stop == start + 1:
+            return len(chunk.data)
         if isinstance(chunk, _Lists) and stop <= chunk.first + len(chunk):
             return sum(map(len, itertools.islice(chunk.data, start - chunk.first, stop - chunk.first)))
         return int(self.sizes(start, stop).sum())
 
     def sizes(self, start: int, stop: int) -> np.ndarray:
         """The sizes of messages ``start <= seq < stop`` (all in memory)."""
-        if start >= stop or not self._chunks:
+        chunks = self._all()
+        if start >= stop or not chunks:
             return np.zeros(0, dtype=np.int64)
         parts = []
         index = max(0, self._locate(start))
-        while start < stop and index < len(self._chunks):
-            chunk = self._chunks[index]
+        while start < stop and index < len(chunks):
+            chunk = chunks[index]
             end = min(stop, chunk.first + len(chunk))
             parts.append(chunk.sizes(start - chunk.first, end - chunk.first))
             start, index = end, index + 1
@@ -168,10 +252,11 @@ class MemoryTail:
     def runs(self, start: int, stop: int, budget: int, *, at_least_one: bool) -> list[Run]:
         """Whole messages from ``start`` (before ``stop``), each taken while ``budget`` remains
         before it (at least one if asked): one run per chunk touched."""
+        chunks = self._all()
         runs: list[Run] = []
         index = max(0, self._locate(start))
-        while start < stop and index < len(self._chunks):
-            chunk = self._chunks[index]
+        while start < stop and index < len(chunks):
+            chunk = chunks[index]
             end = min(stop, chunk.first + len(chunk))
             kept, used = chunk.take(start - chunk.first, end - chunk.first, budget, at_least_one and not runs)
             if not kept:
@@ -187,9 +272,10 @@ class MemoryTail:
     def first_stamped(self, at_ms: int, start: int, stop: int) -> int | None:
         """The first of messages ``start <= seq < stop`` (all in memory) appended at or after
         ``at_ms`` (``engine.time_lookup``), ``None`` if none was."""
+        chunks = self._all()
         index = max(0, self._locate(start))
-        while start < stop and index < len(self._chunks):
-            chunk = self._chunks[index]
+        while start < stop and index < len(chunks):
+            chunk = chunks[index]
             end = min(stop, chunk.first + len(chunk))
             found = chunk.first_stamped(at_ms, start - chunk.first, end - chunk.first)
             if found is not None:
@@ -199,12 +285,18 @@ class MemoryTail:
 
     def drop(self, count: int) -> None:
         """Forget the oldest ``count`` messages."""
+        if count <= 0:
+            return
         self.count -= count
         if not self.count:
             self._chunks, self._firsts = (), ()
             return
         chunks, firsts = self._chunks, self._firsts
-        assert isinstance(chunks, list) and isinstance(firsts, array)
+        if not isinstance(chunks, list):  # (one chunk, and messages of it remain)
+            assert not isinstance(chunks, tuple)
+            chunks.drop(count)
+            return
+        assert isinstance(firsts, array)
         while count:
             chunk = chunks[0]
             if len(chunk) <= count:
@@ -215,3 +307,5 @@ class MemoryTail:
                 chunk.drop(count)
                 firsts[0] = chunk.first
                 count = 0
+        if len(chunks) == 1:
+            self._chunks, self._firsts = chunks[0], ()
