@@ -50,6 +50,8 @@ _NONE_BY_DEFAULT = (
     "snapshot_content_type",
 )
 """The fields ``from_state`` takes as ``None`` (or ``False``) when absent (``to_state`` leaves them out so)."""
+_OPTIONAL = frozenset((*_NONE_BY_DEFAULT, *_ZERO_BY_DEFAULT, "closed_by", "producers", "retention"))
+"""What a state may hold beside the five every state has."""
 
 
 def incarnation(uid: int, created_ms: int) -> str:
@@ -239,36 +241,23 @@ class Stream:
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> Stream:
-        closed_by = state.get("closed_by")
         stream = cls(
             name=state["name"],
             uid=state["uid"],
             content_type=state["content_type"],
             created_ms=state["created_ms"],
-            ttl_s=state.get("ttl_s"),
-            expires_at=state.get("expires_at"),
-            expires_at_ms=state.get("expires_at_ms"),
-            closed=state.get("closed", False),
-            closed_by=(closed_by[0], closed_by[1], closed_by[2]) if closed_by else None,
             tail=state["tail"],
-            producers={pid: ProducerState(ep, seq) for pid, (ep, seq) in state.get("producers", {}).items()},
-            stream_seq=state.get("stream_seq"),
-            fork_of=state.get("fork_of"),
-            fork_seq=state.get("fork_seq", 0),
-            fork_offset=state.get("fork_offset"),
-            fork_sub_offset=state.get("fork_sub_offset", 0),
-            fork_source=state.get("fork_source"),
-            fork_link=state.get("fork_link"),
-            base_seq=state.get("base_seq", 0),
-            soft_deleted=state.get("soft_deleted", False),
-            last_access_ms=state.get("last_access_ms", 0),
-            last_write_ms=state.get("last_write_ms", 0),
-            bytes_total=state.get("bytes_total", 0),
-            snapshot_seq=state.get("snapshot_seq"),
-            snapshot_content_type=state.get("snapshot_content_type"),
-            snapshot_lsn=state.get("snapshot_lsn", 0),
-            retention=RetentionState.from_json(state["retention"]) if state.get("retention") else None,
         )
+        for key in state.keys() & _OPTIONAL:  # (only those present: a new stream's state has three)
+            value = state[key]
+            if key == "closed_by":
+                stream.closed_by = (value[0], value[1], value[2]) if value else None
+            elif key == "producers":
+                stream.producers = {pid: ProducerState(epoch, seq) for pid, (epoch, seq) in value.items()}
+            elif key == "retention":
+                stream.retention = RetentionState.from_json(value) if value else None
+            else:
+                setattr(stream, key, value)
         stream.visible_tail = stream.tail
         stream.visible_closed = stream.closed
         stream.mem_base = stream.tail
