@@ -14,6 +14,12 @@ is this process's own: nothing hashed is ever stored) beside their rows, and the
 beside theirs. A lookup is a binary search, then, by path, a comparison of the path at
 each row of an equal hash (a collision is resolved by the path itself).
 
+The binary search is ``bisect`` over the array's buffer, not numpy's ``searchsorted``:
+``searchsorted`` releases the GIL, and on the event loop's thread each release hands it to
+whichever thread waits for it (the WAL's sync thread, the flusher's workers), so a lookup
+among 100,000 cold streams took 11-14 µs in the server under random appends (1.1-2.4 µs
+alone); ``bisect`` keeps the GIL: 3.1-3.3 µs there.
+
 A stream leaves the segment (it is woken and built) by clearing its ``alive`` bit; the
 columns are not rewritten for one stream, so a woken stream's row is *dead*. A stream put
 to sleep first enters ``recent``: two small dicts. When ``recent`` holds as many streams
@@ -194,7 +200,7 @@ class ColdStreams:
 
     def _row_of_name(self, name: str) -> int | None:
         key, hashes = hash(name), self._hashes
-        at = int(hashes.searchsorted(key))
+        at = bisect.bisect_left(hashes.data, key)
         encoded = None
         while at < len(hashes) and hashes[at] == key:
             row = int(self._hash_rows[at])
@@ -206,7 +212,7 @@ class ColdStreams:
         return None
 
     def _row_of_uid(self, uid: int) -> int | None:
-        at = int(self._uid_keys.searchsorted(uid))
+        at = bisect.bisect_left(self._uid_keys.data, uid)
         while at < len(self._uid_keys) and self._uid_keys[at] == uid:  # (a woken row, then its sleep again)
             row = int(self._uid_rows[at])
             if self._alive[row]:
