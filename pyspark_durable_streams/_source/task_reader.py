@@ -17,13 +17,18 @@ nothing is kept between calls. Three ways of reading, chosen on the driver per s
   by reading both from ``start`` and from ``end`` until both reads reach the same tail, and
   dropping the suffix the second read returned. Only the first item of a response has a
   known offset; the others get a null ``offset``.
+
+A ``410 Gone`` (history the range needs was let go) is data loss in every way:
+``DataLossError`` under ``failOnDataLoss=true``; under ``false`` the range goes on from what
+the server still holds (its ``/bootstrap``, or, without boundaries, the earliest retained
+offset the ``410`` names), and what was skipped is logged.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
@@ -66,7 +71,9 @@ def read_range(options: ReadOptions, schema: StructType, part: StreamRange) -> I
     try:
         stream = client.stream(part.url)
         items = (
-            _without_boundaries(stream, part) if part.framing == "plain" else _with_boundaries(stream, part, options)
+            _without_boundaries(stream, part, options)
+            if part.framing == "plain"
+            else _with_boundaries(stream, part, options)
         )
         rows = RowBuilder(schema, part.key)
         for item in items:
@@ -149,16 +156,29 @@ def _until(stream: Stream, start: str, part: StreamRange, track: _Position) -> I
         )
 
 
-def _without_boundaries(stream: Stream, part: StreamRange) -> Iterator[Message]:
-    for _ in range(_CONVERGE_ATTEMPTS):
-        suffix, tail_a = _collect(stream, part.end)
-        items, tail_b = _collect(stream, part.start)
-        if tail_a == tail_b:
-            break
-    else:
-        raise DataLossError(f"stream {part.key}: appends keep racing the read of [{part.start}, {part.end})")
-    if tail_b < part.end:
-        raise DataLossError(f"stream {part.key}: the batch needs data up to {part.end}, the stream ends at {tail_b}")
+def _without_boundaries(stream: Stream, part: StreamRange, options: ReadOptions) -> Iterator[Message]:
+    try:
+        items, suffix = _converged(stream, part)
+    except Gone as exc:
+        if options.fail_on_data_loss and part.start != EARLIEST:
+            raise DataLossError(gone_message(part.key, part.start, part.end, exc)) from exc
+        earliest = exc.earliest_offset
+        if earliest is None or earliest <= part.start:
+            raise DataLossError(
+                f"{gone_message(part.key, part.start, part.end, exc)} (the server did not name a later earliest "
+                "retained offset to go on from)"
+            ) from exc
+        log.warning(
+            "durable_streams: stream %s: offset %s is no longer retained (410 Gone): %s skipped; going on from the "
+            "earliest retained offset %s (failOnDataLoss=false)",
+            part.key,
+            part.start,
+            lost_messages(part.start, part.end, exc),
+            earliest,
+        )
+        if earliest < part.end:
+            yield from _without_boundaries(stream, replace(part, start=earliest), options)
+        return
     if not items:
         return
     if is_json(items[0].content_type):
@@ -171,6 +191,20 @@ def _without_boundaries(stream: Stream, part: StreamRange) -> Iterator[Message]:
     step = 4 * 1024 * 1024
     for at in range(0, len(data), step):
         yield Message(data[at : at + step], items[0].content_type, part.start if at == 0 else None, None)
+
+
+def _converged(stream: Stream, part: StreamRange) -> tuple[list[Message], list[Message]]:
+    """What reads from ``start`` and from ``end`` return once both reach the same tail."""
+    for _ in range(_CONVERGE_ATTEMPTS):
+        suffix, tail_a = _collect(stream, part.end)
+        items, tail_b = _collect(stream, part.start)
+        if tail_a == tail_b:
+            break
+    else:
+        raise DataLossError(f"stream {part.key}: appends keep racing the read of [{part.start}, {part.end})")
+    if tail_b < part.end:
+        raise DataLossError(f"stream {part.key}: the batch needs data up to {part.end}, the stream ends at {tail_b}")
+    return items, suffix
 
 
 def _collect(stream: Stream, offset: str) -> tuple[list[Message], str]:

@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
 from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType, TimestampType
 from servers import ServerProcess, append_all, session
 
-from pyspark_durable_streams._source.task_reader import StreamRange, read_range
+from pyspark_durable_streams._source.task_reader import DataLossError, StreamRange, read_range
 from pyspark_durable_streams.client import ReadFraming
 from pyspark_durable_streams.options import parse_read_options
 from pyspark_durable_streams.source import infer_schema
@@ -99,3 +100,28 @@ def test_text_that_is_not_utf8_reads_with_replacement_characters(server: ServerP
     rows = {framing: _read(url, schema, "-1", _offset(3), framing) for framing in FRAMINGS}
     assert rows["arrow"] == rows["multipart"]
     assert [row["value"] for row in rows["arrow"]] == ["café", "bad \ufffd byte", "ok"]
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_history_let_go_is_data_loss_without_boundaries_too(
+    server: ServerProcess, fail_on_data_loss: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A ``410`` on a read without message boundaries: ``DataLossError`` naming the option, or
+    (``failOnDataLoss=false``) the range from the earliest retained offset, the skip logged."""
+    url = server.stream_url(f"framings-gone-{fail_on_data_loss}")
+    messages = [f'{{"n":{n}}}'.encode() for n in range(20)]
+    _create(url, "application/json", [b"[" + message + b"]" for message in messages])
+    snapshot = session().put(f"{url}/snapshot/{_offset(10)}", headers={"Content-Type": "application/json"}, data=b"{}")
+    assert snapshot.status_code == 204
+    options = parse_read_options({"url": url, "failOnDataLoss": str(fail_on_data_loss).lower()})
+    schema = infer_schema(parse_read_options({"url": url, "valueType": "string"}))
+    part = StreamRange(url, url, _offset(2), _offset(15), "plain")
+    if fail_on_data_loss:
+        with pytest.raises(DataLossError, match=r"offset 0000000000000002_0000000000000000 .*failOnDataLoss=false"):
+            list(read_range(options, schema, part))
+        return
+    with caplog.at_level(logging.WARNING, logger="pyspark_durable_streams.source"):
+        rows = [row for batch in read_range(options, schema, part) for row in batch.to_pylist()]
+    assert [row["value"] for row in rows] == [message.decode() for message in messages[10:15]]
+    assert rows[0]["offset"] == _offset(10)
+    assert "8 messages (0000000000000002_0000000000000000 up to 0000000000000010_0000000000000000)" in caplog.text
