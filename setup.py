@@ -41,6 +41,7 @@ setup(
             "prometheus_client>=0.20",
             "cryptography>=42",  # Ed25519 webhook signatures
             "httpx>=0.27",  # webhook deliveries
+            "sniffio>=1.3",  # httpcore asks for it at every lock it makes: absent, a failed import each time
             "numpy>=1.24",
             "orjson>=3.9",  # JSON validation of bulk appends
             "httptools>=0.6.4,<0.10",  # the HTTP/1.1 parser (C, llhttp), asked through uvicorn's protocol
@@ -59,6 +60,7 @@ setup(
             "boto3>=1.34",
             "cryptography>=42",  # TLS test certificates; webhook signatures
             "httpx>=0.27",
+            "sniffio>=1.3",
             "numpy>=1.24",
             "orjson>=3.9",
             "httptools>=0.6.4,<0.10",
