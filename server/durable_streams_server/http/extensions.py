@@ -94,7 +94,7 @@ class ExtensionHandlers:
         offset = _snapshot_offset(offset_token)
         self.engine.get_live(name)  # 404 before reading a body that cannot be stored
         content_type = h.parse_content_type(request.headers.get("content-type")) or h.DEFAULT_CONTENT_TYPE
-        blob = await self.streams.body(request)
+        blob = await self.streams.bodies.of(request)
         await self.engine.snapshots.publish(name, offset.seq, content_type, blob)
         return Response(status_code=204)
 

@@ -64,7 +64,7 @@ class StateCollector:
             value=retention.removed_bytes,
         )
         yield from consumer_lag_metrics(engine.consumers)
-        writes = started.streams.writes
+        writes = started.streams.bodies.writes
         if writes is not None:
             yield gauge(
                 "durable_streams_writes_receiving_bytes",

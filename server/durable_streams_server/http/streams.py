@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -22,11 +22,12 @@ from ..engine.types import AppendOutcome, AppendRequest, AppendResult, CreateReq
 from ..protocol import bulk, preconditions, retention
 from ..protocol import headers as h
 from ..protocol.cursor import response_cursor
-from ..protocol.errors import BadRequest, PayloadTooLarge
+from ..protocol.errors import BadRequest
 from ..protocol.json_mode import frame
 from ..protocol.offsets import BEGINNING_SENTINEL, NOW_SENTINEL, Offset, encode_seq, parse_offset
 from . import arrow_ipc, multipart, sse
-from .limits import WRITE_BYTES_KEY, WRITES_KEY, BodyDeadline, HttpLimits, LiveReaders
+from .bodies import RequestBodies
+from .limits import HttpLimits, LiveReaders
 from .ports import RemoteForks
 from .read_answers import (
     ANSWER_AFTER_WAKE,
@@ -46,7 +47,6 @@ from .retention import retention_headers
 from .targets import stream_name_from_reference
 
 _SUB_OFFSET_HEADER_RE = re.compile(r"^(0|[1-9][0-9]{0,15})$")
-_DECIMAL_RE = re.compile(r"[0-9]{1,19}")
 
 
 class StreamHandlers:
@@ -63,58 +63,17 @@ class StreamHandlers:
         """Forks of streams this server does not hold: other shards', on a cluster's shard server (``ports``)."""
         self.limits = limits
         self.live_readers = live_readers
-        self.writes = writes
-        """The memory budget's admission of request bodies (``engine.memory_writes``); ``None``: none."""
+        self.bodies = RequestBodies(limits, writes)
+        """Request bodies: their limit, deadline and admission to the memory budget (``bodies``)."""
         self.answered_at_wake = 0
         """Long-polls answered at their wake (``read_answers.Parking``; tests check the path is taken)."""
-
-    # -- shared -----------------------------------------------------------------------
-
-    async def body(self, request: Request) -> bytes:
-        return await self.read_body(request.headers.get("content-length"), request.stream(), request.scope)
-
-    async def received_body(self, body: bytes, scope: Scope) -> bytes:
-        """A body that had all arrived before the handler ran (the fast path's): ``read_body``'s
-        limit and admission, and no deadline left to keep."""
-        if len(body) > self.limits.max_body_bytes:
-            raise self._too_large()
-        if self.writes is not None and body:
-            await _admit(self.writes, scope, len(body))
-        return body
-
-    async def read_body(self, declared: str | None, chunks: AsyncIterator[bytes], scope: Scope) -> bytes:
-        """The whole body (``declared``: its Content-Length): 413 over the limit, 408 when
-        it does not arrive in time. Its bytes are admitted (``writes``) before they are read:
-        the declared length at once, a body of unknown length as it arrives; the request's
-        end releases them (``request_policy.RequestPolicy.end``)."""
-        limit = self.limits.max_body_bytes
-        admitted = int(declared) if declared is not None and _DECIMAL_RE.fullmatch(declared) else 0
-        if admitted > limit:
-            raise self._too_large()
-        writes = self.writes
-        if writes is not None and admitted:
-            await _admit(writes, scope, admitted)  # (waits while writes in flight fill their share)
-        parts: list[bytes] = []
-        size = 0
-        with BodyDeadline(self.limits.request_timeout_s):
-            async for chunk in chunks:
-                size += len(chunk)
-                if size > limit:
-                    raise self._too_large()
-                if writes is not None and size > admitted:
-                    await _admit(writes, scope, size - admitted)
-                    admitted = size
-                parts.append(chunk)
-        return b"".join(parts)
-
-    def _too_large(self) -> PayloadTooLarge:
-        """The one 413 of a body over the limit, whichever way it was read."""
-        return PayloadTooLarge(f"request body exceeds {self.limits.max_body_bytes} bytes")
 
     # -- PUT: create --------------------------------------------------------------------
 
     async def create(self, request: Request, name: str) -> Response:
-        status, headers = await self.create_stream(name, request.headers, request.scope, lambda: self.body(request))
+        status, headers = await self.create_stream(
+            name, request.headers, request.scope, lambda: self.bodies.of(request)
+        )
         return Response(status_code=status, headers=headers)
 
     async def create_stream(
@@ -164,7 +123,7 @@ class StreamHandlers:
     async def append(self, request: Request, name: str) -> Response:
         headers = request.headers
         producer, close = append_flags(headers)
-        body = await self.body(request)
+        body = await self.bodies.of(request)
         bulk_type = headers.get(bulk.BULK_CONTENT_TYPE)
         if bulk_type is not None:
             return await self._bulk_append(name, request, body, bulk_type, producer, close)
@@ -384,15 +343,6 @@ class StreamHandlers:
             return Response(parts + multipart.closing(boundary), status_code=200, headers=headers)
         body = frame(result.chunks) if stream.is_json else b"".join(result.chunks)
         return Response(body, status_code=200, headers=headers)
-
-
-async def _admit(writes: WriteAdmission, scope: Scope, nbytes: int) -> None:
-    """Admit ``nbytes`` of a request's body, counted in its scope with the admission that admitted
-    them until the request ends (``request_policy.RequestPolicy.end`` releases them)."""
-    if not writes.try_admit(nbytes):
-        await writes.admit(nbytes)
-    scope[WRITE_BYTES_KEY] = scope.get(WRITE_BYTES_KEY, 0) + nbytes
-    scope[WRITES_KEY] = writes
 
 
 def append_flags(headers: Mapping[str, str]) -> tuple[h.ProducerHeaders | None, bool]:

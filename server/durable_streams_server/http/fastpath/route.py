@@ -148,8 +148,8 @@ class FastPath:
 
             def read() -> Awaitable[bytes]:
                 if isinstance(body, bytes):
-                    return handlers.received_body(body, scope)
-                return handlers.read_body(headers.get("content-length"), body, scope)
+                    return handlers.bodies.received(body, scope)
+                return handlers.bodies.read(headers.get("content-length"), body, scope)
 
             if method == "PUT":
                 status, answer = await handlers.create_stream(name, headers, scope, read)
