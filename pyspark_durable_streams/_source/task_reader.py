@@ -165,8 +165,10 @@ def _without_boundaries(stream: Stream, part: StreamRange, options: ReadOptions)
         earliest = exc.earliest_offset
         if earliest is None or earliest <= part.start:
             raise DataLossError(
-                f"{gone_message(part.key, part.start, part.end, exc)} (the server did not name a later earliest "
-                "retained offset to go on from)"
+                f"stream {part.key}: offset {part.start} is no longer retained by the server (410 Gone), so "
+                f"{lost_messages(part.start, part.end, exc)} were lost to this query, and the server did not name a "
+                f"later earliest retained offset to go on from (failOnDataLoss=false). Restart the query with a new "
+                f"checkpoint. Server said: {exc}"
             ) from exc
         log.warning(
             "durable_streams: stream %s: offset %s is no longer retained (410 Gone): %s skipped; going on from the "
