@@ -55,7 +55,7 @@ from . import forks
 from .buckets import Bucket, Buckets, bucket_of
 from .consumers import Consumers
 from .copied_forks import ForkCopy, PendingUnlinks
-from .history import HistoryCache
+from .history import HistoryCache, ReadAhead
 from .idle import IDLE_MS, IdleStreams, most_built
 from .memory import MemoryBudget
 from .memory_guard import MemoryGuard
@@ -109,6 +109,7 @@ class Engine:
         self._becoming_visible: deque[tuple[int, Stream, int, bool]] = deque()
         self.memory = MemoryBudget(self.config.memory_budget_bytes)
         self.history = HistoryCache(self.config.history_cache_bytes, self.memory)
+        self.read_ahead = ReadAhead(storage, self.history)
         self.guard = MemoryGuard(self.memory, self.config.rss_budget_bytes)
         self.tails = TailCaches(self.memory, self.live.index, self.config.tail_cache_bytes)
         self.idle = IdleStreams(

@@ -20,7 +20,8 @@ each response costs a request, a hand-over to a storage thread and a plan step w
 size, which at 1 MiB per response was a third of a catch-up's time; the bytes themselves
 cost one copy (Parquet page to column) and the socket's. What such a response holds -- the
 decoded columns its views point into -- is bounded by that factor times the budget, and
-reserved from the memory budget while gathered like any read's.
+reserved from the memory budget while gathered like any read's. While it is written, the next
+response of a sequential catch-up is read ahead (``history.ReadAhead``, from ``_history``).
 """
 
 from __future__ import annotations
@@ -241,16 +242,22 @@ async def _gather(engine: Engine, stream: Stream, start: int, end: int, budget: 
 
 async def _history(engine: Engine, stream: Stream, start: int, end: int, budget: int) -> tuple[pa.Table, bool]:
     """Messages from ``start`` (before ``end``, at most the memory tail) within ``budget``: from
-    the history cache, or read from Delta, which reads about ``budget`` bytes wherever
-    ``start`` is (``storage.history_reader``); and whether that read stopped short of both
-    the budget and its end (many small files: the response ends there)."""
-    cached = engine.history.get(stream.uid, start)
-    if cached is not None:
-        return cached, False
-    stop = min(end, stream.mem_base)
-    table = await engine.storage.read_history(stream.uid, start, stop, budget)
-    engine.history.put(stream.uid, table)
-    return table, start + table.num_rows < stop and table["data"].nbytes < budget
+    the history cache (read there ahead of this request, ``history.ReadAhead``, or by an earlier
+    one), or read from Delta, which reads about ``budget`` bytes wherever ``start`` is
+    (``storage.history_reader``); and whether that read stopped short of both the budget and its
+    end (many small files: the response ends there)."""
+    uid, stop = stream.uid, min(end, stream.mem_base)
+    await engine.read_ahead.arrived(uid, start)
+    table = engine.history.get(uid, start)
+    short = False
+    if table is None:
+        table = await engine.storage.read_history(uid, start, stop, budget)
+        engine.history.put(uid, table)
+        short = start + table.num_rows < stop and table["data"].nbytes < budget
+    if not short:
+        first = start <= engine.earliest_readable(stream)
+        engine.read_ahead.follow(uid, start, start + table.num_rows, stop, budget, first=first)
+    return table, short
 
 
 async def wait_for_change(

@@ -55,6 +55,7 @@ class Started:
         """Stop it all, storage last (its final flush)."""
         await self.engine.guard.close()
         await self.engine.idle.close()
+        await self.engine.read_ahead.close()
         await self.subscriptions.manager.close()
         await self.internal.close()
         await self.storage.close()

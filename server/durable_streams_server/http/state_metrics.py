@@ -51,6 +51,11 @@ class StateCollector:
         yield CounterMetricFamily(
             "durable_streams_memory_evictions", "Entries the memory budget let go", value=memory.evictions
         )
+        yield CounterMetricFamily(
+            "durable_streams_history_reads_ahead",
+            "History reads started ahead of a catch-up's next request (engine.history.ReadAhead)",
+            value=engine.read_ahead.started,
+        )
         yield gauge("durable_streams_tombstones", "Deleted streams' ends kept", len(engine.tombstones))
         retention = engine.retention
         yield CounterMetricFamily(
