@@ -51,6 +51,7 @@ class Retention:
         self._live = live
         self._clock = clock
         self.default = default
+        self._default_json = default.to_json()
         self._get_live = get_live
         self._earliest_readable = earliest_readable
         self.removed_messages = 0
@@ -59,7 +60,7 @@ class Retention:
 
     def policy_for(self, changes: Mapping[str, int | None], bucket: Bucket | None) -> RetentionPolicy:
         """A new stream's policy: the limits its request names, its bucket's, the server's."""
-        return resolve(changes, bucket.retention if bucket is not None else {}, self.default.to_json())
+        return resolve(changes, bucket.retention if bucket is not None else {}, self._default_json)
 
     async def change(self, name: str, changes: Mapping[str, int | None]) -> Stream:
         """Set the limits ``changes`` names (``None``: removed) on the stream ``name``; durable on return."""

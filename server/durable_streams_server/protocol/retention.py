@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .errors import BadRequest
@@ -52,8 +52,8 @@ class RetentionPolicy:
     max_bytes: int | None = None
     max_messages: int | None = None
 
-    def __bool__(self) -> bool:
-        return any(getattr(self, each.name) is not None for each in fields(self))
+    def __bool__(self) -> bool:  # (each field by name: ``fields()`` made this ~1.5 µs, asked on every create)
+        return self.max_age_s is not None or self.max_bytes is not None or self.max_messages is not None
 
     def with_changes(self, changes: Mapping[str, int | None]) -> RetentionPolicy:
         """This policy with the limits a request named (``None``: removed)."""
@@ -93,5 +93,10 @@ def parse_changes(headers: Mapping[str, str]) -> dict[str, int | None]:
 def resolve(*layers: Mapping[str, int | None]) -> RetentionPolicy:
     """The policy of a new stream: each limit from the first layer that names it (a request's
     changes, then its bucket's defaults, then the server's), ``None`` included."""
+    if not any(layers):  # (most creates: no layer names a limit)
+        return NO_LIMITS
     values = {name: next((layer[name] for layer in layers if name in layer), None) for name in HEADERS}
     return RetentionPolicy(**values)
+
+
+NO_LIMITS = RetentionPolicy()
