@@ -164,12 +164,11 @@ def _without_boundaries(stream: Stream, part: StreamRange, options: ReadOptions)
             raise DataLossError(gone_message(part.key, part.start, part.end, exc)) from exc
         earliest = exc.earliest_offset
         if earliest is None or earliest <= part.start:
-            raise DataLossError(
-                f"stream {part.key}: offset {part.start} is no longer retained by the server (410 Gone), so "
-                f"{lost_messages(part.start, part.end, exc)} were lost to this query, and the server did not name a "
-                f"later earliest retained offset to go on from (failOnDataLoss=false). Restart the query with a new "
-                f"checkpoint. Server said: {exc}"
-            ) from exc
+            remedy = (
+                "The server named no later earliest retained offset to go on from (failOnDataLoss=false): restart "
+                "the query with a new checkpoint."
+            )
+            raise DataLossError(gone_message(part.key, part.start, part.end, exc, remedy)) from exc
         log.warning(
             "durable_streams: stream %s: offset %s is no longer retained (410 Gone): %s skipped; going on from the "
             "earliest retained offset %s (failOnDataLoss=false)",
@@ -225,12 +224,17 @@ def lost_messages(offset: str, end: str, exc: Gone) -> str:
     return f"the messages from {offset} up to {earliest or 'the earliest retained offset'}"
 
 
-def gone_message(key: str, offset: str, end: str, exc: Gone) -> str:
+_GONE_REMEDY = (
+    "Set option failOnDataLoss=false to continue from the stream's /bootstrap (its earliest retained offset: the "
+    "messages before it are skipped, and a snapshot is not emitted), or restart the query with a new checkpoint "
+    "(startingOffsets=earliest starts from the bootstrap)."
+)
+
+
+def gone_message(key: str, offset: str, end: str, exc: Gone, remedy: str = _GONE_REMEDY) -> str:
+    """The data loss of a ``410`` at ``offset``: what was lost, then what to do (``remedy``)."""
     return (
         f"stream {key}: offset {offset} is no longer retained by the server (410 Gone: a snapshot or the "
         f"stream's retention policy moved the earliest retained offset past it), so {lost_messages(offset, end, exc)} "
-        f"were lost to this query. Set option failOnDataLoss=false to continue from the stream's /bootstrap "
-        f"(its earliest retained offset: the messages before it are skipped, and a snapshot is not emitted), or "
-        f"restart the query with a new checkpoint (startingOffsets=earliest starts from the bootstrap). Server "
-        f"said: {exc}"
+        f"were lost to this query. {remedy} Server said: {exc}"
     )
