@@ -37,10 +37,11 @@ def _client(port: int, rounds: int) -> list[tuple[float, float, float, float]]:
     """The ``lp1`` pattern; per round: before the append's ``send``, after it, when ``select``
     returned with the reader's answer, when the answer was read whole."""
     import loadgen
-    from server_bench import OCTETS, PAYLOAD, Server, _create
+    from harness import Server, create
+    from server_bench import OCTETS, PAYLOAD
 
     path = f"/v1/stream/split-{uuid.uuid4().hex}"
-    _create(Server("ours", port, 0), path)
+    create(Server("ours", port, 0), path)
     writer, reader = loadgen.Connection(port), loadgen.Connection(port)
     append = loadgen.render("POST", path, port, PAYLOAD, OCTETS)
     seen = []

@@ -49,7 +49,7 @@ STEPS: list[tuple[type, str, str]] = [
     (GuardedHttpToolsProtocol, "data_received", "data_received"),
     (DirectCycle, "run_asgi", "direct cycle"),
     (LeanPath, "respond", "handler"),
-    (StreamHandlers, "read_body", "body"),
+    (StreamHandlers, "plain_append", "append handler"),
     (Engine, "append", "engine append"),
     (Storage, "submit", "record encoded, queued"),
     (WriteAheadLog, "write", "WAL write + sync"),
