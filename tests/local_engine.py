@@ -3,12 +3,23 @@ for the tests of the engine's state that need no HTTP (``servers.ServerProcess``
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from durable_streams_server.engine.engine import Engine, EngineConfig
 from durable_streams_server.storage.committer import Storage, StorageConfig
 from durable_streams_server.storage.compaction import CompactionConfig
+
+
+class ManualClock:
+    """The engine's clock in milliseconds, from now, moved by the test (``clock.ms += ...``)."""
+
+    def __init__(self) -> None:
+        self.ms = int(time.time() * 1000)
+
+    def __call__(self) -> int:
+        return self.ms
 
 
 class QuietObserver:

@@ -8,7 +8,7 @@ import asyncio
 import time
 from pathlib import Path
 
-from local_engine import open_local
+from local_engine import ManualClock, open_local
 
 from durable_streams_server.engine.engine import EngineConfig
 from durable_streams_server.engine.types import AppendRequest, CreateRequest
@@ -19,17 +19,9 @@ IDLE_MS = 60_000
 EVERYONE = TokenGrant("ops", "read")
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.ms = int(time.time() * 1000)
-
-    def __call__(self) -> int:
-        return self.ms
-
-
 def test_listing_sleeping_streams_shows_them_without_waking_them(tmp_path: Path) -> None:
     async def scenario() -> None:
-        clock = _Clock()
+        clock = ManualClock()
         storage, engine = await open_local(tmp_path, 0.02, EngineConfig(idle_stream_ms=IDLE_MS), clock)
         engine.idle.step_s = 60.0
         names = [f"v1/stream/idle-{n}" for n in range(3)]

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from local_engine import open_local
+from local_engine import ManualClock, open_local
 
 from durable_streams_server.engine import reads
 from durable_streams_server.engine.engine import Engine, EngineConfig
@@ -29,15 +29,7 @@ from durable_streams_server.storage.committer import Storage
 IDLE_MS = 60_000
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.ms = int(time.time() * 1000)
-
-    def __call__(self) -> int:
-        return self.ms
-
-
-async def _open(data_dir: Path, clock: _Clock, flush_interval_s: float = 0.02) -> tuple[Storage, Engine]:
+async def _open(data_dir: Path, clock: ManualClock, flush_interval_s: float = 0.02) -> tuple[Storage, Engine]:
     storage, engine = await open_local(data_dir, flush_interval_s, EngineConfig(idle_stream_ms=IDLE_MS), clock)
     engine.idle.step_s = 60.0  # (every stream of a step looked at, however slow this machine)
     return storage, engine
@@ -70,7 +62,7 @@ def _state(engine: Engine, name: str) -> dict[str, object]:
 
 def test_idle_streams_sleep_and_come_back_whole(tmp_path: Path) -> None:
     async def scenario() -> None:
-        clock = _Clock()
+        clock = ManualClock()
         storage, engine = await _open(tmp_path, clock)
         producer = ProducerHeaders("p1", 3, 0)
         await engine.create(_create("v1/stream/text", b"hello"))
@@ -131,7 +123,7 @@ def _built(engine: Engine, name: str) -> bool:
 
 def test_a_stream_something_refers_to_stays_built(tmp_path: Path) -> None:
     async def scenario() -> None:
-        clock = _Clock()
+        clock = ManualClock()
         storage, engine = await _open(tmp_path, clock)
         await engine.create(_create("v1/stream/held", b"m"))
         await _flushed(engine, ["v1/stream/held"])
@@ -148,7 +140,7 @@ def test_a_stream_something_refers_to_stays_built(tmp_path: Path) -> None:
 
 def test_a_stream_not_all_in_delta_or_waited_on_stays_built(tmp_path: Path) -> None:
     async def scenario() -> None:
-        clock = _Clock()
+        clock = ManualClock()
         storage, engine = await _open(tmp_path, clock, flush_interval_s=3600)  # (no flush)
         await engine.create(_create("v1/stream/unflushed", b"m"))
         clock.ms += IDLE_MS
@@ -235,7 +227,7 @@ def test_past_the_most_built_streams_unused_for_a_second_sleep_once_in_delta(tmp
     Delta (a flush would otherwise build it again); below the cap, the idle time holds."""
 
     async def scenario() -> None:
-        clock = _Clock()
+        clock = ManualClock()
         storage, engine = await _open(tmp_path, clock)
         engine.idle.most_built = 4
         names = [f"v1/stream/s{index}" for index in range(10)]

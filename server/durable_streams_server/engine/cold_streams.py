@@ -153,7 +153,7 @@ class ColdStreams:
         found = self._recent.get(uid)
         if found is not None:
             return _parsed(found[1])
-        row = self._row_of_uid(uid)
+        row = self._found_row(uid)
         return None if row is None else _parsed(self._cell(self._state_cells, row))
 
     def names(self) -> Iterator[str]:
@@ -185,16 +185,35 @@ class ColdStreams:
         if found is not None:
             del self._recent_names[found[0]]
             return _parsed(found[1])
-        row = self._found[1] if self._found[0] == uid else self._row_of_uid(uid)
+        row = self._found_row(uid)
         if row is None:
             return None
         state = _parsed(self._cell(self._state_cells, row))
+        self._kill(row)
+        return state
+
+    def replace(self, name: str, uid: int, state: bytes) -> None:
+        """The cold stream ``uid`` at ``name`` keeps ``state`` from now on (an append that did not
+        build it: ``cold_appends``); it stays cold."""
+        if uid in self._recent:
+            self._recent[uid] = (name, state)
+            return
+        row = self._found_row(uid)
+        assert row is not None, uid
+        self._kill(row)
+        self.put(name, uid, state)
+
+    def _found_row(self, uid: int) -> int | None:
+        """The row of the cold stream ``uid`` in the segment (the last lookup by path's, if it found it)."""
+        return self._found[1] if self._found[0] == uid else self._row_of_uid(uid)
+
+    def _kill(self, row: int) -> None:
+        """The stream at ``row`` is no longer in the segment (its row is dead)."""
         self._alive[row] = False
         self._dead += 1
         self._found = (-1, -1)
         if self._dead >= MERGE_AT and self._dead * 2 > len(self._alive):
             self._drop_dead()
-        return state
 
     # -- the segment ------------------------------------------------------------------
 

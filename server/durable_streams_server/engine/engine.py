@@ -17,7 +17,9 @@ replays the WAL through too, so a replayed server is indistinguishable from the 
 that crashed. The engine talks to storage only through ``ports.StoragePort``.
 
 Readers see ``visible_tail``: storage calls ``on_durable`` after each group commit and
-the engine publishes the tails those records produced, waking long-poll and SSE waiters.
+the engine publishes the tails those records produced, waking long-poll and SSE waiters
+(``visibility``). A plain append to a sleeping stream is validated against its state and
+stored without building its ``Stream`` (``cold_appends``).
 
 Deletion follows the fork rules: a stream with live forks is soft-deleted (its data
 stays readable through the forks, its URL answers 410); removing the last fork of a
@@ -29,7 +31,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 
@@ -53,6 +54,7 @@ from ..storage.records import (
 from ..storage.view import Recovery, StreamState
 from . import forks
 from .buckets import Bucket, Buckets, bucket_of
+from .cold_appends import ColdAppends
 from .consumers import Consumers
 from .copied_forks import ForkCopy, PendingUnlinks
 from .history import HistoryCache, ReadAhead
@@ -68,6 +70,7 @@ from .tail_caches import TailCaches
 from .tombstones import DEFAULT_MAX_COUNT, DEFAULT_RETENTION_MS, Tombstones
 from .transitions import LiveState
 from .types import AppendOutcome, AppendRequest, AppendResult, CreateOutcome, CreateRequest
+from .visibility import Visibility
 
 log = logging.getLogger("durable_streams_server.engine")
 
@@ -106,7 +109,7 @@ class Engine:
         self.config = config or EngineConfig()
         self.clock = clock
         self.live = LiveState(clock)
-        self._becoming_visible: deque[tuple[int, Stream, int, bool]] = deque()
+        self.visibility = Visibility(self.live)
         self.memory = MemoryBudget(self.config.memory_budget_bytes)
         self.history = HistoryCache(self.config.history_cache_bytes, self.memory)
         self.read_ahead = ReadAhead(storage, self.history)
@@ -130,6 +133,7 @@ class Engine:
             storage, self.live, clock, self.config.default_retention, self.get_live, self.earliest_readable
         )
         self.snapshots = Snapshots(storage, self.live, self.get_live, self.touch, clock)
+        self.cold_appends = ColdAppends(self.live.index, storage, clock)
         storage.attach(self)
 
     @property
@@ -166,23 +170,14 @@ class Engine:
         return self.live.states_for(uids)
 
     def on_durable(self, lsn: int) -> None:
-        queue = self._becoming_visible
-        woken: dict[int, Stream] = {}
-        while queue and queue[0][0] <= lsn:
-            _, stream, tail, closed = queue.popleft()
-            stream.visible_tail = tail
-            stream.visible_closed = closed
-            woken[stream.uid] = stream
-        hooks = self.live.hooks
-        for stream in woken.values():
-            stream.wake()
-            if hooks is not None and self.by_uid.get(stream.uid) is stream and not stream.soft_deleted:
-                hooks.on_visible(stream)
+        self.visibility.on_durable(lsn)
 
     def on_flushed(self, states: Mapping[int, StreamState]) -> None:
+        index = self.live.index
         for uid, state in states.items():
-            stream = self.by_uid.get(uid)
-            if stream is None:
+            stream = index.built(uid)
+            if stream is None:  # (asleep, or gone: a sleeping stream's unflushed messages are its ``ColdTail``'s)
+                index.cold_tails.flushed(uid, state)
                 continue
             if stream.retention is not None:
                 stream.retention.note_flushed(state)
@@ -309,7 +304,7 @@ class Engine:
         )
         record = self.storage.submit(self.storage.next_lsn, header, tuple(messages))
         stream = self.live.create(record)
-        self._publish(record.lsn, stream)
+        self.visibility.publish(record.lsn, stream)
         return CreateOutcome(True, stream, stream.tail)
 
     def fork_source(self, request: CreateRequest) -> Stream:
@@ -325,6 +320,12 @@ class Engine:
 
     async def append(self, name: str, request: AppendRequest) -> AppendOutcome:
         self.storage.check_writable()
+        asleep = self.cold_appends.append(name, request)  # (a plain append to a sleeping stream)
+        if asleep is not None:
+            outcome, cold, lsn = asleep
+            self.visibility.publish_asleep(lsn, cold)
+            await self.storage.wait_durable(lsn)
+            return outcome
         stream = self.get_live(name)
         self.touch(stream)
         try:
@@ -387,7 +388,7 @@ class Engine:
         )
         record = self.storage.submit(stream.uid, header, messages)
         self.live.append(stream, record)
-        self._publish(record.lsn, stream)
+        self.visibility.publish(record.lsn, stream)
         return AppendOutcome(
             AppendResult.STORED_FOR_PRODUCER if producer is not None and messages else AppendResult.STORED,
             stream.tail,
@@ -437,11 +438,6 @@ class Engine:
         record = self.storage.submit(bucket.uid, BucketDeleteHeader(ts=self.clock()))
         self.live.delete_bucket(bucket, record)
         await self.storage.wait_durable(record.lsn)
-
-    # -- visibility -------------------------------------------------------------------
-
-    def _publish(self, lsn: int, stream: Stream) -> None:
-        self._becoming_visible.append((lsn, stream, stream.tail, stream.closed))
 
 
 def _closed_headers(stream: Stream) -> dict[str, str]:

@@ -35,6 +35,7 @@ import pyarrow as pa
 
 from ..storage.state_rows import DORMANT, DormantStates, state_flags
 from .cold_streams import ColdStreams
+from .cold_tails import ColdTails
 from .stream import Stream
 
 _K = TypeVar("_K", str, int)
@@ -48,6 +49,8 @@ class StreamIndex:
         self._by_name: dict[str, Stream] = {}
         self._by_uid: dict[int, Stream] = {}
         self._cold = ColdStreams()
+        self.cold_tails = ColdTails()
+        """What the streams appended to asleep keep until their records are in Delta (``cold_tails``)."""
         self._recovered_ms = 0
         self.by_name: _View[str] = _View(self, self._by_name, self._cold_uid_at, self._cold_names)
         self.by_uid: _View[int] = _View(self, self._by_uid, self._cold_uid, self._cold_uids)
@@ -97,12 +100,46 @@ class StreamIndex:
 
     def look(self, name: str) -> Stream | dict[str, Any] | None:
         """The stream at ``name`` without building it: the built ``Stream``, else the cold
-        one's state, parsed (for a look that must not wake it: ``consumers``' lag)."""
+        one's state, parsed (for a look that must not wake it: ``consumers``' lag). A stream
+        appended to asleep whose messages are not all in Delta yet is built (``cold_tails``):
+        its state alone would tell of messages not yet durable, or not yet readable from Delta."""
         stream = self._by_name.get(name)
         if stream is not None:
             return stream
         uid = self._cold.uid_of(name)
-        return None if uid is None else self._cold.peek(uid)
+        if uid is None:
+            return None
+        if uid in self.cold_tails:  # (appended asleep, not all in Delta yet: built, it reads them from memory)
+            return self._wake(uid)
+        return self._cold.peek(uid)
+
+    @property
+    def recovered_ms(self) -> int:
+        """When recovery ended: access times persisted before are taken as this late (``_wake``)."""
+        return self._recovered_ms
+
+    def cold_state(self, name: str) -> tuple[int, dict[str, Any]] | None:
+        """The uid and state of the stream asleep at ``name``, parsed (its ``ColdTail``'s own, which
+        the caller may change only to the state it stores next); ``None``: none is asleep there
+        (none is, or it is built). It stays asleep."""
+        if name in self._by_name:
+            return None
+        uid = self._cold.uid_of(name)
+        if uid is None:
+            return None
+        pending = self.cold_tails.get(uid)
+        state = pending.state if pending is not None else self._cold.peek(uid)
+        return None if state is None else (uid, state)
+
+    def asleep_state(self, uid: int) -> dict[str, Any] | None:
+        """The state of the stream ``uid`` if it is asleep, parsed (for a flush: a copy of its own);
+        it stays asleep."""
+        pending = self.cold_tails.get(uid)
+        return dict(pending.state) if pending is not None else self._cold.peek(uid)
+
+    def keep_asleep(self, name: str, uid: int, state: dict[str, Any]) -> None:
+        """The stream ``uid`` asleep at ``name`` has ``state`` now (``cold_appends``)."""
+        self._cold.replace(name, uid, orjson.dumps(state))
 
     def built_uids(self) -> list[int]:
         """The uids of the streams built now (``IdleStreams`` goes through them in turns)."""
@@ -134,6 +171,7 @@ class StreamIndex:
         stream = Stream.from_state(state)
         # Access times are persisted lazily; never let a restart expire a stream early.
         stream.last_access_ms = max(stream.last_access_ms, self._recovered_ms)
+        self.cold_tails.adopt(stream)
         self._by_uid[uid] = stream
         self._by_name.setdefault(stream.name, stream)
         return stream

@@ -22,7 +22,7 @@ from .types import AppendRequest
 
 if TYPE_CHECKING:
     from .engine import Engine
-    from .stream import Stream
+    from .types import VisibleStream
 
 
 class Members(Protocol):
@@ -68,7 +68,7 @@ class LocalStreams:
                     found.append((name[len(root) :], stream.visible_tail, stream.created_ms))
         return found
 
-    def noted(self, stream: Stream, removed: bool) -> None:
+    def noted(self, stream: VisibleStream, removed: bool) -> None:
         """A local stream's new durable tail, or its removal (after the manager's own hooks)."""
 
     def update_interest(self) -> None:

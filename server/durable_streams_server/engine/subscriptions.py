@@ -55,6 +55,7 @@ from .wakes import Deliveries, SubscriptionSettings
 if TYPE_CHECKING:
     from .engine import Engine
     from .stream import Stream
+    from .types import VisibleStream
 
 log = logging.getLogger("durable_streams_server.subscriptions")
 
@@ -144,7 +145,7 @@ class SubscriptionManager:
             return False
         return all(other.config.wake_stream != path for other in self.by_root.get(sub.root, {}).values())
 
-    def on_visible(self, stream: Stream) -> None:
+    def on_visible(self, stream: VisibleStream) -> None:
         """A stream's new tail is durable (created or appended): link it, wake subscribers."""
         root = stream_root(stream.name)
         self.seen(root, stream.name[len(root) :], stream.visible_tail, None)

@@ -134,11 +134,12 @@ class LiveState:
     # -- what the next flush writes ---------------------------------------------------
 
     def states_for(self, uids: set[int]) -> dict[int, StreamState]:
-        """The current state of each uid, plus every tombstone not yet handed out."""
+        """The current state of each uid, plus every tombstone not yet handed out (building no
+        sleeping stream)."""
         now = self.clock()
         states: dict[int, StreamState] = {}
         for uid in uids:
-            stream = self.by_uid.get(uid)
+            stream = self.index.built(uid)
             bucket = self.buckets.by_uid.get(uid)
             if stream is not None:
                 states[uid] = stream.to_state(written_ms=now)
@@ -146,6 +147,11 @@ class LiveState:
                 states[uid] = bucket.to_state(written_ms=now)
             elif uid in self._tombstones:
                 states[uid] = self._tombstones.pop(uid)
+            else:  # (appended asleep, ``cold_appends``: its state as the cold index keeps it)
+                asleep = self.index.asleep_state(uid)
+                if asleep is not None:
+                    asleep["written_ms"] = now
+                    states[uid] = asleep
         states.update(self._tombstones)
         self._tombstones.clear()
         return states

@@ -91,11 +91,25 @@ class ReadResult:
     closed: bool
 
 
+class VisibleStream(Protocol):
+    """What hooks learn of a stream whose new tail is durable: a built ``Stream``, or the
+    ``cold_tails.ColdTail`` of a stream appended to asleep (``cold_appends``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def created_ms(self) -> int: ...
+
+    @property
+    def visible_tail(self) -> int: ...
+
+
 class StreamHooks(Protocol):
     """Told about stream changes (the subscriptions use this): ``on_visible`` once a
     stream's new tail is durable (the engine), ``on_removed`` when a stream is deleted or
     soft-deleted (its transition; live requests only, recovery runs before hooks attach)."""
 
-    def on_visible(self, stream: Stream) -> None: ...
+    def on_visible(self, stream: VisibleStream) -> None: ...
 
     def on_removed(self, stream: Stream) -> None: ...

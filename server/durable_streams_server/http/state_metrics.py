@@ -34,6 +34,11 @@ class StateCollector:
             "Streams kept as their state only (restored so at start, or unused a while), built again on use",
             engine.live.index.dormant,
         )
+        yield CounterMetricFamily(
+            "durable_streams_cold_appends",
+            "Plain appends to a sleeping stream, stored without building it (engine.cold_appends)",
+            value=engine.live.index.cold_tails.appends,
+        )
         yield gauge("durable_streams_buckets", "Buckets", len(engine.buckets.by_id))
         memory = engine.memory
         yield gauge("durable_streams_memory_held_bytes", "Tail caches + history cache held in the budget", memory.held)

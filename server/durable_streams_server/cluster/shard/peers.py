@@ -33,7 +33,7 @@ from .reporter import TailReporter
 
 if TYPE_CHECKING:
     from ...engine.engine import Engine
-    from ...engine.stream import Stream
+    from ...engine.types import VisibleStream
 
 log = logging.getLogger("durable_streams_server.cluster")
 
@@ -114,7 +114,7 @@ class RouterPeers:
             self.reporter = TailReporter(self, engine)
             self.reporter.start()
 
-    def noted(self, stream: Stream, removed: bool) -> None:
+    def noted(self, stream: VisibleStream, removed: bool) -> None:
         if self.reporter is not None:
             self.reporter.note(stream, removed)
 

@@ -31,7 +31,7 @@ from .remote_streams import BASE_ROOT, InterestView, matching_streams
 
 if TYPE_CHECKING:
     from ...engine.engine import Engine
-    from ...engine.stream import Stream
+    from ...engine.types import VisibleStream
 
 log = logging.getLogger("durable_streams_server.cluster")
 
@@ -75,7 +75,7 @@ class TailReporter:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    def note(self, stream: Stream, removed: bool) -> None:
+    def note(self, stream: VisibleStream, removed: bool) -> None:
         interest, name = self.interest, stream.name
         if interest is None or not name.startswith(BASE_ROOT) or not interest.wants(name[len(BASE_ROOT) :]):
             return

@@ -28,7 +28,7 @@ from .peers import RouterPeers
 from .remote_streams import BASE_ROOT, Interest, InterestView, RemoteStreams, StreamFacts
 
 if TYPE_CHECKING:
-    from ...engine.stream import Stream
+    from ...engine.types import VisibleStream
 
 
 class ShardReports(LocalStreams):
@@ -48,7 +48,7 @@ class ShardReports(LocalStreams):
         if self.peers is not None:
             await self.peers.close()
 
-    def noted(self, stream: Stream, removed: bool) -> None:
+    def noted(self, stream: VisibleStream, removed: bool) -> None:
         if self.peers is not None:
             self.peers.noted(stream, removed)
 
