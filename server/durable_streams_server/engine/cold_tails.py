@@ -99,11 +99,11 @@ class ColdTails:
         if cold is None:
             return
         assert stream.tail == cold.tail, (stream.uid, stream.tail, cold.tail)
-        appended_bytes = stream.bytes_total  # (the state counts the messages already)
+        bytes_total = stream.bytes_total  # (the state counts these messages already: ``remember`` would twice)
         stream.mem_base = stream.flushed_tail = cold.flushed_tail
         for first_seq, messages, ts_ms in cold.appended:
             stream.remember(first_seq, messages, ts_ms)
-        stream.bytes_total = appended_bytes
+        stream.bytes_total = bytes_total
         stream.visible_tail = cold.visible_tail
         stream.last_lsn = cold.last_lsn
         cold.stream = stream
