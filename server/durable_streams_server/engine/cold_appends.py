@@ -36,6 +36,7 @@ from ..storage.records import AppendHeader
 from ..storage.state_rows import DORMANT, state_flags
 from .cold_tails import ColdTail
 from .ports import StoragePort
+from .stream import expiry_passed
 from .stream_index import StreamIndex
 from .types import AppendOutcome, AppendRequest, AppendResult
 
@@ -83,7 +84,7 @@ class ColdAppends:
         state["last_access_ms"] = state["last_write_ms"] = now
         state.pop("written_ms", None)  # (a dormant state's, as read from its row: a flush stamps its own)
         self.index.keep_asleep(name, uid, state)
-        cold = self.index.cold_tails.appended(name, uid, state, first_seq, messages, now, record.lsn)
+        cold = self.index.cold_tails.appended(state, first_seq, messages, now, record.lsn)
         return AppendOutcome(AppendResult.STORED, tail, False), cold, record.lsn
 
     def _answers(self, state: dict[str, Any], content_type: str | None, now: int) -> bool:
@@ -91,11 +92,8 @@ class ColdAppends:
         content type (``Stream.expired``, with ``StreamIndex._wake``'s access time after a restart)."""
         if state_flags(state) != DORMANT or state.get("closed"):
             return False
-        expires_at_ms = state.get("expires_at_ms")
-        if expires_at_ms is not None and now >= expires_at_ms:
-            return False
-        ttl_s = state.get("ttl_s")
-        if ttl_s is not None and now >= max(state.get("last_access_ms", 0), self.index.recovered_ms) + ttl_s * 1000:
+        last_access_ms = max(state.get("last_access_ms", 0), self.index.recovered_ms)
+        if expiry_passed(state.get("expires_at_ms"), state.get("ttl_s"), last_access_ms, now):
             return False
         return content_type is not None and normalize_content_type(content_type) == normalize_content_type(
             state["content_type"]

@@ -37,22 +37,38 @@ Appended = tuple[int, tuple[bytes, ...], int]
 
 @dataclass(slots=True, eq=False)
 class ColdTail:
-    name: str
-    uid: int
-    created_ms: int
-    tail: int
-    """The tail after the newest record (the cold state's)."""
+    state: dict[str, Any]
+    """The stream's state as the cold index keeps it (JSON there): the next append and the flush
+    take it from here rather than parse it again (the flush takes a copy)."""
     visible_tail: int
     flushed_tail: int
     """The messages below it are in Delta."""
     last_lsn: int
-    state: dict[str, Any]
-    """The stream's state as the cold index keeps it (JSON there): the next append and the flush
-    take it from here rather than parse it again (the flush takes a copy)."""
     appended: list[Appended] = field(default_factory=list)
     """The records not yet in Delta, in order (contiguous from ``flushed_tail``)."""
     stream: Stream | None = None
     """The ``Stream`` a lookup built meanwhile: visibility queued for this goes to it."""
+
+    @property
+    def name(self) -> str:
+        name: str = self.state["name"]
+        return name
+
+    @property
+    def uid(self) -> int:
+        uid: int = self.state["uid"]
+        return uid
+
+    @property
+    def created_ms(self) -> int:
+        created_ms: int = self.state["created_ms"]
+        return created_ms
+
+    @property
+    def tail(self) -> int:
+        """The tail after the newest record."""
+        tail: int = self.state["tail"]
+        return tail
 
 
 class ColdTails:
@@ -71,24 +87,16 @@ class ColdTails:
         return self._tails.get(uid)
 
     def appended(
-        self,
-        name: str,
-        uid: int,
-        state: dict[str, Any],
-        first_seq: int,
-        messages: tuple[bytes, ...],
-        ts_ms: int,
-        lsn: int,
+        self, state: dict[str, Any], first_seq: int, messages: tuple[bytes, ...], ts_ms: int, lsn: int
     ) -> ColdTail:
-        """A record appended to the sleeping stream ``uid`` at ``name``, whose tail was ``first_seq``;
-        ``state`` is its state after it."""
+        """A record appended to a sleeping stream whose tail was ``first_seq``; ``state`` is its state
+        after it."""
+        uid: int = state["uid"]
         cold = self._tails.get(uid)
         if cold is None:  # (asleep with nothing pending: everything below its tail is in Delta and visible)
-            created_ms = state["created_ms"]
-            cold = self._tails[uid] = ColdTail(name, uid, created_ms, first_seq, first_seq, first_seq, lsn, state)
+            cold = self._tails[uid] = ColdTail(state, first_seq, first_seq, lsn)
         cold.state = state
         cold.appended.append((first_seq, messages, ts_ms))
-        cold.tail = first_seq + len(messages)
         cold.last_lsn = lsn
         self.appends += 1
         return cold

@@ -60,6 +60,14 @@ def incarnation(uid: int, created_ms: int) -> str:
     return f"{uid}-{created_ms}"
 
 
+def expiry_passed(expires_at_ms: int | None, ttl_s: int | None, last_access_ms: int, now_ms: int) -> bool:
+    """Whether a stream with these limits is expired at ``now_ms``: past its ``Stream-Expires-At``, or
+    unused for its sliding ``Stream-TTL`` (``Stream.expired``; a sleeping stream's state: ``cold_appends``)."""
+    if expires_at_ms is not None and now_ms >= expires_at_ms:
+        return True
+    return ttl_s is not None and now_ms >= last_access_ms + ttl_s * 1000
+
+
 @dataclass(slots=True)
 class Stream:
     name: str
@@ -143,9 +151,7 @@ class Stream:
     # -- lifetime ---------------------------------------------------------------------
 
     def expired(self, now_ms: int) -> bool:
-        if self.expires_at_ms is not None and now_ms >= self.expires_at_ms:
-            return True
-        return self.ttl_s is not None and now_ms >= self.last_access_ms + self.ttl_s * 1000
+        return expiry_passed(self.expires_at_ms, self.ttl_s, self.last_access_ms, now_ms)
 
     def remaining_ttl_s(self, now_ms: int) -> int | None:
         if self.ttl_s is None:
