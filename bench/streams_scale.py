@@ -14,7 +14,8 @@ benchmark's creation row). At each size, ours is measured:
 - a read of one stream (``GET offset=-1`` of 200 random streams, one connection: p50) and a
   page of the status listing (``GET /v1/status/streams?limit=50``, median of 3);
 - a graceful restart (SIGTERM, then spawn): seconds from the spawn to the first answer (a
-  ``HEAD`` of a random stream), RSS right after that answer and 3 s later.
+  ``HEAD`` of a random stream), RSS right after that answer and 3 s later, and the peak RSS
+  until that answer (``VmHWM``: recovery's high-water mark).
 
 The reference server (``@durable-streams/server``, file-backed) is measured at each size
 (up to ``--reference-up-to``, every size by default): creates/s and RSS. Targets: at every size, creates/s at least
@@ -49,6 +50,7 @@ import loadgen  # noqa: E402
 from benchkit import Measured, Result, compared, progress, report, value_at_least, value_at_most  # noqa: E402
 from benchkit import at_least as ratio_at_least  # noqa: E402
 from harness import PROCESSES, request, spawn  # noqa: E402
+from overload_memory import _status_kib  # noqa: E402
 from runner import start_reference_server  # noqa: E402
 from server_bench import PAYLOAD, _create_worker, _expect, _rss_mib  # noqa: E402
 from servers import ServerProcess  # noqa: E402
@@ -148,12 +150,14 @@ def restart(server: ServerProcess, names: list[str]) -> Measured:
     assert status == 200, status
     conn.close()
     first = _rss_mib(server.proc.pid)
+    peak = _status_kib(server.proc.pid, "VmHWM") / 1024
     time.sleep(3)
     later = _rss_mib(server.proc.pid)
     return (
         Measured()
         .add("restart to first answer s", answered, (answered,), "spawn to the first HEAD's answer")
         .add("RSS MiB after restart", max(first, later), (first, later), "VmRSS at the first answer and 3 s later")
+        .add("peak RSS MiB of the restart", peak, (peak,), "VmHWM at the first answer (recovery's peak)")
     )
 
 

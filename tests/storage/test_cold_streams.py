@@ -30,11 +30,14 @@ def test_puts_and_takes_in_any_order_answer_as_a_dictionary() -> None:
     dormant = [(f"v1/stream/restored-{uid}", uid) for uid in range(1, dormant_count + 1)]
     model = {uid: _state(name, uid, uid % 5) for name, uid in dormant}
     names = {name: uid for name, uid in dormant}
+    jsons = [orjson.dumps(model[uid]).decode() for _, uid in dormant]
     cold = ColdStreams.of(
         DormantStates(
             pa.array([name for name, _ in dormant], pa.string()),
             pa.array([uid for _, uid in dormant], pa.int64()),
-            pa.array([orjson.dumps(model[uid]).decode() for _, uid in dormant], pa.string()),
+            pa.chunked_array(  # (uneven chunks, as recovery reads them)
+                [jsons[:100], jsons[100 : MERGE_AT + 7], jsons[MERGE_AT + 7 :]], pa.string()
+            ),
         )
     )
     _check(cold, model, names)
@@ -97,7 +100,7 @@ def test_columns_of_a_view_type_are_refused_not_misread() -> None:
     views = DormantStates(
         pa.array(["v1/stream/a"], pa.string_view()),
         pa.array([1], pa.int64()),
-        pa.array([orjson.dumps(_state("v1/stream/a", 1, 0)).decode()], pa.string()),
+        pa.chunked_array([[orjson.dumps(_state("v1/stream/a", 1, 0)).decode()]], pa.string()),
     )
     with pytest.raises(TypeError, match="not string_view"):
         ColdStreams.of(views)

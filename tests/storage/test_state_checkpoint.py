@@ -192,3 +192,39 @@ def test_a_checkpoint_of_many_streams_writes_the_newest_row_of_each(
         return sorted(tuple(row.values()) for table in tables for row in table.select(columns).to_pylist())
 
     assert rows(found) == rows(expected, flush_five)  # the checkpoint's rows beside flush 5's (same LSN)
+
+
+def test_state_rows_of_a_file_of_many_row_groups_are_read_in_slices_and_filtered(tmp_path: Path) -> None:
+    """A file of more row groups than ``read`` decodes at once: every wanted row comes back
+    once, from groups wanted whole (kept as decoded) and from groups wanted in part (filtered),
+    and none of the others."""
+    from deltalake import WriterProperties, write_deltalake
+
+    from durable_streams_server.storage.state_files import _GROUPS_AT_ONCE
+    from durable_streams_server.storage.table_schema import SCHEMA
+
+    count = 10 * (3 * _GROUPS_AT_ONCE + 1)  # (row groups of 10 rows: three slices and one more group)
+    kinds = ["state" if index < count // 2 or index % 3 else "message" for index in range(count)]
+    lsns = [index // 7 for index in range(count)]
+    rows = pa.table(
+        {
+            "stream": [f"v1/stream/s{index}" for index in range(count)],
+            "stream_uid": list(range(count)),
+            "kind": kinds,
+            "seq": [0] * count,
+            "ts": pa.array([0] * count, pa.timestamp("us", tz="UTC")),
+            "data": [b"\x00"] * count,
+            "meta": [json.dumps(_state(index, index)) for index in range(count)],
+            "lsn": lsns,
+        },
+        schema=SCHEMA,
+    )
+    write_deltalake(str(tmp_path), rows, writer_properties=WriterProperties(max_row_group_size=10))
+    since = 4  # (rows 28 on: groups before the third are wanted in part or not at all)
+    plan = StateFiles.plan(DeltaTable(str(tmp_path)), {}, ("state", "subscription"), since)
+
+    found = plan.read(["stream_uid", "kind", "lsn", "meta"])
+    expected = [index for index in range(count) if kinds[index] == "state" and lsns[index] >= since]
+    assert sorted(found["stream_uid"].to_pylist()) == expected
+    assert found.schema == pa.schema([SCHEMA.field(name) for name in ("stream_uid", "kind", "lsn", "meta")])
+    assert [json.loads(meta)["tail"] for meta in found.sort_by("stream_uid")["meta"].to_pylist()] == expected

@@ -120,7 +120,11 @@ class ColdStreams:
             for start in range(0, len(dormant), _HASHED_AT_ONCE):
                 names = dormant.names.slice(start, _HASHED_AT_ONCE).to_pylist()
                 hashes[start : start + len(names)] = [hash(name) for name in names]
-            cold._add(dormant.names, dormant.uids.to_numpy(zero_copy_only=False), dormant.states, hashes)
+            for states in dormant.states.chunks:  # (a chunk each: the JSON is kept as recovery read it)
+                cold._append(dormant.names.slice(cold._starts[-1], len(states)), states)
+            cold._uids = dormant.uids.to_numpy(zero_copy_only=False)
+            cold._alive = np.ones(len(dormant), np.bool_)
+            cold._index(cold._uids, hashes, np.arange(len(dormant), dtype=np.int32))
         return cold
 
     def __len__(self) -> int:
@@ -258,17 +262,25 @@ class ColdStreams:
 
     def _add(self, names: pa.Array, uids: _Keys, states: pa.Array, hashes: _Keys) -> None:
         first = len(self._alive)
-        if len(uids):
-            self._top_uid = max(self._top_uid, int(uids.max()))
-        rows = np.arange(first, first + len(uids), dtype=np.int32)
+        self._append(names, states)
+        self._uids = np.concatenate([self._uids, uids])
+        self._alive = np.concatenate([self._alive, np.ones(len(uids), np.bool_)])
+        self._index(uids, hashes, np.arange(first, first + len(uids), dtype=np.int32))
+
+    def _append(self, names: pa.Array, states: pa.Array) -> None:
+        """``names`` and ``states`` as the columns' next chunk (their uids, alive bits and index
+        entries are the caller's to add)."""
         self._names.append(names)
         self._states.append(states)
         self._name_cells.append(_Cells(names))
         self._state_cells.append(_Cells(states))
-        self._starts.append(first + len(uids))
+        self._starts.append(self._starts[-1] + len(states))
+
+    def _index(self, uids: _Keys, hashes: _Keys, rows: _Rows) -> None:
+        """The rows ``rows`` (``uids``, their paths' ``hashes``) in both sorted indexes."""
+        if len(uids):
+            self._top_uid = max(self._top_uid, int(uids.max()))
         self._found = (-1, -1)
-        self._uids = np.concatenate([self._uids, uids])
-        self._alive = np.concatenate([self._alive, np.ones(len(uids), np.bool_)])
         self._hashes, self._hash_rows = _merged(self._hashes, self._hash_rows, hashes, rows)
         self._uid_keys, self._uid_rows = _merged(self._uid_keys, self._uid_rows, uids, rows)
 
