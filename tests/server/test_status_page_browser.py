@@ -50,6 +50,14 @@ def shot(browser: Browser, name: str) -> Path:
     return browser.screenshot(ARTIFACTS / f"{name}.png")
 
 
+def start_afresh(browser: Browser) -> None:
+    """Leave the page an earlier test opened, then forget what it did: its polls of its own
+    server, sent before this test's page loaded, would count as this test's requests."""
+    browser.navigate("about:blank")
+    browser.requests.clear()
+    browser.errors.clear()
+
+
 def own_origin_only(browser: Browser, server: ServerProcess) -> None:
     foreign = [url for url in browser.requests if not url.startswith(server.url + "/") and not url.startswith("data:")]
     assert foreign == [], foreign
@@ -74,8 +82,7 @@ def test_page_lists_streams_with_counts_and_shows_new_appends_live(
     assert http.put(orders, data=b'[{"id":1,"item":"tea"},{"id":2,"item":"cake"},{"id":3}]', headers=JSON).ok
     assert http.put(f"{server.url}/fleet").status_code == 201
     assert http.put(f"{server.url}/fleet/positions", data=b"lat=1 lon=2", headers=TEXT).status_code == 201
-    browser.requests.clear()
-    browser.errors.clear()
+    start_afresh(browser)
 
     browser.navigate(f"{server.url}/ui")
     browser.wait_for("document.querySelectorAll('#cards .card').length > 4", LOAD_S)
@@ -149,8 +156,7 @@ def test_page_asks_for_a_token_and_shows_only_what_it_may_read(
     server = server_factory("--auth-tokens-file", str(tokens))
     for name in ("team-a/mine", "team-b/theirs"):
         assert http.put(server.stream_url(name), data=b"x", headers={**TEXT, **bearer(admin)}).status_code == 201
-    browser.requests.clear()
-    browser.errors.clear()
+    start_afresh(browser)
 
     browser.navigate(f"{server.url}/ui/#/streams")
     browser.wait_for("!document.getElementById('login').hidden", LOAD_S)
