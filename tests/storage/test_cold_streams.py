@@ -4,8 +4,10 @@ restart's dormant rows go in as the Arrow columns recovery read."""
 
 from __future__ import annotations
 
+import itertools
 import random
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pytest
@@ -30,14 +32,14 @@ def test_puts_and_takes_in_any_order_answer_as_a_dictionary() -> None:
     dormant = [(f"v1/stream/restored-{uid}", uid) for uid in range(1, dormant_count + 1)]
     model = {uid: _state(name, uid, uid % 5) for name, uid in dormant}
     names = {name: uid for name, uid in dormant}
-    jsons = [orjson.dumps(model[uid]).decode() for _, uid in dormant]
+    rows = [(name, uid, orjson.dumps(model[uid]).decode()) for name, uid in dormant]
+    cuts = [0, 100, MERGE_AT + 7, len(rows)]  # (uneven chunks, as recovery reads them)
+    chunks = [rows[start:end] for start, end in itertools.pairwise(cuts)]
     cold = ColdStreams.of(
         DormantStates(
-            pa.array([name for name, _ in dormant], pa.string()),
-            pa.array([uid for _, uid in dormant], pa.int64()),
-            pa.chunked_array(  # (uneven chunks, as recovery reads them)
-                [jsons[:100], jsons[100 : MERGE_AT + 7], jsons[MERGE_AT + 7 :]], pa.string()
-            ),
+            pa.chunked_array([[row[0] for row in chunk] for chunk in chunks], pa.string()),
+            np.array([row[1] for row in rows], np.int64),
+            pa.chunked_array([[row[2] for row in chunk] for chunk in chunks], pa.string()),
         )
     )
     _check(cold, model, names)
@@ -97,10 +99,10 @@ def test_woken_rows_are_dropped_once_they_are_the_majority() -> None:
 def test_columns_of_a_view_type_are_refused_not_misread() -> None:
     """A view type's buffers are laid out otherwise than offsets and values: read as those, its
     cells would be garbage, so the columns are refused by name."""
-    views = DormantStates(
+    views = DormantStates.of(
         pa.array(["v1/stream/a"], pa.string_view()),
         pa.array([1], pa.int64()),
-        pa.chunked_array([[orjson.dumps(_state("v1/stream/a", 1, 0)).decode()]], pa.string()),
+        pa.array([orjson.dumps(_state("v1/stream/a", 1, 0)).decode()], pa.string()),
     )
     with pytest.raises(TypeError, match="not string_view"):
         ColdStreams.of(views)

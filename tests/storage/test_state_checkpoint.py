@@ -228,3 +228,25 @@ def test_state_rows_of_a_file_of_many_row_groups_are_read_in_slices_and_filtered
     assert sorted(found["stream_uid"].to_pylist()) == expected
     assert found.schema == pa.schema([SCHEMA.field(name) for name in ("stream_uid", "kind", "lsn", "meta")])
     assert [json.loads(meta)["tail"] for meta in found.sort_by("stream_uid")["meta"].to_pylist()] == expected
+
+
+def test_recovery_keeps_each_sleeping_streams_newest_row_a_chunk_per_batch_read(tmp_path: Path) -> None:
+    """Recovery copies the rows it keeps of the sleeping streams a batch at a time (letting go of
+    each batch read): each stream's newest state is the one found, and only it."""
+    from durable_streams_server.engine.cold_streams import ColdStreams
+
+    delta = DeltaLog(str(tmp_path), {})
+    uids = range(1, 201)
+    _flush(delta, 1, {uid: _state(uid, 1) for uid in uids})  # 30 of its 200 rows superseded
+    _flush(delta, 2, {uid: _state(uid, 2) for uid in range(1, 31)})  # 25 of its 30
+    _flush(delta, 3, {uid: _state(uid, 3) for uid in range(1, 26)})
+    newest = {uid: _state(uid, 3 if uid <= 25 else 2 if uid <= 30 else 1) for uid in uids}
+
+    dormant = delta.load_rows().dormant
+    assert len(dormant) == 200
+    assert sorted(len(chunk) for chunk in dormant.states.chunks) == [5, 25, 170]
+    assert [len(chunk) for chunk in dormant.names.chunks] == [len(chunk) for chunk in dormant.states.chunks]
+    assert delta.load_rows().all_states() == newest
+    cold = ColdStreams.of(dormant)
+    assert {uid: cold.peek(uid) for uid in uids} == newest
+    assert sorted(cold.names()) == sorted(state["name"] for state in newest.values())

@@ -113,17 +113,17 @@ class ColdStreams:
 
     @classmethod
     def of(cls, dormant: DormantStates) -> ColdStreams:
-        """The streams recovery left unparsed, as they were read."""
+        """The streams recovery left unparsed, in the chunks it read them in."""
         cold = cls()
         if len(dormant):
+            for names, states in zip(dormant.names.chunks, dormant.states.chunks, strict=True):
+                cold._append(names, states)
+            cold._uids = dormant.uids
+            cold._alive = np.ones(len(dormant), np.bool_)
             hashes = np.empty(len(dormant), np.int64)
             for start in range(0, len(dormant), _HASHED_AT_ONCE):
                 names = dormant.names.slice(start, _HASHED_AT_ONCE).to_pylist()
                 hashes[start : start + len(names)] = [hash(name) for name in names]
-            for states in dormant.states.chunks:  # (a chunk each: the JSON is kept as recovery read it)
-                cold._append(dormant.names.slice(cold._starts[-1], len(states)), states)
-            cold._uids = dormant.uids.to_numpy(zero_copy_only=False)
-            cold._alive = np.ones(len(dormant), np.bool_)
             cold._index(cold._uids, hashes, np.arange(len(dormant), dtype=np.int32))
         return cold
 

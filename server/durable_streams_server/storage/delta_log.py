@@ -200,12 +200,15 @@ class DeltaLog:
             since = self._table.transaction_version(CHECKPOINT_APP_ID) or 0
             files = StateFiles.plan(self._table, self.storage_options, _STATE_KINDS, since)
         raw = files.read(["kind", "stream", "stream_uid", "lsn", "data", "meta"])
-        keys = raw.drop_columns(["meta"]).append_column("row", pa.array(np.arange(raw.num_rows, dtype=np.int64)))
-        lsns = keys["lsn"]
+        lsns = raw["lsn"]
         after = lsns.filter(pc.greater(lsns, since))
         at_checkpoint = pc.sum(pc.equal(lsns, since)).as_py() or 0
         self.recovered_checkpoint = (at_checkpoint, pc.count_distinct(after).as_py(), len(after))
-        return split_rows(newest_per_uid(keys), raw["meta"], state_kind=KIND_STATE)
+        rows = pa.array(np.arange(raw.num_rows, dtype=np.int64))
+        newest = newest_per_uid(raw.select(["kind", "stream_uid", "lsn", "data"]).append_column("row", rows))
+        read = raw.select(["stream", "stream_uid", "meta"]).to_batches()
+        del raw, lsns, after  # (``split_rows`` lets go of each batch read once it has copied what it keeps)
+        return split_rows(newest, read, state_kind=KIND_STATE)
 
     def load_states(self) -> dict[int, dict[str, Any]]:
         return self.load_rows().all_states()

@@ -46,26 +46,30 @@ def state_flags(state: dict[str, Any]) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class DormantStates:
-    """Live streams recovery did not parse, as Arrow columns (no Python object per stream):
-    ``names[i]`` and ``uids[i]`` are the path and uid of the stream whose JSON state is
-    ``states[i]``."""
+    """Live streams recovery did not parse, as Arrow columns (no Python object per stream): row
+    ``i`` is the stream at path ``names[i]`` with uid ``uids[i]`` and JSON state ``states[i]``.
+    ``names`` and ``states`` are chunked alike, a chunk per batch recovery read."""
 
-    names: pa.StringArray
-    uids: pa.Int64Array
+    names: pa.ChunkedArray
+    uids: np.ndarray[Any, np.dtype[np.int64]]
     states: pa.ChunkedArray
-    """(Chunked as recovery read them: not concatenated into one more copy.)"""
 
     def __len__(self) -> int:
-        return len(self.names)
+        return len(self.uids)
 
-    def state(self, index: int) -> dict[str, Any]:
-        """The parsed state of ``names[index]``."""
-        parsed: dict[str, Any] = json.loads(self.states[index].as_py())
+    def state(self, row: int) -> dict[str, Any]:
+        """The parsed state at ``row``."""
+        parsed: dict[str, Any] = json.loads(self.states[row].as_py())
         return parsed
 
     @staticmethod
+    def of(names: pa.Array, uids: pa.Array, states: pa.Array) -> DormantStates:
+        """The rows of the arrays ``names``, ``uids`` and ``states``, one chunk."""
+        return DormantStates(pa.chunked_array([names]), uids.to_numpy(zero_copy_only=False), pa.chunked_array([states]))
+
+    @staticmethod
     def empty() -> DormantStates:
-        return DormantStates(pa.array([], pa.string()), pa.array([], pa.int64()), pa.chunked_array([], pa.string()))
+        return DormantStates.of(pa.array([], pa.string()), pa.array([], pa.int64()), pa.array([], pa.string()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,56 +86,56 @@ class RecoveredRows:
     def all_states(self) -> dict[int, dict[str, Any]]:
         """Every state, the dormant ones parsed too (for tools and tests)."""
         states = dict(self.states)
-        for index, uid in enumerate(self.dormant.uids.to_pylist()):
-            states[uid] = self.dormant.state(index)
+        for row, uid in enumerate(self.dormant.uids.tolist()):
+            states[uid] = self.dormant.state(row)
         return states
 
 
-def split_rows(newest: pa.Table, metas: pa.ChunkedArray, *, state_kind: str) -> RecoveredRows:
-    """``newest``: one row per ``(kind, stream_uid)`` with columns ``kind``, ``stream``,
-    ``stream_uid``, ``data`` and ``row`` (the position of its JSON in ``metas``)."""
+def split_rows(newest: pa.Table, read: list[pa.RecordBatch], *, state_kind: str) -> RecoveredRows:
+    """``newest``: one row per ``(kind, stream_uid)`` with columns ``kind``, ``stream_uid``,
+    ``data`` and ``row`` (its position among the rows of ``read``); ``read``: the rows recovery
+    read, in batches with ``stream``, ``stream_uid`` and ``meta``, which this takes: each is let
+    go of once the rows wanted of it are copied. (With every batch read held until the rows kept
+    were copied, a sleeping stream's JSON was held twice at the end, as read and as kept: a
+    restart of a million streams peaked at ~890 MiB; letting go of each batch, at ~625.)"""
+    starts = np.cumsum([0, *(batch.num_rows for batch in read)])
     is_state = pc.equal(newest["kind"], state_kind)
     dormant_mask = pc.fill_null(pc.and_(is_state, pc.equal(newest["data"], pa.scalar(DORMANT, pa.binary()))), False)
-    dormant = newest.filter(dormant_mask)
     states: dict[int, dict[str, Any]] = {}
     subscriptions: dict[int, dict[str, Any] | None] = {}
     rest = newest.filter(pc.invert(dormant_mask))
     for kind, uid, row in zip(
         rest["kind"].to_pylist(), rest["stream_uid"].to_pylist(), rest["row"].to_pylist(), strict=True
     ):
-        meta = metas[row].as_py()
+        batch = int(np.searchsorted(starts, row, side="right")) - 1
+        meta = read[batch]["meta"][row - int(starts[batch])].as_py()
         if kind == state_kind:
             states[uid] = json.loads(meta)
         else:
             subscriptions[uid] = json.loads(meta) if meta is not None else None
-    positions = dormant["row"].to_numpy()
-    order = pa.array(np.argsort(positions, kind="stable"))
-    return RecoveredRows(
-        states,
-        subscriptions,
-        DormantStates(
-            _column(dormant["stream"].take(order), pa.string()),
-            _column(dormant["stream_uid"].take(order), pa.int64()),
-            _taken(metas, np.sort(positions)),
-        ),
-    )
+    wanted = np.zeros(int(starts[-1]), np.bool_)
+    wanted[newest.filter(dormant_mask)["row"].to_numpy()] = True
+    return RecoveredRows(states, subscriptions, _dormant(read, wanted))
 
 
-def _column(column: pa.ChunkedArray, type_: pa.DataType) -> Any:
-    """``column`` as one array of ``type_`` (the rows of the newest states only: the older
-    rows' JSON recovery read is let go with the table it came in)."""
-    return column.cast(type_).combine_chunks()
-
-
-def _taken(metas: pa.ChunkedArray, positions: np.ndarray[Any, np.dtype[np.int64]]) -> pa.ChunkedArray:
-    """The JSON at ``positions`` (ascending) of ``metas``, a chunk for each chunk they fall in.
-    (A take of the whole column concatenates its chunks first: for a million streams, every
-    row's JSON copied once more beside what is kept, ~+400 MiB at the peak of a restart.)"""
-    pieces = []
+def _dormant(read: list[pa.RecordBatch], wanted: np.ndarray[Any, np.dtype[np.bool_]]) -> DormantStates:
+    """The rows ``wanted`` of ``read``, a chunk per batch, each batch let go of once copied."""
+    names: list[pa.Array] = []
+    uids: list[np.ndarray[Any, np.dtype[np.int64]]] = []
+    states: list[pa.Array] = []
+    read.reverse()
     start = 0
-    for chunk in metas.chunks:
-        lo, hi = np.searchsorted(positions, (start, start + len(chunk)))
-        if hi > lo:
-            pieces.append(chunk.take(pa.array(positions[lo:hi] - start)).cast(pa.string()))
-        start += len(chunk)
-    return pa.chunked_array(pieces, pa.string())
+    while read:
+        batch = read.pop()
+        rows = wanted[start : start + batch.num_rows]
+        start += batch.num_rows
+        if rows.any():
+            kept = batch.filter(pa.array(rows))
+            names.append(kept["stream"])
+            uids.append(kept["stream_uid"].to_numpy(zero_copy_only=False))
+            states.append(kept["meta"])
+    return DormantStates(
+        pa.chunked_array(names, pa.string()),
+        np.concatenate(uids) if uids else np.empty(0, np.int64),
+        pa.chunked_array(states, pa.string()),
+    )
