@@ -31,16 +31,70 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+class PortTaken(RuntimeError):
+    """The process could not listen on its port: another had taken it (``free_port`` only found
+    it free a moment before, and a test on another worker may have been given it too)."""
+
+
+def _listens_itself(pid: int, port: int) -> bool:
+    """Whether the socket listening on ``port`` (in ``pid``'s network namespace) belongs to ``pid``
+    or a process it started (a shell running the server, a node's router): another process that
+    took the port would answer a connection as well."""
+    inodes = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            rows = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()  # (sl, local address:port in hex, remote, state, ..., inode at 9)
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{fields[9]}]")
+    for owner in _family(pid):
+        try:
+            fds = os.listdir(f"/proc/{owner}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{owner}/fd/{fd}") in inodes:
+                    return True
+            except OSError:
+                continue
+    return False
+
+
+def _family(pid: int) -> list[int]:
+    """``pid`` and every process descended from it."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            parent = int(stat[stat.rindex(")") + 2 :].split()[1])
+            children.setdefault(parent, []).append(int(entry))
+    family, at = [pid], 0
+    while at < len(family):
+        family.extend(children.get(family[at], []))
+        at += 1
+    return family
+
+
 def _wait_until_listening(
     port: int, proc: subprocess.Popen[bytes], log_path: Path, timeout_s: float = 30, host: str = "127.0.0.1"
 ) -> None:
+    """Until ``proc`` itself listens on ``port``; ``PortTaken`` if it exited unable to."""
 
     def listening() -> bool:
         if proc.poll() is not None:
-            raise RuntimeError(f"process exited with {proc.returncode}; log:\n{log_path.read_text()[-4000:]}")
+            log = log_path.read_text()[-4000:]
+            taken = "address already in use" in log.rsplit("\n--- start ", 1)[-1]
+            raise (PortTaken if taken else RuntimeError)(f"process exited with {proc.returncode}; log:\n{log}")
         try:
             with socket.create_connection((host, port), timeout=0.2):
-                return True
+                return _listens_itself(proc.pid, port)
         except OSError:
             return False
 
@@ -93,6 +147,20 @@ class ServerProcess:
         return self.data_dir.parent / f"{self.data_dir.name}-server-{self.port}.log"
 
     def start(self) -> ServerProcess:
+        """Spawn it and wait until it listens. A first start whose port another process took
+        meanwhile (``PortTaken``) starts again on another port; a restart keeps its port."""
+        first = self.starts == 0
+        for attempt in range(3):
+            try:
+                return self._spawn()
+            except PortTaken:
+                if not first or attempt == 2:
+                    raise
+                self.starts -= 1  # (it never served: a start on the new port is the first)
+                self.port = free_port()
+        raise AssertionError("unreachable")
+
+    def _spawn(self) -> ServerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         command = [
             *self.command_prefix,
