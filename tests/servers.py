@@ -90,7 +90,7 @@ def _wait_until_listening(
     def listening() -> bool:
         if proc.poll() is not None:
             log = log_path.read_text()[-4000:]
-            taken = "address already in use" in log.rsplit("\n--- start ", 1)[-1]
+            taken = "address already in use" in log.rsplit("\n--- start ", 1)[-1].lower()
             raise (PortTaken if taken else RuntimeError)(f"process exited with {proc.returncode}; log:\n{log}")
         try:
             with socket.create_connection((host, port), timeout=0.2):
