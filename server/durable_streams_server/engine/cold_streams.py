@@ -116,8 +116,8 @@ class ColdStreams:
         """The streams recovery left unparsed, in the chunks it read them in."""
         cold = cls()
         if len(dormant):
-            for names, states in zip(dormant.names.chunks, dormant.states.chunks, strict=True):
-                cold._append(names, states)
+            for name_chunk, state_chunk in zip(dormant.names.chunks, dormant.states.chunks, strict=True):
+                cold._append(name_chunk, state_chunk)
             cold._uids = dormant.uids
             cold._alive = np.ones(len(dormant), np.bool_)
             hashes = np.empty(len(dormant), np.int64)
