@@ -4,7 +4,11 @@ with its default options against the reference server where it takes the load.
 Both servers keep their data in one directory each for the whole run, and the streams
 accumulate: each size is reached by creating the streams it adds (32 clients: 4 processes x
 8 keep-alive connections, ``loadgen``; empty ``text/plain`` streams, as the server
-benchmark's creation row). At each size, ours is measured:
+benchmark's creation row). First, each server is warmed up with ``--warm-up`` creates of
+streams of its own (50,000 by default; they stay, so each server holds that many streams
+beside each size's): the reference's creates climb from ~1,500-7,000/s to ~12,000/s over
+its first ~40,000, and a rate taken in that climb measures its start, not its creates. The
+warm-up's creates/s is a row of its own. At each size, ours is measured:
 
 - creates/s of that step (first create to last) and RSS (``VmRSS``) 3 s after it;
 - appends: 32 clients appending 100 B for ``--seconds`` to 32 streams (one each), then
@@ -24,7 +28,7 @@ the process's base) after creating and after a restart, a restart to the first a
 most 5 s, random-stream appends at least 0.8x the 32-stream appends.
 
     python bench/streams_scale.py [--sizes 10000,100000,1000000] [--reference-up-to 1000000]
-        [--seconds 5]
+        [--seconds 5] [--warm-up 50000]
 
 The default sizes make a run of record (``bench/results/streams_scale.json``, rendered into
 bench/README.md); other sizes go to ``bench/results/scratch/``.
@@ -51,18 +55,19 @@ from benchkit import Measured, Result, compared, progress, report, value_at_leas
 from benchkit import at_least as ratio_at_least  # noqa: E402
 from harness import PROCESSES, request, spawn  # noqa: E402
 from overload_memory import _status_kib  # noqa: E402
-from runner import start_reference_server  # noqa: E402
+from runner import ReferenceServer, start_reference_server  # noqa: E402
 from server_bench import PAYLOAD, _create_worker, _expect, _rss_mib  # noqa: E402
 from servers import ServerProcess  # noqa: E402
 
 SIZES = [10_000, 100_000, 1_000_000]
 CLIENTS = 32
 RSS_BOUND_MIB = 768
+WARM_UP = 50_000
 TEXT = {"Content-Type": "text/plain"}
 
 
-def _names(count: int) -> list[str]:
-    return [f"scale-{index:07d}" for index in range(count)]
+def _names(count: int, prefix: str = "scale") -> list[str]:
+    return [f"{prefix}-{index:07d}" for index in range(count)]
 
 
 def create_streams(port: int, pid: int, names: list[str]) -> Measured:
@@ -76,6 +81,20 @@ def create_streams(port: int, pid: int, names: list[str]) -> Measured:
         .add("creates/s", len(names) / elapsed, (len(names), elapsed), "creates / s, first to last (raw: count, s)")
         .add("RSS MiB after creating", rss, (rss,), "VmRSS 3 s after the last create")
     )
+
+
+def warm_up(ours: ServerProcess, reference: ReferenceServer | None, count: int) -> Result:
+    """Each server creates ``count`` streams of its own (``warm-…``) before anything is measured:
+    the row of their creates/s, no target (the rate of a start, not of creates)."""
+    names = _names(count, "warm")
+    progress(f"warm-up: ours creates {count:,}")
+    assert ours.proc is not None
+    measured = create_streams(ours.port, ours.proc.pid, names)
+    other = None
+    if reference is not None:
+        progress(f"warm-up: the reference creates {count:,}")
+        other = create_streams(int(reference.url.rsplit(":", 1)[1]), reference.pid, names)
+    return compared(f"warm-up, {count:,} streams: creates/s", measured, other, "creates/s")
 
 
 def _random_appends(port: int, names: list[str], seed: int) -> Iterator[bytes]:
@@ -166,6 +185,7 @@ def main() -> None:
     parser.add_argument("--sizes", default=",".join(str(size) for size in SIZES), help="stream counts, ascending")
     parser.add_argument("--reference-up-to", type=int, default=SIZES[-1], help="largest size the reference is given")
     parser.add_argument("--seconds", type=float, default=5.0, help="each append window")
+    parser.add_argument("--warm-up", type=int, default=WARM_UP, help="creates each server makes before the sizes")
     args = parser.parse_args()
     sizes = sorted(int(size) for size in args.sizes.split(","))
     work = Path(tempfile.mkdtemp(prefix="ds-streams-"))
@@ -174,6 +194,8 @@ def main() -> None:
     ours = ServerProcess(work / "ours").start()
     reference = start_reference_server(work / "reference", long_poll_timeout_ms=30_000)
     try:
+        if args.warm_up:
+            results.append(warm_up(ours, reference if args.reference_up_to else None, args.warm_up))
         created = referenced = 0
         for size in sizes:
             step = names[created:size]
@@ -211,8 +233,13 @@ def main() -> None:
     finally:
         ours.kill()
         reference.stop()
-    of_record = sizes == SIZES
-    settings = {"sizes": sizes, "reference_up_to": args.reference_up_to, "seconds": args.seconds}
+    of_record = sizes == SIZES and args.warm_up == WARM_UP
+    settings = {
+        "sizes": sizes,
+        "reference_up_to": args.reference_up_to,
+        "seconds": args.seconds,
+        "warm_up": args.warm_up,
+    }
     title = "Streams at scale (ours: default options, WAL durability, local Delta; reference: file-backed)"
     report(
         "streams_scale", "streams_scale" if of_record else None, title, "reference", results, settings, work_dir=work
