@@ -52,7 +52,7 @@ from urllib.parse import unquote, urlsplit
 import harness
 import loadgen
 from benchkit import RESULTS_DIR, SCRATCH_DIR, _one_line_numbers, conditions, percentile, progress, summary
-from cpu_probe import _cpu_s  # (imports server_bench, which puts tests/ on sys.path)
+from procfs import cpu_s
 from render import carried_table
 from server_bench import OCTETS, PAYLOAD, REPO
 
@@ -141,7 +141,7 @@ def tree_cpu(pid: int) -> dict[int, float]:
     found = {}
     for each in [pid, *children(pid)]:
         with contextlib.suppress(OSError):  # (exited meanwhile)
-            found[each] = _cpu_s(each)
+            found[each] = cpu_s(each)
     return found
 
 
@@ -223,7 +223,7 @@ class Cluster:
         return Snapshot(
             time.monotonic(),
             [tree_cpu(pid) for pid in self.pids()],
-            _cpu_s(moto.proc.pid) if moto is not None and moto.proc is not None else 0.0,
+            cpu_s(moto.proc.pid) if moto is not None and moto.proc is not None else 0.0,
             moto.log_path.stat().st_size if moto is not None else 0,
             os.getloadavg(),
         )

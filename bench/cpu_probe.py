@@ -19,11 +19,7 @@ from pathlib import Path
 
 import server_bench as sb
 from benchkit import progress
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+from procfs import cpu_s
 
 
 def main() -> None:
@@ -45,11 +41,11 @@ def main() -> None:
             try:
                 assert process.proc is not None
                 server = sb.Server("ours", process.port, process.proc.pid)
-                before = _cpu_s(server.pid)
+                before = cpu_s(server.pid)
                 rate = sb.concurrent_appends(server, 32, 32, args.seconds)["appends/s"]
-                middle = _cpu_s(server.pid)
+                middle = cpu_s(server.pid)
                 created = sb.memory_for_streams(server, args.creates)["creates/s"]
-                after = _cpu_s(server.pid)
+                after = cpu_s(server.pid)
             finally:
                 process.kill()
             per_append = 1e6 * (middle - before) / (rate * args.seconds)

@@ -1,7 +1,6 @@
 """Helpers of the direct-history-read rows of ``spark_bench.py``.
 
-``server_cpu_s`` reads a process's CPU time (user + system, children excluded) from
-``/proc/<pid>/stat``; ``wait_in_delta`` waits until a stream's whole history is in Delta
+``wait_in_delta`` waits until a stream's whole history is in Delta
 (the read plan's ``delta_end`` is the tail), so the read measured is all history.
 ``interleaved`` times several reads round after round (each once per round, the order turned
 by one each round, after an untimed round), so that the load of a shared machine falls on all of them alike: their
@@ -10,21 +9,15 @@ ratios are measured in the same moments, not minutes apart.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import requests
 from benchkit import progress
+from procfs import cpu_s
 
 PLAN = {"Accept": "application/vnd.durable-streams.read-plan+json"}
-
-
-def server_cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 
 def wait_in_delta(url: str, timeout_s: float = 120.0) -> None:
@@ -76,9 +69,9 @@ def interleaved(reads: dict[str, Callable[[], None]], rows: int, repeat: int, se
         turn = round_ % len(labels)
         for label in labels[turn:] + labels[:turn]:
             read = reads[label]
-            cpu, started = server_cpu_s(server_pid), time.perf_counter()
+            cpu, started = cpu_s(server_pid), time.perf_counter()
             read()
-            elapsed, cost = time.perf_counter() - started, server_cpu_s(server_pid) - cpu
+            elapsed, cost = time.perf_counter() - started, cpu_s(server_pid) - cpu
             timed[label].seconds.append(elapsed)
             timed[label].server_cpu.append(cost)
             progress(

@@ -48,20 +48,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from procfs import status_kib
+
 MIB = 1024 * 1024
 OCTETS = {"Content-Type": "application/octet-stream"}
 REFUSALS = (429, 503)
 SETTLE_S = 20.0
 ID = struct.Struct(">II")
 """The first bytes of each append: its client and its index (the read-back checks both)."""
-
-
-def _status_kib(pid: int, name: str) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith(name + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"no {name} in /proc/{pid}/status")
 
 
 class RssSampler:
@@ -92,11 +86,11 @@ class RssSampler:
             self._stop.wait(self.interval_s)
 
     def rss(self) -> int:
-        return _status_kib(self.pid, "VmRSS") * 1024
+        return status_kib(self.pid, "VmRSS") * 1024
 
     def hwm(self) -> int:
         """The largest RSS the process has had since it started."""
-        return _status_kib(self.pid, "VmHWM") * 1024
+        return status_kib(self.pid, "VmHWM") * 1024
 
     def peak_between(self, start: float, end: float) -> int:
         return max((rss for at, rss in self.samples if start <= at <= end), default=0)

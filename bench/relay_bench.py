@@ -49,7 +49,7 @@ from typing import Any
 
 import loadgen
 from benchkit import SCRATCH_DIR, _one_line_numbers, conditions, progress
-from cpu_probe import _cpu_s  # (imports server_bench, which puts tests/ on sys.path)
+from procfs import cpu_s
 from server_bench import OCTETS, PAYLOAD, REPO
 
 sys.path.append(str(REPO / "tests" / "cluster"))
@@ -115,9 +115,9 @@ def window(port: int, node_pid: int, server_pid: int, paths: list[str], seconds:
             _appends, [(port, spread[i::PROCESSES], start_at, seconds) for i in range(PROCESSES)]
         )
         time.sleep(max(0.0, start_at - time.time()))
-        node_before, server_before, load_before = _cpu_s(node_pid), _cpu_s(server_pid), os.getloadavg()[0]
+        node_before, server_before, load_before = cpu_s(node_pid), cpu_s(server_pid), os.getloadavg()[0]
         time.sleep(seconds)
-        node_cpu, server_cpu = _cpu_s(node_pid) - node_before, _cpu_s(server_pid) - server_before
+        node_cpu, server_cpu = cpu_s(node_pid) - node_before, cpu_s(server_pid) - server_before
         counts = result.get(timeout=seconds + 120)
     finally:
         pending.close()

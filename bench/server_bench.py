@@ -47,6 +47,7 @@ import loadgen  # noqa: E402
 from benchkit import Measured, Result, Target, at_least, at_most, compared, percentile, progress, report  # noqa: E402
 from harness import PROCESSES, Server, create, spawn  # noqa: E402
 from harness import request as _request  # noqa: E402  (compaction_memory.py imports it from here)
+from procfs import rss_mib  # noqa: E402
 from runner import start_reference_server  # noqa: E402
 from servers import ServerProcess  # noqa: E402
 from sse_fan_out import sse_fan_out  # noqa: E402
@@ -215,7 +216,7 @@ def memory_for_streams(server: Server, streams: int, warm_up: int) -> Measured:
     started = time.monotonic()
     spawn(_create_worker, [(server.port, warm[i::PROCESSES], 32 // PROCESSES) for i in range(PROCESSES)])
     progress(f"  {server.name}: {warm_up:,} creates to warm up in {time.monotonic() - started:.2f}s")
-    before = _rss_mib(server.pid)
+    before = rss_mib(server.pid)
     names = [f"mem-{uuid.uuid4().hex[:8]}-{index}" for index in range(streams)]
     spawned = time.monotonic()
     spans = spawn(_create_worker, [(server.port, names[i::PROCESSES], 32 // PROCESSES) for i in range(PROCESSES)])
@@ -223,20 +224,13 @@ def memory_for_streams(server: Server, streams: int, warm_up: int) -> Measured:
     with_start_up = time.monotonic() - spawned
     progress(f"  {server.name}: {streams:,} creates in {elapsed:.2f}s ({with_start_up:.2f}s with start-up)")
     time.sleep(2)  # past a WAL flush (every second by default), so that the flush's memory counts
-    after = _rss_mib(server.pid)
+    after = rss_mib(server.pid)
     return (
         Measured()
         .add("creates/s", streams / elapsed, (streams, elapsed), "creates / s, first to last (raw: count, s)")
         .add("RSS MiB", after, (before, after), "VmRSS 2 s after (raw: before, after)")
         .add("growth MiB", after - before, (before, after), "after - before (raw: before, after)")
     )
-
-
-def _rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmRSS")
 
 
 # -- the run -----------------------------------------------------------------------------

@@ -11,7 +11,9 @@ its first ~40,000, and a rate taken in that climb measures its start, not its cr
 warm-up's creates/s is a row of its own. At each size, ours is measured:
 
 - creates/s of that step (first create to last) and RSS (``VmRSS``) 3 s after it;
-- appends: 32 clients appending 100 B for ``--seconds`` to 32 streams (one each), then
+- appends, once ours has gone quiet (under 5% of a core for a second, at most a minute: what it
+  does after the creates, putting streams to sleep, flushing, would land in the first window alone):
+  32 clients appending 100 B for ``--seconds`` to 32 streams (one each), then
   32 clients appending for as long, each append to a stream drawn at random from all of
   them (a stream nobody has touched since its creation, nearly always: the cost of waking
   it), and the ratio of the two rates;
@@ -54,9 +56,9 @@ import loadgen  # noqa: E402
 from benchkit import Measured, Result, compared, progress, report, value_at_least, value_at_most  # noqa: E402
 from benchkit import at_least as ratio_at_least  # noqa: E402
 from harness import PROCESSES, request, spawn  # noqa: E402
-from overload_memory import _status_kib  # noqa: E402
+from procfs import rss_mib, status_kib, wait_quiet  # noqa: E402
 from runner import ReferenceServer, start_reference_server  # noqa: E402
-from server_bench import PAYLOAD, _create_worker, _expect, _rss_mib  # noqa: E402
+from server_bench import PAYLOAD, _create_worker, _expect  # noqa: E402
 from servers import ServerProcess  # noqa: E402
 
 SIZES = [10_000, 100_000, 1_000_000]
@@ -75,7 +77,7 @@ def create_streams(port: int, pid: int, names: list[str]) -> Measured:
     spans = spawn(_create_worker, [(port, names[i::PROCESSES], CLIENTS // PROCESSES) for i in range(PROCESSES)])
     elapsed = max(end for _, end in spans) - min(start for start, _ in spans)
     time.sleep(3)  # (past a WAL flush, and the idle streams' first turns)
-    rss = _rss_mib(pid)
+    rss = rss_mib(pid)
     return (
         Measured()
         .add("creates/s", len(names) / elapsed, (len(names), elapsed), "creates / s, first to last (raw: count, s)")
@@ -168,10 +170,10 @@ def restart(server: ServerProcess, names: list[str]) -> Measured:
     answered = time.monotonic() - spawned
     assert status == 200, status
     conn.close()
-    first = _rss_mib(server.proc.pid)
-    peak = _status_kib(server.proc.pid, "VmHWM") / 1024
+    first = rss_mib(server.proc.pid)
+    peak = status_kib(server.proc.pid, "VmHWM") / 1024
     time.sleep(3)
-    later = _rss_mib(server.proc.pid)
+    later = rss_mib(server.proc.pid)
     return (
         Measured()
         .add("restart to first answer s", answered, (answered,), "spawn to the first HEAD's answer")
@@ -209,6 +211,8 @@ def main() -> None:
                 port = int(reference.url.rsplit(":", 1)[1])
                 other = create_streams(port, reference.pid, names[referenced:size])
                 referenced = size
+            quiet, waited = wait_quiet(ours.proc.pid)
+            progress(f"{size:,} streams: ours {'quiet' if quiet else 'still busy'} after {waited:.1f} s")
             progress(f"{size:,} streams: appends, reads, a listing page, a restart (ours)")
             for part in (appends(ours.port, names[:size], args.seconds), looks(ours.port, names[:size])):
                 measured.update(part)
