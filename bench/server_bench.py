@@ -47,7 +47,7 @@ import loadgen  # noqa: E402
 from benchkit import Measured, Result, Target, at_least, at_most, compared, percentile, progress, report  # noqa: E402
 from harness import PROCESSES, Server, create, spawn  # noqa: E402
 from harness import request as _request  # noqa: E402  (compaction_memory.py imports it from here)
-from procfs import rss_mib  # noqa: E402
+from procfs import rss_mib, wait_quiet  # noqa: E402
 from runner import start_reference_server  # noqa: E402
 from servers import ServerProcess  # noqa: E402
 from sse_fan_out import sse_fan_out  # noqa: E402
@@ -205,17 +205,21 @@ def _create_worker(port: int, names: list[str], clients: int) -> tuple[float, fl
 
 def memory_for_streams(server: Server, streams: int, warm_up: int) -> Measured:
     """Creates/s of ``streams`` empty streams from 32 concurrent clients (from the first create
-    to the last), and the server's RSS 2 s later, after ``warm_up`` creates not measured.
+    to the last), and the server's RSS 2 s later, after ``warm_up`` creates not measured (and
+    once the server has gone quiet after them).
 
     Empty, because the reference server answers ``404`` to some appends (and to creates with a
     body) right after concurrent creates of other streams; one by one it does not, but 10,000
-    sequential creates take long. The warm-up, because the reference's creates climb from
-    ~1,500-7,000/s to ~12,000/s over its first ~40,000 (``streams_scale.py``).
+    sequential creates take long. The warm-up, because the reference's creates start slow and climb
+    (~1,500-7,000/s over its first 10,000, ~9,000-13,000/s after: ``streams_scale.py``).
     """
     warm = [f"warm-{uuid.uuid4().hex[:8]}-{index}" for index in range(warm_up)]
     started = time.monotonic()
     spawn(_create_worker, [(server.port, warm[i::PROCESSES], 32 // PROCESSES) for i in range(PROCESSES)])
     progress(f"  {server.name}: {warm_up:,} creates to warm up in {time.monotonic() - started:.2f}s")
+    quiet, waited = wait_quiet(server.pid)  # (what the warm-up left it doing is not to land in the window)
+    if not quiet:
+        progress(f"  {server.name}: still busy {waited:.0f}s after the warm-up; going on")
     before = rss_mib(server.pid)
     names = [f"mem-{uuid.uuid4().hex[:8]}-{index}" for index in range(streams)]
     spawned = time.monotonic()

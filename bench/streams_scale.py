@@ -4,16 +4,17 @@ with its default options against the reference server where it takes the load.
 Both servers keep their data in one directory each for the whole run, and the streams
 accumulate: each size is reached by creating the streams it adds (32 clients: 4 processes x
 8 keep-alive connections, ``loadgen``; empty ``text/plain`` streams, as the server
-benchmark's creation row). First, each server is warmed up with ``--warm-up`` creates of
+benchmark's creation row). Every window (each server's creates, ours' appends) starts once both
+servers have gone quiet (under 5% of a core for a second, at most a minute): what one does after
+a load (flushes, streams put to sleep, a checkpoint) is not to land in the next window, its own
+or the other's. First, each server is warmed up with ``--warm-up`` creates of
 streams of its own (50,000 by default; they stay, so each server holds that many streams
-beside each size's): the reference's creates climb from ~1,500-7,000/s to ~12,000/s over
-its first ~40,000, and a rate taken in that climb measures its start, not its creates. The
+beside each size's): the reference's creates start slow and climb (~1,500-7,000/s over its
+first 10,000, ~9,000-13,000/s after), and a rate taken in that climb measures its start. The
 warm-up's creates/s is a row of its own. At each size, ours is measured:
 
 - creates/s of that step (first create to last) and RSS (``VmRSS``) 3 s after it;
-- appends, once ours has gone quiet (under 5% of a core for a second, at most a minute: what it
-  does after the creates, putting streams to sleep, flushing, would land in the first window alone):
-  32 clients appending 100 B for ``--seconds`` to 32 streams (one each), then
+- appends: 32 clients appending 100 B for ``--seconds`` to 32 streams (one each), then
   32 clients appending for as long, each append to a stream drawn at random from all of
   them (a stream nobody has touched since its creation, nearly always: the cost of waking
   it), and the ratio of the two rates;
@@ -85,6 +86,16 @@ def create_streams(port: int, pid: int, names: list[str]) -> Measured:
     )
 
 
+def settle(*pids: int) -> None:
+    """Wait until each of ``pids`` has gone quiet (``procfs.wait_quiet``): what one server does
+    after a load (flushes, streams put to sleep, a checkpoint) is not to land in the next
+    window, its own or the other server's."""
+    for pid in pids:
+        quiet, waited = wait_quiet(pid)
+        if not quiet:
+            progress(f"  process {pid} still busy after {waited:.0f} s; going on")
+
+
 def warm_up(ours: ServerProcess, reference: ReferenceServer | None, count: int) -> Result:
     """Each server creates ``count`` streams of its own (``warm-…``) before anything is measured:
     the row of their creates/s, no target (the rate of a start, not of creates)."""
@@ -94,6 +105,7 @@ def warm_up(ours: ServerProcess, reference: ReferenceServer | None, count: int) 
     measured = create_streams(ours.port, ours.proc.pid, names)
     other = None
     if reference is not None:
+        settle(ours.proc.pid, reference.pid)
         progress(f"warm-up: the reference creates {count:,}")
         other = create_streams(int(reference.url.rsplit(":", 1)[1]), reference.pid, names)
     return compared(f"warm-up, {count:,} streams: creates/s", measured, other, "creates/s")
@@ -201,18 +213,19 @@ def main() -> None:
         created = referenced = 0
         for size in sizes:
             step = names[created:size]
-            progress(f"{size:,} streams: ours creates {len(step):,}")
             assert ours.proc is not None
+            settle(ours.proc.pid, reference.pid)
+            progress(f"{size:,} streams: ours creates {len(step):,}")
             measured = create_streams(ours.port, ours.proc.pid, step)
             created = size
             other: Measured | None = None
             if size <= args.reference_up_to:
+                settle(ours.proc.pid, reference.pid)
                 progress(f"{size:,} streams: the reference creates {size - referenced:,}")
                 port = int(reference.url.rsplit(":", 1)[1])
                 other = create_streams(port, reference.pid, names[referenced:size])
                 referenced = size
-            quiet, waited = wait_quiet(ours.proc.pid)
-            progress(f"{size:,} streams: ours {'quiet' if quiet else 'still busy'} after {waited:.1f} s")
+            settle(ours.proc.pid, reference.pid)
             progress(f"{size:,} streams: appends, reads, a listing page, a restart (ours)")
             for part in (appends(ours.port, names[:size], args.seconds), looks(ours.port, names[:size])):
                 measured.update(part)
