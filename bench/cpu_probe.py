@@ -44,7 +44,7 @@ def main() -> None:
                 before = cpu_s(server.pid)
                 rate = sb.concurrent_appends(server, 32, 32, args.seconds)["appends/s"]
                 middle = cpu_s(server.pid)
-                created = sb.memory_for_streams(server, args.creates)["creates/s"]
+                created = sb.memory_for_streams(server, args.creates, warm_up=0)["creates/s"]
                 after = cpu_s(server.pid)
             finally:
                 process.kill()

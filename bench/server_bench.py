@@ -213,13 +213,14 @@ def memory_for_streams(server: Server, streams: int, warm_up: int) -> Measured:
     sequential creates take long. The warm-up, because the reference's creates start slow and climb
     (~1,500-7,000/s over its first 10,000, ~9,000-13,000/s after: ``streams_scale.py``).
     """
-    warm = [f"warm-{uuid.uuid4().hex[:8]}-{index}" for index in range(warm_up)]
-    started = time.monotonic()
-    spawn(_create_worker, [(server.port, warm[i::PROCESSES], 32 // PROCESSES) for i in range(PROCESSES)])
-    progress(f"  {server.name}: {warm_up:,} creates to warm up in {time.monotonic() - started:.2f}s")
-    quiet, waited = wait_quiet(server.pid)  # (what the warm-up left it doing is not to land in the window)
-    if not quiet:
-        progress(f"  {server.name}: still busy {waited:.0f}s after the warm-up; going on")
+    if warm_up:
+        warm = [f"warm-{uuid.uuid4().hex[:8]}-{index}" for index in range(warm_up)]
+        started = time.monotonic()
+        spawn(_create_worker, [(server.port, warm[i::PROCESSES], 32 // PROCESSES) for i in range(PROCESSES)])
+        progress(f"  {server.name}: {warm_up:,} creates to warm up in {time.monotonic() - started:.2f}s")
+        quiet, waited = wait_quiet(server.pid)  # (what the warm-up left it doing is not to land in the window)
+        if not quiet:
+            progress(f"  {server.name}: still busy {waited:.0f}s after the warm-up; going on")
     before = rss_mib(server.pid)
     names = [f"mem-{uuid.uuid4().hex[:8]}-{index}" for index in range(streams)]
     spawned = time.monotonic()
