@@ -79,7 +79,11 @@ def parser_of(server: ServerProcess) -> str:
 
 @pytest.fixture
 def http() -> Iterator[requests.Session]:
+    """Each request on a connection of its own: these servers close a keep-alive connection idle for
+    ``TIMEOUT_S``, and a pooled one reused at that moment (after a slow request's second) meets the
+    server's close as a reset, which ``requests`` does not retry."""
     with session() as s:
+        s.headers["Connection"] = "close"
         yield s
 
 
