@@ -31,7 +31,6 @@ window's raw numbers to ``bench/results/scratch/relay.json``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import cProfile
 import itertools
 import json
@@ -54,8 +53,8 @@ from server_bench import OCTETS, PAYLOAD, REPO
 
 sys.path.append(str(REPO / "tests" / "cluster"))
 
-from cluster_support import Node, children
-from servers import _wait_until_listening, free_port, wait_for
+from cluster_support import Node
+from servers import _wait_until_listening, children, free_port, listener_of, wait_for
 
 START_COMMIT = "06273330188685ea6afe45cd20b9dc880c370767"
 """The commit whose relay (``httpx`` per request) is measured as ``httpx``."""
@@ -151,7 +150,9 @@ def measure(relay: str, work: Path, seconds: float, rounds: int, profile: Path |
         wait_for(lambda: node.describe()["shards"][0]["state"] == "serving", timeout_s=120)  # type: ignore[index]
         shard_url = str(node.describe()["shards"][0]["url"])  # type: ignore[index]
         shard_port = int(shard_url.rsplit(":", 1)[1])
-        server_pid = _listening(shard_port, children(proc.pid))
+        server_pid = listener_of(shard_port, children(proc.pid))  # (a node also keeps a spare, not yet a server)
+        if server_pid is None:
+            raise RuntimeError(f"none of the node's processes listens on port {shard_port}")
         paths = [f"/v1/stream/relay-{relay}-{index}" for index in range(STREAMS)]
         for path in paths:
             created = loadgen.Connection(shard_port).request("PUT", path, b"", OCTETS)
@@ -173,20 +174,6 @@ def measure(relay: str, work: Path, seconds: float, rounds: int, profile: Path |
         "relayed_per_followed": relayed["appends_per_s"] / max(1e-9, follow["appends_per_s"]),
         "router_cpu_ms_per_relayed_append": 1000 * router_cpu / max(1, relayed["appends"]),
     }
-
-
-def _listening(port: int, pids: list[int]) -> int:
-    """Which of ``pids`` listens on ``port`` (a node also keeps a spare process, not yet a server)."""
-    inodes = set()
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":  # (LISTEN)
-            inodes.add(f"socket:[{fields[9]}]")
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            if any(os.readlink(fd) in inodes for fd in Path(f"/proc/{pid}/fd").iterdir()):
-                return pid
-    raise RuntimeError(f"none of {pids} listens on port {port}")
 
 
 def _total(windows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from typing import Any
 
 import requests
 import urllib3
-from servers import ServerProcess
+from servers import ServerProcess, children, listening_ports
 
 from durable_streams_server.cluster.paths import shard_key, shard_of_key
 
@@ -30,35 +30,7 @@ JSON = {"Content-Type": "application/json"}
 def shard_servers(pid: int) -> list[int]:
     """The shard servers node ``pid`` runs: its children that listen on a port (not its spare,
     which waits for settings with no socket: ``cluster.node.workers.SpareServer``)."""
-    return [child for child in children(pid) if _listening(child)]
-
-
-def _listening(pid: int) -> bool:
-    try:
-        sockets = {os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()}
-        tables = [Path(f"/proc/{pid}/net/{name}").read_text() for name in ("tcp", "tcp6")]
-    except OSError:  # (gone meanwhile)
-        return False
-    for table in tables:
-        for line in table.splitlines()[1:]:
-            fields = line.split()
-            if fields[3] == "0A" and f"socket:[{fields[9]}]" in sockets:  # 0A: LISTEN
-                return True
-    return False
-
-
-def children(pid: int) -> list[int]:
-    """The processes ``pid`` started (its shard servers, and its spare)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry.name))
-    return found
+    return [child for child in children(pid) if listening_ports(child)]
 
 
 @dataclass

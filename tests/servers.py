@@ -36,48 +36,52 @@ class PortTaken(RuntimeError):
     it free a moment before, and a test on another worker may have been given it too)."""
 
 
-def _listens_itself(pid: int, port: int) -> bool:
-    """Whether the socket listening on ``port`` (in ``pid``'s network namespace) belongs to ``pid``
-    or a process it started (a shell running the server, a node's router): another process that
-    took the port would answer a connection as well."""
-    inodes = set()
-    for table in ("tcp", "tcp6"):
-        try:
-            rows = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
+def listening_ports(pid: int) -> set[int]:
+    """The TCP ports process ``pid`` itself listens on (its own sockets, in its network namespace);
+    none once it is gone."""
+    try:
+        sockets = {os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()}
+        tables = [Path(f"/proc/{pid}/net/{name}").read_text() for name in ("tcp", "tcp6")]
+    except OSError:  # (gone meanwhile)
+        return set()
+    ports = set()
+    for table in tables:
+        for row in table.splitlines()[1:]:
             fields = row.split()  # (sl, local address:port in hex, remote, state, ..., inode at 9)
-            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                inodes.add(f"socket:[{fields[9]}]")
-    for owner in _family(pid):
-        try:
-            fds = os.listdir(f"/proc/{owner}/fd")
-        except OSError:
-            continue
-        for fd in fds:
+            if fields[3] == "0A" and f"socket:[{fields[9]}]" in sockets:  # 0A: LISTEN
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def listener_of(port: int, pids: Sequence[int]) -> int | None:
+    """Which of ``pids`` listens on ``port`` (``None``: none of them; another process may)."""
+    return next((pid for pid in pids if port in listening_ports(pid)), None)
+
+
+def _children_by_parent() -> dict[int, list[int]]:
+    """Every process's children, from one pass over ``/proc``."""
+    found: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
             try:
-                if os.readlink(f"/proc/{owner}/fd/{fd}") in inodes:
-                    return True
+                stat = (entry / "stat").read_text()
             except OSError:
                 continue
-    return False
+            found.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry.name))
+    return found
+
+
+def children(pid: int) -> list[int]:
+    """The processes ``pid`` started (a node's shard servers and its spare, a shell's server)."""
+    return _children_by_parent().get(pid, [])
 
 
 def _family(pid: int) -> list[int]:
     """``pid`` and every process descended from it."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            parent = int(stat[stat.rindex(")") + 2 :].split()[1])
-            children.setdefault(parent, []).append(int(entry))
+    by_parent = _children_by_parent()
     family, at = [pid], 0
     while at < len(family):
-        family.extend(children.get(family[at], []))
+        family.extend(by_parent.get(family[at], []))
         at += 1
     return family
 
@@ -94,7 +98,9 @@ def _wait_until_listening(
             raise (PortTaken if taken else RuntimeError)(f"process exited with {proc.returncode}; log:\n{log}")
         try:
             with socket.create_connection((host, port), timeout=0.2):
-                return _listens_itself(proc.pid, port)
+                # (the process itself or one it started, a shell running the server or a node's
+                # router: another process that took the port would answer a connection as well)
+                return listener_of(port, _family(proc.pid)) is not None
         except OSError:
             return False
 
