@@ -1,6 +1,6 @@
 """What ``/proc`` tells the benchmarks of a process they measure: its CPU seconds (user + system,
 its children excluded) and its memory (``/proc/PID/status`` fields: ``VmRSS``, ``VmHWM``), and a
-wait until it has gone quiet.
+wait until it has gone quiet (``settle``: several, in turn).
 
 One reader of each file for every benchmark, so that a number means the same in every table.
 """
@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import time
+
+from benchkit import progress
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -49,3 +51,13 @@ def wait_quiet(
             return True, waited
         if waited >= timeout_s:
             return False, waited
+
+
+def settle(*pids: int) -> None:
+    """Wait until each of ``pids`` has gone quiet (``wait_quiet``): what a server does after a load
+    (flushes, streams put to sleep, a checkpoint) is not to land in the next window, its own or
+    another server's. One still busy after the timeout is said so, and the run goes on."""
+    for pid in pids:
+        quiet, waited = wait_quiet(pid)
+        if not quiet:
+            progress(f"  process {pid} still busy after {waited:.0f} s; going on")

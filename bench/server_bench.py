@@ -47,7 +47,7 @@ import loadgen  # noqa: E402
 from benchkit import Measured, Result, Target, at_least, at_most, compared, percentile, progress, report  # noqa: E402
 from harness import PROCESSES, Server, create, spawn  # noqa: E402
 from harness import request as _request  # noqa: E402  (compaction_memory.py imports it from here)
-from procfs import rss_mib, wait_quiet  # noqa: E402
+from procfs import rss_mib, settle  # noqa: E402
 from runner import start_reference_server  # noqa: E402
 from servers import ServerProcess  # noqa: E402
 from sse_fan_out import sse_fan_out  # noqa: E402
@@ -203,6 +203,13 @@ def _create_worker(port: int, names: list[str], clients: int) -> tuple[float, fl
     return started, time.monotonic()
 
 
+def create_all(port: int, names: list[str]) -> float:
+    """Creates ``names`` from 32 clients (``PROCESSES`` processes, a share of the connections
+    each): the seconds from the first create to the last."""
+    spans = spawn(_create_worker, [(port, names[i::PROCESSES], 32 // PROCESSES) for i in range(PROCESSES)])
+    return max(end for _, end in spans) - min(start for start, _ in spans)
+
+
 def memory_for_streams(server: Server, streams: int, warm_up: int) -> Measured:
     """Creates/s of ``streams`` empty streams from 32 concurrent clients (from the first create
     to the last), and the server's RSS 2 s later, after ``warm_up`` creates not measured (and
@@ -214,18 +221,13 @@ def memory_for_streams(server: Server, streams: int, warm_up: int) -> Measured:
     (~1,500-7,000/s over its first 10,000, ~9,000-13,000/s after: ``streams_scale.py``).
     """
     if warm_up:
-        warm = [f"warm-{uuid.uuid4().hex[:8]}-{index}" for index in range(warm_up)]
-        started = time.monotonic()
-        spawn(_create_worker, [(server.port, warm[i::PROCESSES], 32 // PROCESSES) for i in range(PROCESSES)])
-        progress(f"  {server.name}: {warm_up:,} creates to warm up in {time.monotonic() - started:.2f}s")
-        quiet, waited = wait_quiet(server.pid)  # (what the warm-up left it doing is not to land in the window)
-        if not quiet:
-            progress(f"  {server.name}: still busy {waited:.0f}s after the warm-up; going on")
+        warm = create_all(server.port, [f"warm-{uuid.uuid4().hex[:8]}-{index}" for index in range(warm_up)])
+        progress(f"  {server.name}: {warm_up:,} creates to warm up in {warm:.2f}s")
+        settle(server.pid)  # (what the warm-up left it doing is not to land in the window)
     before = rss_mib(server.pid)
     names = [f"mem-{uuid.uuid4().hex[:8]}-{index}" for index in range(streams)]
     spawned = time.monotonic()
-    spans = spawn(_create_worker, [(server.port, names[i::PROCESSES], 32 // PROCESSES) for i in range(PROCESSES)])
-    elapsed = max(end for _, end in spans) - min(start for start, _ in spans)
+    elapsed = create_all(server.port, names)
     with_start_up = time.monotonic() - spawned
     progress(f"  {server.name}: {streams:,} creates in {elapsed:.2f}s ({with_start_up:.2f}s with start-up)")
     time.sleep(2)  # past a WAL flush (every second by default), so that the flush's memory counts

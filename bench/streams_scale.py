@@ -57,9 +57,9 @@ import loadgen  # noqa: E402
 from benchkit import Measured, Result, compared, progress, report, value_at_least, value_at_most  # noqa: E402
 from benchkit import at_least as ratio_at_least  # noqa: E402
 from harness import PROCESSES, request, spawn  # noqa: E402
-from procfs import rss_mib, status_kib, wait_quiet  # noqa: E402
+from procfs import rss_mib, settle, status_kib  # noqa: E402
 from runner import ReferenceServer, start_reference_server  # noqa: E402
-from server_bench import PAYLOAD, _create_worker, _expect  # noqa: E402
+from server_bench import PAYLOAD, _expect, create_all  # noqa: E402
 from servers import ServerProcess  # noqa: E402
 
 SIZES = [10_000, 100_000, 1_000_000]
@@ -75,8 +75,7 @@ def _names(count: int, prefix: str = "scale") -> list[str]:
 
 def create_streams(port: int, pid: int, names: list[str]) -> Measured:
     """Creates ``names`` from 32 clients: creates/s, and RSS 3 s after."""
-    spans = spawn(_create_worker, [(port, names[i::PROCESSES], CLIENTS // PROCESSES) for i in range(PROCESSES)])
-    elapsed = max(end for _, end in spans) - min(start for start, _ in spans)
+    elapsed = create_all(port, names)
     time.sleep(3)  # (past a WAL flush, and the idle streams' first turns)
     rss = rss_mib(pid)
     return (
@@ -84,16 +83,6 @@ def create_streams(port: int, pid: int, names: list[str]) -> Measured:
         .add("creates/s", len(names) / elapsed, (len(names), elapsed), "creates / s, first to last (raw: count, s)")
         .add("RSS MiB after creating", rss, (rss,), "VmRSS 3 s after the last create")
     )
-
-
-def settle(*pids: int) -> None:
-    """Wait until each of ``pids`` has gone quiet (``procfs.wait_quiet``): what one server does
-    after a load (flushes, streams put to sleep, a checkpoint) is not to land in the next
-    window, its own or the other server's."""
-    for pid in pids:
-        quiet, waited = wait_quiet(pid)
-        if not quiet:
-            progress(f"  process {pid} still busy after {waited:.0f} s; going on")
 
 
 def warm_up(ours: ServerProcess, reference: ReferenceServer | None, count: int) -> Result:
