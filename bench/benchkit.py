@@ -41,6 +41,18 @@ _LOAD_AT_START = os.getloadavg()
 _PACKAGES = ("pyspark", "pyarrow", "deltalake", "uvicorn", "starlette", "httptools", "uvloop", "numpy", "requests")
 
 
+def run_clock() -> float:
+    """When this run began (``time.monotonic``: one clock for every process of the machine)."""
+    return _STARTED
+
+
+def continue_clock(started: float) -> None:
+    """Count ``progress`` from ``started``: a run's process of its own (a Spark session's) shows
+    the run's time, not its own."""
+    global _STARTED
+    _STARTED = started
+
+
 def progress(message: str, file: TextIO | None = None) -> None:
     """One line per step, with the time since the run began: the long runs show where they are
     (on stdout unless ``file`` says otherwise)."""

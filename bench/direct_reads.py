@@ -4,7 +4,8 @@
 (the read plan's ``delta_end`` is the tail), so the read measured is all history.
 ``interleaved`` times several reads round after round (each once per round, the order turned
 by one each round, after an untimed round), so that the load of a shared machine falls on all of them alike: their
-ratios are measured in the same moments, not minutes apart.
+ratios are measured in the same moments, not minutes apart. ``pooled`` joins the runs of several
+sessions' rounds.
 """
 
 from __future__ import annotations
@@ -50,6 +51,17 @@ class Timed:
         return ordered[len(ordered) // 2]
 
 
+def pooled(sessions: list[dict[str, Timed]]) -> dict[str, Timed]:
+    """The runs of each read over several sessions (``interleaved`` once in each), one list per read."""
+    return {
+        label: Timed(
+            [s for session in sessions for s in session[label].seconds],
+            [c for session in sessions for c in session[label].server_cpu],
+        )
+        for label in sessions[0]
+    }
+
+
 def interleaved(reads: dict[str, Callable[[], None]], rows: int, repeat: int, server_pid: int) -> dict[str, Timed]:
     """``repeat`` rounds, each running every read once; each round starts one read later (the
     place in a round seemed to matter on the shared machine, unproven), so that over
@@ -58,7 +70,8 @@ def interleaved(reads: dict[str, Callable[[], None]], rows: int, repeat: int, se
     One untimed round first, every read at full size, so that the JVM and the Python workers
     are warmed for every read alike.
     The ratio of the direct read to the in-memory source still moves from 0.86x to 1.19x
-    between runs and harnesses on a quiet machine."""
+    between runs and harnesses on a quiet machine, most of it with the Spark session (the JVM):
+    ``spark_bench`` runs these rounds in several sessions and pools them."""
     timed = {label: Timed() for label in reads}
     labels = list(reads)
     for label in labels:

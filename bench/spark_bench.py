@@ -1,8 +1,9 @@
 """Spark benchmarks of the ``durable_streams`` source and sink, each beside a baseline, one run.
 
-One ``local[2]`` SparkSession (settings from the repository's spark-defaults.conf when it
-exists, else Arrow on and Python worker reuse) and our server with its defaults (WAL
-durability, local Delta storage), both on this machine, over loopback. The connector runs with
+A ``local[2]`` SparkSession (settings from the repository's spark-defaults.conf when it
+exists, else Arrow on and Python worker reuse; the reads' rounds in sessions of their own,
+below) and our server with its defaults (WAL durability, local Delta storage), both on this
+machine, over loopback. The connector runs with
 its default options unless ``--read-option`` / ``--write-option`` say otherwise; the bench
 sets nothing process-wide for one side of a comparison that it does not set for the other.
 Three groups, runnable on their own (``--only``):
@@ -18,7 +19,9 @@ Three groups, runnable on their own (``--only``):
   anything a task leaves behind), as the median of the rounds; beside it the same source in
   workers of its own, and with the short ``stream`` value ``memory`` (narrower rows). These six
   reads run round after round (``--repeat`` rounds after an untimed one, each read once per
-  round, each round starting one read later), so the machine's load falls on all alike. Then
+  round, each round starting one read later), so the machine's load falls on all alike, in
+  ``--read-sessions`` Spark sessions (3), each in a driver process of its own, their rounds
+  pooled: the ratio moves most with the session (its JVM), bench/README.md. Then
   Spark's built-in ``rate-micro-batch`` source (bounded: ``rowsPerBatch=N`` with
   ``Trigger.AvailableNow`` reads exactly one batch of N rows), and the same connector reading
   the reference Node server (where it falls back to one partition per stream).
@@ -34,9 +37,10 @@ Every row says how its number was made (``from``: median or best of the runs); t
 record keeps every run's raw time. The machine has few cores shared by client, server and
 Spark: read the ratios, not the absolute numbers.
 
-    python bench/spark_bench.py [--quick] [--only read,write,latency] [--rows N] [--repeat K]
+    python bench/spark_bench.py [--quick] [--only read,write,latency] [--rows N] [--repeat K] [--read-sessions S]
 
-A complete run at full size (1,000,000 rows, 5 rounds, 100 latency messages) is a run of record:
+A complete run at full size (1,000,000 rows, 5 rounds in each of 3 read sessions, 100 latency
+messages) is a run of record:
 ``bench/results/spark.json``, rendered into bench/README.md by ``bench/render.py``; any other
 run goes to ``bench/results/scratch/``.
 """
@@ -45,9 +49,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import json
 import os
 import shlex
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -68,11 +75,13 @@ from benchkit import (  # noqa: E402
     Result,
     at_least,
     at_most,
+    continue_clock,
     progress,
     report,
+    run_clock,
     value_at_least,
 )
-from direct_reads import interleaved, wait_in_delta  # noqa: E402
+from direct_reads import Timed, interleaved, pooled, wait_in_delta  # noqa: E402
 from floor_source import FileLinesSource  # noqa: E402
 from memory_source import ROWS_PER_PARTITION, InMemoryInOurWorkers, InMemorySource, json_values  # noqa: E402
 from pyspark import cloudpickle  # noqa: E402
@@ -105,6 +114,7 @@ WARM_ROWS = 20_000
 FULL_ROWS = 1_000_000  # the loads of record; smaller runs are recorded as quick ones
 FULL_LATENCY_MESSAGES = 100
 RECORD_REPEAT = 5  # rounds of a run of record (fewer: a quick run)
+READ_SESSIONS = 3  # Spark sessions, a driver process each, the reads' rounds run in (a run of record)
 
 
 class Bench:
@@ -142,38 +152,16 @@ class Bench:
             raise RuntimeError(f"rate-micro-batch read {read} rows, not {rows}")
 
     def read(self, reference: str | None) -> list[Result]:
-        rows, repeat = self.args.rows, self.args.repeat
+        rows, repeat, sessions = self.args.rows, self.args.repeat, self.args.read_sessions
         progress(f"read: filling our server with {rows:,} messages")
         url = fill_json_stream(self.ours, "read", rows, "ours")
         warm = fill_json_stream(self.ours, "read-warm", WARM_ROWS, "ours (warm-up)")
-        progress("read: warm-up runs")
-        counted = self.spark.read.format("durable_streams").options(**self.read_options).option("url", warm).load()
-        if counted.count() != WARM_ROWS:
-            raise RuntimeError(f"the connector read {counted.count()} rows of {WARM_ROWS}")
-        self.read_memory(WARM_ROWS)
-        self.read_memory(WARM_ROWS, source=InMemoryInOurWorkers)
-        self.read_rate(WARM_ROWS)
         wait_in_delta(url)
         wait_in_delta(warm)
-        self.read_connector(warm, "http")
-        progress("read: our server (direct, direct via URLs, http) and the in-memory sources, round after round")
-        timed = interleaved(
-            {
-                "ours, direct": lambda: self.read_connector(url, "auto"),
-                "in-memory, same rows, same workers": lambda: self.read_memory(rows, url, InMemoryInOurWorkers),
-                "ours, direct via URLs": lambda: self.read_connector(url, "auto", localFiles="false"),
-                "ours, http": lambda: self.read_connector(url, "http"),
-                "in-memory, stream 'memory', same workers": lambda: self.read_memory(
-                    rows, "memory", InMemoryInOurWorkers
-                ),
-                "in-memory, same rows, workers of its own": lambda: self.read_memory(rows, url),
-            },
-            rows,
-            repeat,
-            self.pid,
-        )
+        timed = pooled([self.read_session(url, warm, session, sessions) for session in range(sessions)])
         ours, memory = timed["ours, direct"], timed["in-memory, same rows, same workers"]
         progress("read: rate-micro-batch → noop")
+        self.read_rate(WARM_ROWS)
         rate = timed_runs("rate-micro-batch", rows, repeat, lambda: self.read_rate(rows))
         metric = f"batch read, {rows:,} JSON msgs → noop, rows/s"
         baseline = "in-memory Python source (Arrow columns) in the same Python workers"
@@ -220,6 +208,52 @@ class Bench:
                 )
             )
         return results
+
+    def read_session(self, url: str, warm: str, session: int, sessions: int) -> dict[str, Timed]:
+        """One Spark session's warm-up and rounds of the six reads (``read_rounds``), run by a driver
+        process of its own: a JVM of its own, which moves the target row's ratio most (bench/README.md)."""
+        progress(f"read: Spark session {session + 1} of {sessions}, a driver process of its own")
+        out = self.fresh_dir(f"read-session-{session + 1}") / "timed.json"
+        spec = {
+            "ours": self.ours,
+            "pid": self.pid,
+            "url": url,
+            "warm": warm,
+            "rows": self.args.rows,
+            "repeat": self.args.repeat,
+            "read_option": self.args.read_option,
+            "out": str(out),
+            "clock": run_clock(),
+        }
+        subprocess.run([sys.executable, __file__, "--read-session", json.dumps(spec)], check=True)
+        return {label: Timed(**runs) for label, runs in json.loads(out.read_text()).items()}
+
+    def read_rounds(self, url: str, warm: str) -> dict[str, Timed]:
+        """This session's warm-up, then ``repeat`` rounds of the six reads (``interleaved``)."""
+        rows, repeat = self.args.rows, self.args.repeat
+        progress("read: warm-up runs")
+        counted = self.spark.read.format("durable_streams").options(**self.read_options).option("url", warm).load()
+        if counted.count() != WARM_ROWS:
+            raise RuntimeError(f"the connector read {counted.count()} rows of {WARM_ROWS}")
+        self.read_memory(WARM_ROWS)
+        self.read_memory(WARM_ROWS, source=InMemoryInOurWorkers)
+        self.read_connector(warm, "http")
+        progress("read: our server (direct, direct via URLs, http) and the in-memory sources, round after round")
+        return interleaved(
+            {
+                "ours, direct": lambda: self.read_connector(url, "auto"),
+                "in-memory, same rows, same workers": lambda: self.read_memory(rows, url, InMemoryInOurWorkers),
+                "ours, direct via URLs": lambda: self.read_connector(url, "auto", localFiles="false"),
+                "ours, http": lambda: self.read_connector(url, "http"),
+                "in-memory, stream 'memory', same workers": lambda: self.read_memory(
+                    rows, "memory", InMemoryInOurWorkers
+                ),
+                "in-memory, same rows, workers of its own": lambda: self.read_memory(rows, url),
+            },
+            rows,
+            repeat,
+            self.pid,
+        )
 
     # -- write -----------------------------------------------------------------------------
 
@@ -294,6 +328,23 @@ def spark_session(work: Path) -> SparkSession:
     return spark
 
 
+def read_session(spec_json: str) -> None:
+    """A ``--read-session`` driver process (``Bench.read_session``): a SparkSession of its own,
+    ``Bench.read_rounds``, every run written to the spec's ``out`` as JSON."""
+    spec = json.loads(spec_json)
+    continue_clock(spec["clock"])
+    out = Path(spec["out"])
+    args = argparse.Namespace(
+        rows=spec["rows"], repeat=spec["repeat"], read_option=spec["read_option"], write_option=[]
+    )
+    spark = spark_session(out.parent)
+    try:
+        timed = Bench(spark, args, out.parent, spec["ours"], spec["pid"]).read_rounds(spec["url"], spec["warm"])
+    finally:
+        spark.stop()
+    out.write_text(json.dumps({label: dataclasses.asdict(runs) for label, runs in timed.items()}))
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a smoke run: 100,000 rows, 20 latency messages")
@@ -302,6 +353,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--repeat", type=int, help=f"timed rounds per measurement (default {RECORD_REPEAT}; 2 with --quick)"
     )
+    parser.add_argument(
+        "--read-sessions",
+        type=int,
+        help=f"Spark sessions (driver processes) the reads' rounds run in (default {READ_SESSIONS}; 1 with --quick)",
+    )
+    parser.add_argument("--read-session", help=argparse.SUPPRESS)  # (a session's own process: read_session)
     parser.add_argument("--no-reference", action="store_true", help="skip the read from the reference server")
     parser.add_argument("--trigger-ms", type=int, default=100, help="processing-time trigger of the latency query")
     parser.add_argument("--latency-messages", type=int, help="messages timed (default 100; 20 with --quick)")
@@ -315,8 +372,9 @@ def parse_args() -> argparse.Namespace:
         parser.error(f"unknown group(s) {', '.join(unknown)}: choose from {', '.join(GROUPS)}")
     args.rows = args.rows or (100_000 if args.quick else FULL_ROWS)
     args.repeat = args.repeat or (2 if args.quick else RECORD_REPEAT)
-    if args.repeat < 1 or args.rows < 1:
-        parser.error("--repeat and --rows must be at least 1")
+    args.read_sessions = args.read_sessions or (1 if args.quick else READ_SESSIONS)
+    if args.repeat < 1 or args.rows < 1 or args.read_sessions < 1:
+        parser.error("--repeat, --rows and --read-sessions must be at least 1")
     args.latency_messages = args.latency_messages or (20 if args.quick else FULL_LATENCY_MESSAGES)
     for option in args.read_option + args.write_option:
         if "=" not in option:
@@ -326,6 +384,9 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
+    if args.read_session:
+        read_session(args.read_session)
+        return
     work = Path(tempfile.mkdtemp(prefix="ds-spark-bench-"))
     progress(f"starting our server and Spark (work dir {work}; kept if the run fails)")
     results: list[Result] = []
@@ -349,6 +410,7 @@ def main() -> None:
     settings = {
         "rows": args.rows,
         "repeat": args.repeat,
+        "read sessions": args.read_sessions,
         "groups": "+".join(args.groups),
         "spark settings": SPARK_DEFAULTS.name if SPARK_DEFAULTS.exists() else "built-in fallback",
         "read options": " ".join(args.read_option) or "the connector's defaults (freezeWorkerGc off)",
@@ -356,6 +418,7 @@ def main() -> None:
         "quick": args.quick
         or args.rows < FULL_ROWS
         or args.repeat < RECORD_REPEAT
+        or args.read_sessions < READ_SESSIONS
         or args.latency_messages < FULL_LATENCY_MESSAGES,
     }
     complete = set(args.groups) == set(GROUPS)
