@@ -70,7 +70,7 @@ def interleaved(reads: dict[str, Callable[[], None]], rows: int, repeat: int, se
     One untimed round first, every read at full size, so that the JVM and the Python workers
     are warmed for every read alike.
     The ratio of the direct read to the in-memory source still moves from 0.86x to 1.19x
-    between runs and harnesses on a quiet machine, most of it with the Spark session (the JVM):
+    between runs and harnesses on a quiet machine, and a Spark session (its JVM) can move it:
     ``spark_bench`` runs these rounds in several sessions and pools them."""
     timed = {label: Timed() for label in reads}
     labels = list(reads)

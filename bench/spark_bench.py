@@ -21,7 +21,7 @@ Three groups, runnable on their own (``--only``):
   reads run round after round (``--repeat`` rounds after an untimed one, each read once per
   round, each round starting one read later), so the machine's load falls on all alike, in
   ``--read-sessions`` Spark sessions (3), each in a driver process of its own, their rounds
-  pooled: the ratio moves most with the session (its JVM), bench/README.md. Then
+  pooled: a session (its JVM) can move the ratio, bench/README.md. Then
   Spark's built-in ``rate-micro-batch`` source (bounded: ``rowsPerBatch=N`` with
   ``Trigger.AvailableNow`` reads exactly one batch of N rows), and the same connector reading
   the reference Node server (where it falls back to one partition per stream).
@@ -211,7 +211,7 @@ class Bench:
 
     def read_session(self, url: str, warm: str, session: int, sessions: int) -> dict[str, Timed]:
         """One Spark session's warm-up and rounds of the six reads (``read_rounds``), run by a driver
-        process of its own: a JVM of its own, which moves the target row's ratio most (bench/README.md)."""
+        process of its own: a JVM of its own (a session can move the target row's ratio, bench/README.md)."""
         progress(f"read: Spark session {session + 1} of {sessions}, a driver process of its own")
         out = self.fresh_dir(f"read-session-{session + 1}") / "timed.json"
         spec = {
