@@ -110,6 +110,7 @@ class ColdStreams:
         self._recent_names: dict[str, int] = {}
         self._top_uid = -1
         """The largest uid ever held: a uid above it (a new stream's) is not cold, found at once."""
+        self._views()
 
     @classmethod
     def of(cls, dormant: DormantStates) -> ColdStreams:
@@ -145,7 +146,7 @@ class ColdStreams:
         row = self._row_of_name(name)
         if row is None:
             return None
-        uid = int(self._uids[row])
+        uid = self._uid_view[row]
         self._found = (uid, row)
         return uid
 
@@ -222,12 +223,12 @@ class ColdStreams:
     # -- the segment ------------------------------------------------------------------
 
     def _row_of_name(self, name: str) -> int | None:
-        key, hashes = hash(name), self._hashes
-        at = bisect.bisect_left(hashes.data, key)
+        key, hashes, rows, alive = hash(name), self._hash_view, self._hash_row_view, self._alive_view
+        at = bisect.bisect_left(hashes, key)
         encoded = None
         while at < len(hashes) and hashes[at] == key:
-            row = int(self._hash_rows[at])
-            if self._alive[row]:
+            row = rows[at]
+            if alive[row]:
                 encoded = encoded or name.encode()
                 if self._cell(self._name_cells, row) == encoded:
                     return row
@@ -235,10 +236,11 @@ class ColdStreams:
         return None
 
     def _row_of_uid(self, uid: int) -> int | None:
-        at = bisect.bisect_left(self._uid_keys.data, uid)
-        while at < len(self._uid_keys) and self._uid_keys[at] == uid:  # (a woken row, then its sleep again)
-            row = int(self._uid_rows[at])
-            if self._alive[row]:
+        keys, rows, alive = self._uid_key_view, self._uid_row_view, self._alive_view
+        at = bisect.bisect_left(keys, uid)
+        while at < len(keys) and keys[at] == uid:  # (a woken row, then its sleep again)
+            row = rows[at]
+            if alive[row]:
                 return row
             at += 1
         return None
@@ -283,6 +285,7 @@ class ColdStreams:
         self._found = (-1, -1)
         self._hashes, self._hash_rows = _merged(self._hashes, self._hash_rows, hashes, rows)
         self._uid_keys, self._uid_rows = _merged(self._uid_keys, self._uid_rows, uids, rows)
+        self._views()
 
     def _drop_dead(self) -> None:
         """Rewrite the segment without its dead rows (chunk by chunk: the transient memory is
@@ -303,6 +306,19 @@ class ColdStreams:
         self._uids = self._uids[alive]
         self._alive = np.ones(len(self._uids), np.bool_)
         self._dead = 0
+        self._views()
+
+    def _views(self) -> None:
+        """(Whenever the arrays below are replaced.) The lookups read them through memoryviews: an
+        item of one is a Python int (or bool) at once, where indexing the array makes a NumPy
+        scalar first (a lookup by path among a million: 2.6-2.7 µs against 3.0-3.1, bench/README.md). An
+        ``_alive`` bit cleared in place shows in its view."""
+        self._hash_view: memoryview = self._hashes.data
+        self._hash_row_view: memoryview = self._hash_rows.data
+        self._uid_key_view: memoryview = self._uid_keys.data
+        self._uid_row_view: memoryview = self._uid_rows.data
+        self._uid_view: memoryview = self._uids.data
+        self._alive_view: memoryview = self._alive.data
 
 
 def _parsed(state: str | bytes) -> dict[str, Any]:
