@@ -328,8 +328,8 @@ def spark_session(work: Path) -> SparkSession:
     return spark
 
 
-def read_session(spec_json: str) -> None:
-    """A ``--read-session`` driver process (``Bench.read_session``): a SparkSession of its own,
+def run_read_session(spec_json: str) -> None:
+    """A ``--read-session`` driver process (``Bench.read_session`` starts it): a SparkSession of its own,
     ``Bench.read_rounds``, every run written to the spec's ``out`` as JSON."""
     spec = json.loads(spec_json)
     continue_clock(spec["clock"])
@@ -358,7 +358,7 @@ def parse_args() -> argparse.Namespace:
         type=int,
         help=f"Spark sessions (driver processes) the reads' rounds run in (default {READ_SESSIONS}; 1 with --quick)",
     )
-    parser.add_argument("--read-session", help=argparse.SUPPRESS)  # (a session's own process: read_session)
+    parser.add_argument("--read-session", help=argparse.SUPPRESS)  # (a session's own process: run_read_session)
     parser.add_argument("--no-reference", action="store_true", help="skip the read from the reference server")
     parser.add_argument("--trigger-ms", type=int, default=100, help="processing-time trigger of the latency query")
     parser.add_argument("--latency-messages", type=int, help="messages timed (default 100; 20 with --quick)")
@@ -385,7 +385,7 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     if args.read_session:
-        read_session(args.read_session)
+        run_read_session(args.read_session)
         return
     work = Path(tempfile.mkdtemp(prefix="ds-spark-bench-"))
     progress(f"starting our server and Spark (work dir {work}; kept if the run fails)")
