@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -40,6 +41,20 @@ def test_offsets_of_a_column_of_sequence_numbers() -> None:
     for bad in ([-1], [10**16]):
         with pytest.raises(ValueError, match="16 decimal digits"):
             seq_offsets(pa.array(bad, pa.int64()))
+
+
+def test_offsets_of_consecutive_sequence_numbers() -> None:
+    # (a run of consecutive numbers is copied from a template: across its 10,000-message blocks,
+    # at the first and last numbers there are, and for counts past what was made before)
+    for first, count in ((0, 1), (0, 10_000), (9_999, 2), (5_000, 8_192), (123_456, 25_000), (10**16 - 3, 3)):
+        seqs = np.arange(first, first + count, dtype=np.int64)
+        built = seq_offsets(pa.array(seqs))
+        assert built.to_pylist() == [seq_offset(int(seq)) for seq in seqs]
+        built.validate(full=True)
+    assert seq_offsets(pa.array([4, 5, 7], pa.int64())).to_pylist() == [seq_offset(seq) for seq in (4, 5, 7)]
+    assert seq_offsets(pa.array([5, 4], pa.int64())).to_pylist() == [seq_offset(5), seq_offset(4)]
+    with pytest.raises(ValueError, match="16 decimal digits"):
+        seq_offsets(pa.array([10**16 - 1, 10**16], pa.int64()))
 
 
 def test_starts_inside_a_message() -> None:
