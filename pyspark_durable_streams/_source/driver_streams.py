@@ -33,6 +33,9 @@ class DriverStreams:
         self._tails: dict[str, str] = {}
         self._tails_at = -math.inf
         self.incarnations: dict[str, str] = {}
+        self.flushed: dict[str, str] = {}
+        """Where each stream's messages not yet in Delta start, as its last HEAD said (our server's
+        ``Stream-Flushed-Offset``): no read plan is asked for a range from there on (``_direct``)."""
         self.missing: dict[str, NotFound] = {}
         self._framings: dict[str, ReadFraming] = {}
         self.snapshots: dict[str, str] = {}
@@ -51,7 +54,7 @@ class DriverStreams:
         named stream that answers 404 is left out and its error kept in ``missing``."""
         now = time.monotonic()
         if now - self._tails_at >= max_age_s:
-            tails, self.incarnations, self.missing = {}, {}, {}
+            tails, self.incarnations, self.flushed, self.missing = {}, {}, {}, {}
             if self.bucket is None:
                 for url in self.options.urls:
                     try:
@@ -62,6 +65,8 @@ class DriverStreams:
                     tails[url] = meta.next_offset
                     if meta.incarnation is not None:
                         self.incarnations[url] = meta.incarnation
+                    if meta.flushed_offset is not None:
+                        self.flushed[url] = meta.flushed_offset
             else:
                 for info in self.bucket.streams(prefix=self.options.prefix or None):
                     if info.status == "Deleted":
@@ -172,6 +177,9 @@ class DriverStreams:
         mode = self.options.history_reads
         if mode == "http":
             return [], first
+        flushed = self.flushed.get(key)
+        if mode == "auto" and flushed is not None and is_seq_offset(first) and first >= flushed:
+            return [], first  # (none of it was in Delta at the tails' HEAD: a live batch, read over HTTP)
         try:
             planned = plan_stream(self.client, key, self.url(key), first, last, per_partition)
             self._framings.setdefault(_origin(self.url(key)), "arrow")  # (a server that plans reads is ours)

@@ -116,6 +116,9 @@ class StreamMetadata:
     """Our server's ``Stream-Retained-Bytes``: the bytes from the earliest offset to the tail."""
     retention: Retention | None = None
     """The stream's retention limits (``client.retention``), if it has any."""
+    flushed_offset: str | None = None
+    """Our server's ``Stream-Flushed-Offset`` (read plans extension): no message from it on is in the
+    table's files yet, so a read plan of a range starting there lists none. None where not sent."""
 
 
 @dataclass(frozen=True)

@@ -132,6 +132,7 @@ class Stream:
             incarnation=header(response, "Stream-Incarnation"),
             bulk_append=header(response, "Stream-Bulk-Append") == ARROW_STREAM,
             earliest_offset=header(response, "Stream-Earliest-Offset"),
+            flushed_offset=header(response, "Stream-Flushed-Offset"),
             retained_bytes=int(retained) if (retained := header(response, "Stream-Retained-Bytes")) else None,
             retention=Retention.from_headers(lambda name: header(response, name)),
         )

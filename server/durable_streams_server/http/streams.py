@@ -187,6 +187,7 @@ class StreamHandlers:
             "Content-Type": stream.content_type,
             h.STREAM_NEXT_OFFSET: encode_seq(stream.visible_tail),
             h.STREAM_INCARNATION: stream.incarnation,
+            h.STREAM_FLUSHED_OFFSET: encode_seq(min(stream.flushed_tail, stream.visible_tail)),
             "Cache-Control": "no-store",
             "ETag": etag(stream, BEGINNING_SENTINEL, encode_seq(stream.visible_tail), stream.visible_closed),
             bulk.BULK_APPEND: bulk.ARROW_STREAM,

@@ -38,6 +38,9 @@ STREAM_TIMESTAMP = "Stream-Timestamp"
 STREAM_INCARNATION = "Stream-Incarnation"
 """Extension: an opaque token naming one incarnation of a stream path (HEAD and reads). A path that is
 deleted and created again answers another token; the token survives server restarts."""
+STREAM_FLUSHED_OFFSET = "Stream-Flushed-Offset"
+"""Extension (read plans), on HEAD: none of the stream's messages from this offset on is in the table's
+files yet, so a read plan of a range that starts there or later lists none (a reader need not ask)."""
 
 MAX_SAFE_INTEGER = 2**53 - 1
 
