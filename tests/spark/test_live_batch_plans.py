@@ -37,6 +37,14 @@ class _Recording:
         self.transport.close()
 
 
+def _recorded_driver(url: str, **options: str) -> tuple[DriverStreams, _Recording]:
+    """A driver reading ``url`` whose client's requests are recorded (and sent as ever)."""
+    driver = DriverStreams(parse_read_options({"url": url, **options}))
+    recording = _Recording(driver.client.transport.transport)
+    driver.client.transport.transport = recording
+    return driver, recording
+
+
 def _append(url: str, first: int, count: int) -> None:
     body = json.dumps([{"i": i} for i in range(first, first + count)]).encode()
     assert session().post(url, headers=JSON, data=body).status_code == 204
@@ -60,9 +68,8 @@ def test_a_live_range_is_read_without_a_plan_and_history_with_one(
     assert _flushed_offset(url) == offset_at(10)  # the plan's delta_end says the same
     assert session().get(url, params={"offset": EARLIEST}, headers=PLAN).json()["delta_end"] == offset_at(10)
 
-    driver = DriverStreams(parse_read_options({"url": url}))
-    recording = _Recording(driver.client.transport.transport)
-    driver.client.transport.transport = recording
+    driver, recording = _recorded_driver(url)
+    delta_only, recording_delta = _recorded_driver(url, historyReads="delta")
     try:
         tails = driver.tails()
         assert tails == {url: offset_at(15)} and driver.flushed == {url: offset_at(10)}
@@ -77,11 +84,8 @@ def test_a_live_range_is_read_without_a_plan_and_history_with_one(
         assert [(part.first, part.end) for part in direct] == [(0, 10)]
         assert history[len(direct) :] == [StreamRange(url, url, offset_at(10), offset_at(15), "arrow")]
 
-        http_only = DriverStreams(parse_read_options({"url": url, "historyReads": "delta"}))
-        recording_delta = _Recording(http_only.client.transport.transport)
-        http_only.client.transport.transport = recording_delta
-        http_only.plan({url: offset_at(10)}, http_only.tails())
+        delta_only.plan({url: offset_at(10)}, delta_only.tails())
         assert recording_delta.plans == [offset_at(10)]  # (historyReads=delta asks the server every time)
-        http_only.client.close()
     finally:
         driver.client.close()
+        delta_only.client.close()
