@@ -81,7 +81,7 @@ class RowBuilder:
             if name in ("stream", "content_type"):
                 arrays.append(self.constant(name, self.key if name == "stream" else found.content_type, count))
             elif name == "offset":
-                offsets = seq_offsets(table["seq"])
+                offsets = seq_offsets(_one_chunk(table["seq"]))
                 if starts_inside(found.start):
                     # The first message was read from inside: its row starts where the read did.
                     offsets = pa.concat_arrays([pa.array([found.start]), offsets[1:]])
@@ -133,7 +133,11 @@ def _utf8(data: pa.ChunkedArray) -> pa.ChunkedArray | pa.Array:
 
 
 def _one_chunk(array: pa.Array | pa.ChunkedArray) -> pa.Array:
-    return array.combine_chunks() if isinstance(array, pa.ChunkedArray) else array
+    """The column as one array. A chunked array of one chunk is that chunk: ``combine_chunks``
+    would copy it (every value of the batch, once more, for nothing)."""
+    if not isinstance(array, pa.ChunkedArray):
+        return array
+    return array.chunk(0) if array.num_chunks == 1 else array.combine_chunks()
 
 
 def arrow_schema(schema: StructType) -> pa.Schema:

@@ -56,3 +56,21 @@ def test_each_row_carries_its_stream_and_content_type_whatever_the_batch_sizes()
             for seq in range(first, first + count)
         ]
         first += count
+
+
+def test_the_value_column_is_the_responses_bytes_not_a_copy() -> None:
+    # (a batch's message bytes are most of what a read moves: ``combine_chunks`` of a one-chunk
+    # column copied all of them once more, batch after batch)
+    found = _slice(10, 100, "application/json")
+    (batch,) = RowBuilder(SCHEMA, KEY).arrow_batches(found, seq_offset(110))
+    assert batch.num_rows == 100
+    value_bytes = batch.column(batch.schema.get_field_index("value")).buffers()[2]
+    assert value_bytes.address == found.table["data"].chunk(0).buffers()[2].address
+
+
+def test_rows_of_a_response_in_several_chunks() -> None:
+    pieces = [_slice(first, 4, "text/plain").table for first in (0, 4, 8)]
+    found = ArrowSlice(seq_offset(0), seq_offset(12), "text/plain", pa.concat_tables(pieces))
+    assert found.table["data"].num_chunks == 3
+    rows = [row for batch in RowBuilder(SCHEMA, KEY).arrow_batches(found, seq_offset(10)) for row in batch.to_pylist()]
+    assert [(row["offset"], row["value"]) for row in rows] == [(seq_offset(seq), f"m{seq}") for seq in range(10)]
