@@ -260,6 +260,17 @@ class HTTP:
         raise errors.TransportError(f"more than {MAX_REDIRECTS} redirects", method=request.method, url=request.url)
 
 
+def whole_body(response: requests.Response, method: str) -> bytes:
+    """The body of a response asked for with ``stream=True``, read in one piece. ``urllib3``
+    fills one buffer straight from the socket; ``response.content`` gathers the body in 10 KiB
+    pieces and joins them (measured on 10 MB file bodies over loopback: a fifth of the CPU).
+    Read to its end, the connection goes back to the pool as ``content`` would leave it."""
+    with guard(method, response.url):
+        body = response.raw.read(decode_content=True)
+    assert isinstance(body, bytes)
+    return body
+
+
 @contextlib.contextmanager
 def guard(method: str, url: str) -> Iterator[None]:
     """Translate requests' exceptions (also those raised while a body streams) into ours."""

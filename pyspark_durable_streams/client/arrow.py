@@ -18,7 +18,7 @@ import pyarrow as pa
 import requests
 
 from . import errors
-from ._http import HTTP, Backoff, Timeout, UseDefault, flag, guard, header
+from ._http import HTTP, Backoff, Timeout, UseDefault, flag, header, whole_body
 from .models import ARROW_STREAM, media_type
 from .reading import BEGINNING, Retrying
 
@@ -91,7 +91,7 @@ class ArrowReader(Iterator[ArrowSlice]):
         if self._end is not None:
             params["end"] = self._end
         response = self._transport.request(
-            "GET", self._url, ok=(200,), params=params, headers=self._headers, timeout=self._timeout
+            "GET", self._url, ok=(200,), params=params, headers=self._headers, timeout=self._timeout, stream=True
         )
         with response:
             next_offset = header(response, "Stream-Next-Offset")
@@ -102,8 +102,7 @@ class ArrowReader(Iterator[ArrowSlice]):
                     f"GET {response.url}: the server answered {header(response, 'Content-Type')!r}, not Arrow "
                     f"(it lacks the {ARROW_STREAM} read extension)"
                 )
-            with guard("GET", response.url):
-                body = response.content
+            body = whole_body(response, "GET")
         try:
             table = pa.ipc.open_stream(body).read_all()
         except pa.ArrowInvalid as exc:

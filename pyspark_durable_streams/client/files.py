@@ -16,7 +16,7 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from ._http import HTTP, guard
+from ._http import HTTP, whole_body
 
 
 class RemoteFile(io.RawIOBase):
@@ -49,10 +49,15 @@ class RemoteFile(io.RawIOBase):
         if end <= self._pos:
             return b""
         response = self._http.request(
-            "GET", self.url, ok=(200, 206), headers={"Range": f"bytes={self._pos}-{end - 1}"}, credentials=False
+            "GET",
+            self.url,
+            ok=(200, 206),
+            headers={"Range": f"bytes={self._pos}-{end - 1}"},
+            stream=True,
+            credentials=False,
         )
-        with guard("GET", self.url):
-            data = response.content
+        with response:
+            data = whole_body(response, "GET")
         if response.status_code == 200:  # a server that ignores Range sends the whole file
             data = data[self._pos : end]
         self._pos += len(data)
