@@ -20,6 +20,7 @@ from servers import ServerProcess, append_all, wait_for
 ARROW = "application/vnd.apache.arrow.stream"
 BINARY = {"Content-Type": "application/octet-stream"}
 JSON = {"Content-Type": "application/json"}
+IPC_END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 MAX_READ_BYTES = 256
 """The server's --max-read-bytes here: an Arrow response carries up to 8x that (2048 bytes)."""
 
@@ -50,6 +51,8 @@ def _arrow_get(
 def _table(response: requests.Response) -> pa.Table:
     assert response.status_code == 200, (response.status_code, response.text)
     assert response.headers["Content-Type"] == ARROW
+    # One whole IPC stream and nothing after it: its last bytes are the end-of-stream marker.
+    assert response.content.endswith(IPC_END_OF_STREAM)
     return pa.ipc.open_stream(response.content).read_all()
 
 
