@@ -2,9 +2,10 @@
 
 ``wait_in_delta`` waits until a stream's whole history is in Delta
 (the read plan's ``delta_end`` is the tail), so the read measured is all history.
-``interleaved`` times several reads round after round (each once per round, the order turned
-by one each round, after an untimed round), so that the load of a shared machine falls on all of them alike: their
-ratios are measured in the same moments, not minutes apart. ``pooled`` joins the runs of several
+``interleaved`` times several reads round after round (each once per round, a target row's two
+reads trading places every other round, after an untimed round), so that the load of a shared
+machine falls on all of them alike: their ratios are measured in the same moments, not minutes
+apart. ``pooled`` joins the runs of several
 sessions' rounds.
 """
 
@@ -62,25 +63,39 @@ def pooled(sessions: list[dict[str, Timed]]) -> dict[str, Timed]:
     }
 
 
-def interleaved(reads: dict[str, Callable[[], None]], rows: int, repeat: int, server_pid: int) -> dict[str, Timed]:
-    """``repeat`` rounds, each running every read once; each round starts one read later (the
-    place in a round seemed to matter on the shared machine, unproven), so that over
-    ``len(reads)`` rounds every read takes every place once.
+def interleaved(
+    reads: dict[str, Callable[[], None]],
+    rows: int,
+    repeat: int,
+    server_pid: int,
+    *,
+    pair: tuple[str, str],
+    first_round: int = 0,
+) -> dict[str, Timed]:
+    """``repeat`` rounds, each running every read once in the order given, except that the two
+    reads of ``pair`` (a target row's two sides, next to each other in ``reads``) trade places
+    every other round, counted from ``first_round``: each then follows the same read as often
+    as the other, ±1. A read's predecessor moves its time: in one Spark session, the second of
+    two reads in the same Python workers, right after the first, took ~8% longer than the first,
+    which followed a read in other workers (ours 0.92x, then 1.08x of the in-memory read's time
+    with the two in the other order). Rounds that start one read later, as these did, keep
+    every read's predecessor: the target row's two sides always followed the same reads.
 
     One untimed round first, every read at full size, so that the JVM and the Python workers
-    are warmed for every read alike.
-    The ratio of the direct read to the in-memory source still moves from 0.86x to 1.19x
-    between runs and harnesses on a quiet machine, and a Spark session (its JVM) can move it:
+    are warmed for every read alike. A Spark session (its JVM) can still move the ratio:
     ``spark_bench`` runs these rounds in several sessions and pools them."""
-    timed = {label: Timed() for label in reads}
     labels = list(reads)
+    at = labels.index(pair[0])
+    if labels[at + 1 : at + 2] != [pair[1]]:
+        raise ValueError(f"the pair {pair} must be next to each other, in that order, among {labels}")
+    swapped = [*labels[:at], pair[1], pair[0], *labels[at + 2 :]]
+    timed = {label: Timed() for label in reads}
     for label in labels:
         started = time.perf_counter()
         reads[label]()
         progress(f"  {label}: warm-up, {rows:,} rows in {time.perf_counter() - started:.2f}s (not timed)")
     for round_ in range(repeat):
-        turn = round_ % len(labels)
-        for label in labels[turn:] + labels[:turn]:
+        for label in swapped if (first_round + round_) % 2 else labels:
             read = reads[label]
             cpu, started = cpu_s(server_pid), time.perf_counter()
             read()

@@ -19,7 +19,8 @@ Three groups, runnable on their own (``--only``):
   anything a task leaves behind), as the median of the rounds; beside it the same source in
   workers of its own, and with the short ``stream`` value ``memory`` (narrower rows). These six
   reads run round after round (``--repeat`` rounds after an untimed one, each read once per
-  round, each round starting one read later), so the machine's load falls on all alike, in
+  round; the target row's two reads one after the other, trading places every other round, so
+  that each follows the same reads as often), so the machine's load falls on all alike, in
   ``--read-sessions`` Spark sessions (3), each in a driver process of its own, their rounds
   pooled: a session (its JVM) can move the ratio, bench/README.md. Then
   Spark's built-in ``rate-micro-batch`` source (bounded: ``rowsPerBatch=N`` with
@@ -111,6 +112,8 @@ FALLBACK_SETTINGS = {
     "spark.driver.memory": "2g",
 }
 WARM_ROWS = 20_000
+TARGET_READS = ("ours, direct", "in-memory, same rows, same workers")
+"""The target row's two reads: next to each other in a round, trading places every other round."""
 FULL_ROWS = 1_000_000  # the loads of record; smaller runs are recorded as quick ones
 FULL_LATENCY_MESSAGES = 100
 RECORD_REPEAT = 5  # rounds of a run of record (fewer: a quick run)
@@ -159,7 +162,7 @@ class Bench:
         wait_in_delta(url)
         wait_in_delta(warm)
         timed = pooled([self.read_session(url, warm, session, sessions) for session in range(sessions)])
-        ours, memory = timed["ours, direct"], timed["in-memory, same rows, same workers"]
+        ours, memory = timed[TARGET_READS[0]], timed[TARGET_READS[1]]
         progress("read: rate-micro-batch → noop")
         self.read_rate(rows)  # (untimed, at full size as every read's first run: this session read nothing yet)
         rate = timed_runs("rate-micro-batch", rows, repeat, lambda: self.read_rate(rows))
@@ -221,6 +224,7 @@ class Bench:
             "warm": warm,
             "rows": self.args.rows,
             "repeat": self.args.repeat,
+            "first_round": session * self.args.repeat,
             "read_option": self.args.read_option,
             "out": str(out),
             "clock": run_clock(),
@@ -228,8 +232,9 @@ class Bench:
         subprocess.run([sys.executable, __file__, "--read-session", json.dumps(spec)], check=True)
         return {label: Timed(**runs) for label, runs in json.loads(out.read_text()).items()}
 
-    def read_rounds(self, url: str, warm: str) -> dict[str, Timed]:
-        """This session's warm-up, then ``repeat`` rounds of the six reads (``interleaved``)."""
+    def read_rounds(self, url: str, warm: str, first_round: int = 0) -> dict[str, Timed]:
+        """This session's warm-up, then ``repeat`` rounds of the six reads (``interleaved``; the
+        sessions' rounds are counted on from one session to the next: ``first_round``)."""
         rows, repeat = self.args.rows, self.args.repeat
         progress("read: warm-up runs")
         counted = self.spark.read.format("durable_streams").options(**self.read_options).option("url", warm).load()
@@ -241,18 +246,20 @@ class Bench:
         progress("read: our server (direct, direct via URLs, http) and the in-memory sources, round after round")
         return interleaved(
             {
-                "ours, direct": lambda: self.read_connector(url, "auto"),
-                "in-memory, same rows, same workers": lambda: self.read_memory(rows, url, InMemoryInOurWorkers),
+                "in-memory, same rows, workers of its own": lambda: self.read_memory(rows, url),
+                TARGET_READS[0]: lambda: self.read_connector(url, "auto"),
+                TARGET_READS[1]: lambda: self.read_memory(rows, url, InMemoryInOurWorkers),
                 "ours, direct via URLs": lambda: self.read_connector(url, "auto", localFiles="false"),
                 "ours, http": lambda: self.read_connector(url, "http"),
                 "in-memory, stream 'memory', same workers": lambda: self.read_memory(
                     rows, "memory", InMemoryInOurWorkers
                 ),
-                "in-memory, same rows, workers of its own": lambda: self.read_memory(rows, url),
             },
             rows,
             repeat,
             self.pid,
+            pair=TARGET_READS,
+            first_round=first_round,
         )
 
     # -- write -----------------------------------------------------------------------------
@@ -339,7 +346,8 @@ def run_read_session(spec_json: str) -> None:
     )
     spark = spark_session(out.parent)
     try:
-        timed = Bench(spark, args, out.parent, spec["ours"], spec["pid"]).read_rounds(spec["url"], spec["warm"])
+        bench = Bench(spark, args, out.parent, spec["ours"], spec["pid"])
+        timed = bench.read_rounds(spec["url"], spec["warm"], spec["first_round"])
     finally:
         spark.stop()
     out.write_text(json.dumps({label: dataclasses.asdict(runs) for label, runs in timed.items()}))
