@@ -5,8 +5,7 @@
 ``interleaved`` times several reads round after round (each once per round, a target row's two
 reads trading places every other round, after an untimed round), so that the load of a shared
 machine falls on all of them alike: their ratios are measured in the same moments, not minutes
-apart. ``pooled`` joins the runs of several
-sessions' rounds.
+apart. ``pooled`` joins the runs of several sessions' rounds.
 """
 
 from __future__ import annotations
