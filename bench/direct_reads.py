@@ -74,12 +74,11 @@ def interleaved(
     """``repeat`` rounds, each running every read once in the order given, except that the two
     reads of ``pair`` (a target row's two sides, next to each other in ``reads``) trade places
     every other round, counted from ``first_round``: each then follows the same read as often
-    as the other, ±1. A read's predecessor can move its time: in one Spark session of three
-    reads, the second of two in the same Python workers, right after the first, took ~8% longer
-    than the first, which followed a read in other workers (ours 0.92x, then 1.08x of the
-    in-memory read's time with the two in the other order; in spark_bench's six-read rounds the
-    place moved either by ~3% or less). Rounds that start one read later, as these did, keep
-    every read's predecessor: the target row's two sides always followed the same reads.
+    as the other, ±1. Rounds that start one read later, as these did, keep every read's
+    predecessor: the target row's two sides always followed the same reads, and a predecessor
+    may move a read's time (two sessions of three reads, one order each: the second of two
+    reads in the same Python workers ~8% slower; in spark_bench's six-read rounds ~3% or less,
+    within what a session moves, bench/README.md).
 
     One untimed round first, every read at full size, so that the JVM and the Python workers
     are warmed for every read alike. A Spark session (its JVM) can still move the ratio:
