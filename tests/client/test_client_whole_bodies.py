@@ -1,6 +1,6 @@
 """Bodies read in one piece (``_http.whole_body``: planned files' ``Range`` reads and Arrow
-reads): a body cut short is an error, never a shorter answer, and a body read to its end
-leaves its connection for the next request.
+reads): a body cut short is an error, never a shorter answer, a body that stops coming times
+out, and a body read to its end leaves its connection for the next request.
 
 The server is a real socket on 127.0.0.1 that answers each request with the next scripted
 reply, byte for byte (a reply may promise more bytes than it sends, then close).
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pytest
 
-from pyspark_durable_streams.client import Backoff, Client, TransportError
+from pyspark_durable_streams.client import Backoff, Client, TimeoutError, TransportError
 from pyspark_durable_streams.client.arrow import ARROW_STREAM
 
 FILE = bytes(range(256)) * 4
@@ -29,6 +29,7 @@ class ScriptedServer:
     replies: list[bytes]
     connections: int = 0
     requests: list[bytes] = field(default_factory=list)
+    stalled: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         self._listener = socket.create_server(("127.0.0.1", 0))
@@ -57,10 +58,14 @@ class ScriptedServer:
                 self.requests.append(head)
                 reply = self.replies.pop(0)
                 conn.sendall(reply)
+                if b"X-Then: stall" in reply:  # the rest of the body never comes; nor does a close
+                    self.stalled.wait(30)
+                    return
                 if b"Connection: close" in reply:
                     return
 
     def close(self) -> None:
+        self.stalled.set()
         self._listener.close()
 
 
@@ -101,6 +106,14 @@ def test_ranges_read_whole_share_one_connection(server: ScriptedServer) -> None:
 def test_a_range_cut_short_is_a_transport_error(server: ScriptedServer) -> None:
     server.replies += [_ranged(0, 999, cut=600)]
     with Client(server.url) as client, pytest.raises(TransportError):
+        client.open_file(f"{server.url}/f.parquet", len(FILE)).read(1000)
+
+
+def test_a_body_that_stops_coming_times_out(server: ScriptedServer) -> None:
+    # (a Spark task must not wait forever on a file whose bytes stopped half way)
+    stalled = _ranged(0, 999).replace(b"\r\n\r\n", b"\r\nX-Then: stall\r\n\r\n", 1)
+    server.replies += [stalled[: len(stalled) - 400]]
+    with Client(server.url, timeout=(5, 0.5)) as client, pytest.raises(TimeoutError):
         client.open_file(f"{server.url}/f.parquet", len(FILE)).read(1000)
 
 
