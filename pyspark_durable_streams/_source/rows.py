@@ -81,7 +81,7 @@ class RowBuilder:
             if name in ("stream", "content_type"):
                 arrays.append(self.constant(name, self.key if name == "stream" else found.content_type, count))
             elif name == "offset":
-                offsets = seq_offsets(_one_chunk(table["seq"]))
+                offsets = seq_offsets(table["seq"])
                 if starts_inside(found.start):
                     # The first message was read from inside: its row starts where the read did.
                     offsets = pa.concat_arrays([pa.array([found.start]), offsets[1:]])
