@@ -1,7 +1,7 @@
 """A real webhook receiver on 127.0.0.1 for the subscription tests, and JWKS verification.
 
-The receiver is ``http.server`` in a thread: it records every request (arrival time, raw
-body, ``Webhook-Signature``) and answers with the status and JSON body the test sets,
+The receiver is ``http.server`` in a thread: it records every request whose body arrived whole
+(arrival time, raw body, ``Webhook-Signature``) and answers with the status and JSON body the test sets,
 so a test can make it fail N times, then succeed, or answer ``{"done": true}``.
 """
 
@@ -47,7 +47,13 @@ class WebhookReceiver:
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
-                raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                length = int(self.headers.get("Content-Length", "0"))
+                raw = self.rfile.read(length)
+                if len(raw) < length:
+                    # The sender died mid-request (a test's kill -9): nothing was delivered, as a
+                    # real receiver would see it; recording it would hand a test half a body.
+                    self.close_connection = True
+                    return
                 with receiver._lock:
                     receiver.received.append(Received(time.monotonic(), raw, self.headers.get("Webhook-Signature")))
                     failing = len(receiver.received) <= receiver.fail_first
