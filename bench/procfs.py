@@ -1,6 +1,6 @@
 """What ``/proc`` tells the benchmarks of a process they measure: its CPU seconds (user + system,
-its children excluded) and its memory (``/proc/PID/status`` fields: ``VmRSS``, ``VmHWM``), and a
-wait until it has gone quiet (``settle``: several, in turn).
+its children excluded; its main thread's alone) and its memory (``/proc/PID/status`` fields:
+``VmRSS``, ``VmHWM``), and a wait until it has gone quiet (``settle``: several, in turn).
 
 One reader of each file for every benchmark, so that a number means the same in every table.
 """
@@ -17,7 +17,17 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 
 def cpu_s(pid: int) -> float:
     """CPU seconds the process has used so far, user + system (``/proc/PID/stat``)."""
-    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+    return _stat_cpu_s(f"/proc/{pid}/stat")
+
+
+def main_thread_cpu_s(pid: int) -> float:
+    """CPU seconds the process's main thread has used so far (``/proc/PID/task/PID/stat``; our
+    server's event loop runs there)."""
+    return _stat_cpu_s(f"/proc/{pid}/task/{pid}/stat")
+
+
+def _stat_cpu_s(path: str) -> float:
+    with open(path, encoding="ascii") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()  # (the name in parentheses may hold spaces)
     return (int(fields[11]) + int(fields[12])) / _TICKS
 
