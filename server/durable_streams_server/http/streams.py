@@ -42,6 +42,7 @@ from .read_answers import (
     position_headers,
     stream_headers,
 )
+from .request_fields import header, query
 from .responses import PartsResponse, location
 from .retention import retention_headers
 from .targets import stream_name_from_reference
@@ -209,7 +210,7 @@ class StreamHandlers:
     async def read(self, request: Request, name: str, parking: Parking = ANSWER_AFTER_WAKE) -> Response:
         """A read, long-poll or SSE of ``name``. ``parking``: the connection's, which may answer a
         plain long-poll at its wake itself (``read_answers.Parking``)."""
-        params = request.query_params
+        params = query(request.scope)
         offsets = params.getlist("offset")
         if len(offsets) > 1:
             raise BadRequest("only one offset parameter is allowed", code="INVALID_OFFSET")
@@ -239,7 +240,7 @@ class StreamHandlers:
             return sse.response(self.engine, stream, start, cursor, self.limits, self.live_readers.ending())
         # Extensions: "Accept: multipart/mixed" frames each message as its own MIME part,
         # "Accept: application/vnd.apache.arrow.stream" answers an Arrow IPC stream.
-        accept = request.headers.get("accept")
+        accept = header(request.scope, b"accept")
         framing: Framing = (
             "arrow" if arrow_ipc.wants_arrow(accept) else "multipart" if multipart.wants_multipart(accept) else "plain"
         )
@@ -260,7 +261,7 @@ class StreamHandlers:
                             start,
                             token,
                             cursor,
-                            request.headers.get("if-none-match"),
+                            header(request.scope, b"if-none-match"),
                             self.limits.max_read_bytes,
                         )
                     )
@@ -330,7 +331,7 @@ class StreamHandlers:
         stream = result.stream
         headers = {**stream_headers(stream), **position_headers(result, start_token, live, cursor, framing)}
         tag = headers["ETag"]
-        if request.headers.get("if-none-match") == tag:
+        if header(request.scope, b"if-none-match") == tag:
             return Response(status_code=304, headers={"ETag": tag, "Cache-Control": CACHEABLE})
         if isinstance(result, reads.Body):
             return PartsResponse(result.parts, headers)
