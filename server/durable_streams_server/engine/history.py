@@ -35,8 +35,9 @@ class HistoryCache:
     def __init__(self, max_bytes: int, memory: MemoryBudget | None = None) -> None:
         self.max_bytes = max_bytes
         self.memory = memory or MemoryBudget(0)
-        self._entries: OrderedDict[tuple[int, int], pa.Table] = OrderedDict()
-        """(uid, first seq) -> a read's messages (``seq``, ``data``, ``ts``), consecutive."""
+        self._entries: OrderedDict[tuple[int, int], tuple[pa.Table, int]] = OrderedDict()
+        """(uid, first seq) -> a read's messages (``seq``, ``data``, ``ts``), consecutive, and their
+        bytes (``Table.nbytes`` walks every chunk's buffers: counted once, at ``put``)."""
         self._starts: dict[int, set[int]] = {}
         """Each uid's first seqs among ``_entries``: a lookup looks at its stream's entries only
         (the cache may hold hundreds of thousands of small reads of as many streams)."""
@@ -46,7 +47,7 @@ class HistoryCache:
     def get(self, uid: int, seq: int) -> pa.Table | None:
         """The cached messages of ``uid`` from ``seq`` on, if a scan covered ``seq``."""
         for start in self._starts.get(uid, ()):
-            table = self._entries[(uid, start)]
+            table = self._entries[(uid, start)][0]
             if start <= seq < start + table.num_rows:
                 self._entries.move_to_end((uid, start))
                 self.memory.touch(("history", uid, start))
@@ -55,33 +56,38 @@ class HistoryCache:
 
     def covers(self, uid: int, seq: int) -> bool:
         """Whether ``get(uid, seq)`` would find messages (without using them)."""
-        return any(start <= seq < start + self._entries[(uid, start)].num_rows for start in self._starts.get(uid, ()))
+        return any(
+            start <= seq < start + self._entries[(uid, start)][0].num_rows for start in self._starts.get(uid, ())
+        )
 
     def put(self, uid: int, table: pa.Table) -> None:
-        if not self.max_bytes or not table.num_rows or table.nbytes > self.max_bytes:
+        if not self.max_bytes or not table.num_rows:
+            return
+        size = table.nbytes
+        if size > self.max_bytes:
             return
         key = (uid, table["seq"][0].as_py())
         self._forget(key)
-        self._entries[key] = table
+        self._entries[key] = (table, size)
         self._starts.setdefault(uid, set()).add(key[1])
-        self._bytes += table.nbytes
+        self._bytes += size
         while self._bytes > self.max_bytes:
             self._forget(next(iter(self._entries)))
         if key in self._entries:
-            self.memory.hold(("history", *key), table.nbytes, self._release)
+            self.memory.hold(("history", *key), size, self._release)
 
     def _let_go(self, held: Hashable) -> None:
         assert isinstance(held, tuple)
         self._forget((held[1], held[2]), held=False)
 
     def _forget(self, key: tuple[int, int], *, held: bool = True) -> None:
-        table = self._entries.pop(key, None)
-        if table is not None:
+        entry = self._entries.pop(key, None)
+        if entry is not None:
             starts = self._starts[key[0]]
             starts.discard(key[1])
             if not starts:
                 del self._starts[key[0]]
-            self._bytes -= table.nbytes
+            self._bytes -= entry[1]
             if held:
                 self.memory.drop(("history", *key))
 
