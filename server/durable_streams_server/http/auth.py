@@ -20,6 +20,7 @@ from ..protocol.errors import Forbidden, ProtocolError, Unauthorized
 from ..protocol.tokens import AuthConfig, TokenGrant
 from .limits import PRINCIPAL_KEY
 from .policy import Need, request_needs, unmet
+from .request_fields import header
 from .responses import error_response
 from .routes import route_path
 
@@ -68,12 +69,11 @@ def authorize(config: AuthConfig, scope: Scope) -> ProtocolError | None:
     method = scope["method"]
     if method == "OPTIONS":
         return None
-    headers = scope["headers"]
-    fork_from = next((v.decode("latin-1") for k, v in headers if k == b"stream-forked-from"), None)
+    fork_from = header(scope, b"stream-forked-from")
     try:
         needs = request_needs(method, route_path(scope), fork_from)
         if needs:
-            scope[PRINCIPAL_KEY] = check(config, method, headers, needs).name
+            scope[PRINCIPAL_KEY] = check(config, method, scope["headers"], needs).name
     except ProtocolError as error:
         return error
     return None
