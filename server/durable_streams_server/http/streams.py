@@ -49,6 +49,19 @@ from .targets import stream_name_from_reference
 
 _SUB_OFFSET_HEADER_RE = re.compile(r"^(0|[1-9][0-9]{0,15})$")
 
+# Request headers are looked up by their lower-case names: the fast path hands the handlers a plain
+# dict of a request's headers by name as the HTTP/1.1 parser delivers them (lower-cased, the first of
+# a repeated one: ``fastpath/route.py``), and Starlette's ``Headers.get`` lower-cases the name it is given.
+_TTL, _EXPIRES_AT, _CLOSED, _SEQ, _IF_MATCH = (
+    name.lower() for name in (h.STREAM_TTL, h.STREAM_EXPIRES_AT, h.STREAM_CLOSED, h.STREAM_SEQ, preconditions.IF_MATCH)
+)
+_FORKED_FROM, _FORK_OFFSET, _FORK_SUB_OFFSET = (
+    name.lower() for name in (h.STREAM_FORKED_FROM, h.STREAM_FORK_OFFSET, h.STREAM_FORK_SUB_OFFSET)
+)
+_PRODUCER_ID, _PRODUCER_EPOCH, _PRODUCER_SEQ = (
+    name.lower() for name in (h.PRODUCER_ID, h.PRODUCER_EPOCH, h.PRODUCER_SEQ)
+)
+
 
 class StreamHandlers:
     def __init__(
@@ -82,14 +95,14 @@ class StreamHandlers:
     ) -> tuple[int, dict[str, str]]:
         """A create (PUT), its body read when the headers have been checked: the status and
         headers to answer. Also the fast path's (``fastpath/route.py``), with the headers in a plain dict."""
-        ttl_raw, expires_raw = headers.get(h.STREAM_TTL), headers.get(h.STREAM_EXPIRES_AT)
+        ttl_raw, expires_raw = headers.get(_TTL), headers.get(_EXPIRES_AT)
         if ttl_raw is not None and expires_raw is not None:
             raise BadRequest("Stream-TTL and Stream-Expires-At cannot both be set", code="INVALID_TTL")
         ttl_s = h.parse_ttl(ttl_raw)
         expires_at = h.parse_expires_at(expires_raw)
-        fork_from = headers.get(h.STREAM_FORKED_FROM)
-        fork_offset_raw = headers.get(h.STREAM_FORK_OFFSET)
-        sub_raw = headers.get(h.STREAM_FORK_SUB_OFFSET)
+        fork_from = headers.get(_FORKED_FROM)
+        fork_offset_raw = headers.get(_FORK_OFFSET)
+        sub_raw = headers.get(_FORK_SUB_OFFSET)
         if fork_from is None and (fork_offset_raw is not None or sub_raw is not None):
             raise BadRequest("fork headers need Stream-Forked-From", code="INVALID_FORK")
         if sub_raw is not None and not _SUB_OFFSET_HEADER_RE.match(sub_raw):
@@ -100,7 +113,7 @@ class StreamHandlers:
             ttl_s=ttl_s,
             expires_at=expires_raw.strip() if expires_raw is not None else None,
             expires_at_ms=int(expires_at.timestamp() * 1000) if expires_at is not None else None,
-            closed=h.is_closed_flag(headers.get(h.STREAM_CLOSED)),
+            closed=h.is_closed_flag(headers.get(_CLOSED)),
             body=await body(),
             fork_from=stream_name_from_reference(fork_from) if fork_from is not None else None,
             fork_offset=parse_offset(fork_offset_raw) if fork_offset_raw is not None else None,
@@ -143,9 +156,9 @@ class StreamHandlers:
                 raise BadRequest("Content-Type is required when appending data", code="MISSING_CONTENT_TYPE")
         elif not close:
             raise BadRequest("an append needs a body (or Stream-Closed: true to close)", code="EMPTY_BODY")
-        if_match = headers.get(preconditions.IF_MATCH)
+        if_match = headers.get(_IF_MATCH)
         outcome = await self.engine.append(
-            name, AppendRequest(body, content_type, producer, headers.get(h.STREAM_SEQ), close, if_match=if_match)
+            name, AppendRequest(body, content_type, producer, headers.get(_SEQ), close, if_match=if_match)
         )
         status = 200 if outcome.result is AppendResult.STORED_FOR_PRODUCER else 204
         return status, _append_headers(outcome, if_match is not None)
@@ -166,11 +179,11 @@ class StreamHandlers:
         same_type = h.normalize_content_type(content_type) == stream.media_type
         # (a mismatch is the engine's 409, whatever the messages are)
         bulk.check_messages(messages, json_stream=same_type and stream.is_json)
-        if_match = request.headers.get(preconditions.IF_MATCH)
+        if_match = request.headers.get(_IF_MATCH)
         outcome = await self.engine.append(
             name,
             AppendRequest(
-                b"", content_type, producer, request.headers.get(h.STREAM_SEQ), close, batch=messages, if_match=if_match
+                b"", content_type, producer, request.headers.get(_SEQ), close, batch=messages, if_match=if_match
             ),
         )
         status = 200 if outcome.result is AppendResult.STORED_FOR_PRODUCER else 204
@@ -349,8 +362,8 @@ class StreamHandlers:
 
 def append_flags(headers: Mapping[str, str]) -> tuple[h.ProducerHeaders | None, bool]:
     """An append's idempotent-producer headers (all three or none) and whether it closes."""
-    producer = h.parse_producer(headers.get(h.PRODUCER_ID), headers.get(h.PRODUCER_EPOCH), headers.get(h.PRODUCER_SEQ))
-    return producer, h.is_closed_flag(headers.get(h.STREAM_CLOSED))
+    producer = h.parse_producer(headers.get(_PRODUCER_ID), headers.get(_PRODUCER_EPOCH), headers.get(_PRODUCER_SEQ))
+    return producer, h.is_closed_flag(headers.get(_CLOSED))
 
 
 def _append_headers(outcome: AppendOutcome, conditional: bool = False) -> dict[str, str]:

@@ -39,6 +39,9 @@ HEADERS = {
     "max_bytes": STREAM_RETENTION_MAX_BYTES,
     "max_messages": STREAM_RETENTION_MAX_MESSAGES,
 }
+_LOOKED_UP = {name: header.lower() for name, header in HEADERS.items()}
+"""The names ``parse_changes`` looks up: lower-case, as a plain dict of a request's headers holds them
+(Starlette's ``Headers`` answers any case)."""
 NONE = "none"
 _LIMIT_RE = re.compile(r"^[1-9][0-9]{0,15}$")
 _MAX_LIMIT = 2**53 - 1
@@ -72,10 +75,11 @@ class RetentionPolicy:
 
 def parse_changes(headers: Mapping[str, str]) -> dict[str, int | None]:
     """The limits a request names: a positive integer, or ``None`` for ``none``; absent
-    headers are left out. ``BadRequest`` names the header that is wrong."""
+    headers are left out. ``BadRequest`` names the header that is wrong. ``headers``: looked
+    up by lower-case name (Starlette's ``Headers``, or a plain dict of them so)."""
     changes: dict[str, int | None] = {}
     for name, header in HEADERS.items():
-        raw = headers.get(header)
+        raw = headers.get(_LOOKED_UP[name])
         if raw is None:
             continue
         raw = raw.strip()

@@ -56,9 +56,9 @@ from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 
 from ..read_answers import ParkedLongPoll
 from ..request_policy import security_lines
-from ..responses import UNSAFE_VALUE, PartsResponse
+from ..responses import UNSAFE_VALUE, PartsResponse, head_lines
 from .parked import ParkedRead
-from .route import FastPath
+from .route import FastPath, WriteAnswer
 
 _JOINED_BODY = 16 * 1024
 """Bodies up to this size go out in one write with the head; larger ones in a write of their own."""
@@ -197,7 +197,10 @@ class FastCycle:
                 if self.flow.write_paused and not self.disconnected:
                     await self.flow.drain()
                 if not self.disconnected:
-                    self._write(response)
+                    if isinstance(response, WriteAnswer):
+                        self._write_answer(response)
+                    else:
+                        self._write(response)
         except ClientDisconnect:
             pass  # nobody to answer
         except Exception as error:
@@ -264,6 +267,17 @@ class FastCycle:
         head.append(security_lines(raw))
         body = response.parts if isinstance(response, PartsResponse) else response.body
         self._send(response.status_code, b"".join(head), body)
+
+    def _write_answer(self, answer: WriteAnswer) -> None:
+        """A write's answer: its headers rendered as ``_write`` renders the ``Response`` of them (names
+        lower-cased, latin-1, in order, ``content-length`` last), or through that ``Response`` when a
+        value is one uvicorn refuses (its error) or uvicorn's default headers need rendering with it."""
+        lines = head_lines(answer.headers)
+        defaults = self.default_lines.render(self.default_headers)
+        if lines is None or defaults is None:
+            self._write(answer.response())
+            return
+        self._send(answer.status_code, defaults + lines + answer.length_line() + security_lines(_NO_HEADERS), b"")
 
     def _send(self, status: int, lines: bytes, body: bytes | memoryview | Sequence[bytes | memoryview]) -> None:
         """Status line, header ``lines``, the connection's own line, then ``body`` (none for HEAD):

@@ -28,7 +28,8 @@ request what the app would:
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Protocol
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -64,17 +65,6 @@ class FastPathApp(Protocol):
         """The ASGI app whose requests the fast path serves in its place."""
 
     def stream_target(self, scope: Scope) -> str | None: ...
-
-
-class _Headers(dict[str, str]):
-    """A request's headers by lower-case name, the first of a repeated one (as Starlette's
-    ``Headers.get``), looked up by any case."""
-
-    def __getitem__(self, key: str) -> str:
-        return super().__getitem__(key.lower())
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return super().get(key.lower(), default)
 
 
 class FastPath:
@@ -119,7 +109,7 @@ class FastPath:
 
     async def respond(
         self, name: str, scope: Scope, body: bytes | AsyncIterator[bytes], parking: Parking = ANSWER_AFTER_WAKE
-    ) -> Response:
+    ) -> Response | WriteAnswer:
         """The response to a request ``target`` chose. ``body``: the whole body when it had all
         arrived before the handler ran (most requests: checked against the same limit, with no
         deadline left to keep), else its chunks as they arrive (which raise ``ClientDisconnect``
@@ -142,7 +132,7 @@ class FastPath:
                 return await handlers.head(name)
             self.writes_in_flight += 1
             writing = True
-            headers = _Headers()
+            headers: dict[str, str] = {}  # (by lower-case name, the first of a repeated one: the handlers' lookups)
             for key, value in scope["headers"]:
                 headers.setdefault(key.decode("latin-1"), value.decode("latin-1"))
 
@@ -161,7 +151,25 @@ class FastPath:
         finally:
             if writing:
                 self.writes_in_flight -= 1
-        return Response(status_code=status, headers=answer)
+        return WriteAnswer(status, answer)
+
+
+@dataclass(frozen=True, slots=True)
+class WriteAnswer:
+    """A create's or an append's answer: its status and the handler's headers, no body. The cycle
+    writes it as the bytes the app's ``Response(status_code=..., headers=...)`` makes of them
+    (``FastCycle._write_answer``) without making that ``Response``: its headers are the stream
+    protocol's own (never a security header, never ``Connection``)."""
+
+    status_code: int
+    headers: dict[str, str]
+
+    def response(self) -> Response:
+        return Response(status_code=self.status_code, headers=self.headers)
+
+    def length_line(self) -> bytes:
+        """The ``content-length`` Starlette adds last to a body-less answer that may have a body."""
+        return b"" if self.status_code < 200 or self.status_code in (204, 304) else b"content-length: 0\r\n"
 
 
 def _write_headers(scope: Scope) -> bool | None:
