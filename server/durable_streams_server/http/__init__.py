@@ -13,7 +13,9 @@ Theory of operation, outside in:
   base route's stream requests go straight to their handler, everything else through the
   Starlette router (``routes``).
 - **The handlers**: a stream's (``streams.StreamHandlers``: create, append, read, long-poll,
-  SSE via ``sse``, HEAD, delete; the answers' headers in ``read_answers``), the extensions'
+  SSE via ``sse``, HEAD, delete; the answers' headers in ``read_answers``; a read's, a HEAD's and
+  the fast path's writes' answers as an ``answers.Answer``, which the app's path makes a Starlette
+  ``Response`` and the fast path writes from its headers as they are), the extensions'
   (``extensions``: buckets, snapshots, bootstrap), read plans and their files (``read_plans``),
   subscriptions (``subscriptions``). No protocol decisions here: those are ``protocol``'s and
   the engine's.

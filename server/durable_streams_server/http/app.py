@@ -34,6 +34,7 @@ from ..protocol.ids import (
 )
 from ..protocol.subscriptions import RESERVED_SEGMENT
 from ..protocol.tokens import AuthConfig
+from .answers import Answer
 from .gate import Gate
 from .limits import HttpLimits, LiveReaders, RequestLimits
 from .metrics import ROUTE_KEY, STREAM_ROUTE, ServerMetrics
@@ -372,9 +373,9 @@ async def _stream(started: Started, request: Request, name: str) -> Response:
     if method == "GET" and wants_time_lookup(request.headers.get("accept")):
         return await started.time_lookups.lookup(request, name)
     if method == "GET":
-        return await handlers.read(request, name)
+        return _response(await handlers.read(request, name))
     if method == "HEAD":
-        return await handlers.head(name)
+        return (await handlers.head(name)).response()
     if method == "PUT":
         return await handlers.create(request, name)
     if method == "POST":
@@ -401,3 +402,8 @@ async def _sub_resource(started: Started, request: Request, name: str, resource:
         if method == "DELETE":
             return extensions.delete_snapshot(name, token)
     raise MethodNotAllowed(f"{method} is not supported on {request.url.path}")
+
+
+def _response(answer: Response | Answer) -> Response:
+    """A handler's answer as the app answers (``answers.Answer``: the fast path writes it as it is)."""
+    return answer.response() if isinstance(answer, Answer) else answer

@@ -2,9 +2,10 @@
 
 A read's data answer carries two kinds of headers: those of the stream (``stream_headers``:
 its content type, incarnation, caching) and those of the read (``position_headers``: where it
-ended, its ETag, whether it is at the tail or closed, a live read's cursor). The app's path
-renders both through Starlette's ``Response`` (``StreamHandlers._data_response``); a long-poll
-answered at its wake renders them as head lines.
+ended, its ETag, whether it is at the tail or closed, a live read's cursor). The handler answers
+with both in an ``answers.Answer`` (``StreamHandlers._data_response``), which the app's path makes
+a Starlette ``Response`` and the fast path renders as head lines, as a long-poll answered at its
+wake does.
 
 Answering at the wake is the connection's business, not the handler's: a handler about to park
 a plain long-poll asks the request's ``Parking`` what to run at the wake (``at_wake``). The ASGI

@@ -26,6 +26,7 @@ from ..protocol.errors import BadRequest
 from ..protocol.json_mode import frame
 from ..protocol.offsets import BEGINNING_SENTINEL, NOW_SENTINEL, Offset, encode_seq, parse_offset
 from . import arrow_ipc, multipart, sse
+from .answers import Answer
 from .bodies import RequestBodies
 from .limits import HttpLimits, LiveReaders
 from .ports import RemoteForks
@@ -43,7 +44,7 @@ from .read_answers import (
     stream_headers,
 )
 from .request_fields import header, query
-from .responses import PartsResponse, location
+from .responses import location
 from .retention import retention_headers
 from .targets import stream_name_from_reference
 
@@ -195,7 +196,7 @@ class StreamHandlers:
         await self.engine.delete(name)
         return Response(status_code=204)
 
-    async def head(self, name: str) -> Response:
+    async def head(self, name: str) -> Answer:
         stream = self.engine.get_live(name)
         headers = {
             "Content-Type": stream.content_type,
@@ -216,13 +217,14 @@ class StreamHandlers:
         if stream.snapshot_seq is not None:
             headers[h.STREAM_SNAPSHOT_OFFSET] = encode_seq(stream.snapshot_seq)
         headers.update(retention_headers(self.engine, stream))
-        return Response(status_code=200, headers=headers)
+        return Answer(200, headers)
 
     # -- GET: catch-up, long-poll, SSE --------------------------------------------------
 
-    async def read(self, request: Request, name: str, parking: Parking = ANSWER_AFTER_WAKE) -> Response:
+    async def read(self, request: Request, name: str, parking: Parking = ANSWER_AFTER_WAKE) -> Response | Answer:
         """A read, long-poll or SSE of ``name``. ``parking``: the connection's, which may answer a
-        plain long-poll at its wake itself (``read_answers.Parking``)."""
+        plain long-poll at its wake itself (``read_answers.Parking``). Its data, a ``304``, a
+        long-poll's ``204`` and ``offset=now`` as an ``Answer``; SSE and the framing extensions as a ``Response``."""
         params = query(request.scope)
         offsets = params.getlist("offset")
         if len(offsets) > 1:
@@ -306,7 +308,7 @@ class StreamHandlers:
             return await reads.read_slice(self.engine, stream, start, limit * arrow_ipc.BUDGET_FACTOR, stop=stop)
         return await reads.read(self.engine, stream, start, limit, whole=framing == "multipart")
 
-    def _now_response(self, stream: Stream) -> Response:
+    def _now_response(self, stream: Stream) -> Answer:
         headers = {
             "Content-Type": stream.content_type,
             h.STREAM_NEXT_OFFSET: encode_seq(stream.visible_tail),
@@ -316,10 +318,9 @@ class StreamHandlers:
         }
         if stream.visible_closed:
             headers[h.STREAM_CLOSED] = "true"
-        body = b"[]" if stream.is_json else b""
-        return Response(body, status_code=200, headers=headers)
+        return Answer(200, headers, b"[]" if stream.is_json else b"")
 
-    def _long_poll_empty(self, result: Found, cursor: str | None) -> Response:
+    def _long_poll_empty(self, result: Found, cursor: str | None) -> Answer:
         headers = {
             h.STREAM_NEXT_OFFSET: result.next.encode(),
             h.STREAM_UP_TO_DATE: "true",
@@ -330,7 +331,7 @@ class StreamHandlers:
             headers[h.STREAM_CLOSED] = "true"
         else:
             headers[h.STREAM_CURSOR] = response_cursor(cursor, time.time())
-        return Response(status_code=204, headers=headers)
+        return Answer(204, headers)
 
     def _data_response(
         self,
@@ -340,14 +341,14 @@ class StreamHandlers:
         live: str | None,
         cursor: str | None,
         framing: Framing,
-    ) -> Response:
+    ) -> Response | Answer:
         stream = result.stream
         headers = {**stream_headers(stream), **position_headers(result, start_token, live, cursor, framing)}
         tag = headers["ETag"]
         if header(request.scope, b"if-none-match") == tag:
-            return Response(status_code=304, headers={"ETag": tag, "Cache-Control": CACHEABLE})
+            return Answer(304, {"ETag": tag, "Cache-Control": CACHEABLE})
         if isinstance(result, reads.Body):
-            return PartsResponse(result.parts, headers)
+            return Answer(200, headers, result.parts)
         if isinstance(result, reads.Slice):
             headers["Content-Type"] = arrow_ipc.ARROW_STREAM
             return Response(arrow_ipc.body(result, stream.content_type), status_code=200, headers=headers)
@@ -356,8 +357,7 @@ class StreamHandlers:
             headers["Content-Type"] = multipart.content_type(boundary)
             parts = multipart.message_parts(boundary, stream.content_type, result.start, result.chunks, result.stamps)
             return Response(parts + multipart.closing(boundary), status_code=200, headers=headers)
-        body = frame(result.chunks) if stream.is_json else b"".join(result.chunks)
-        return Response(body, status_code=200, headers=headers)
+        return Answer(200, headers, frame(result.chunks) if stream.is_json else b"".join(result.chunks))
 
 
 def append_flags(headers: Mapping[str, str]) -> tuple[h.ProducerHeaders | None, bool]:

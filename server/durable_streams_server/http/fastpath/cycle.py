@@ -54,11 +54,12 @@ from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 
+from ..answers import Answer
 from ..read_answers import ParkedLongPoll
 from ..request_policy import security_lines
 from ..responses import UNSAFE_VALUE, PartsResponse, head_lines
 from .parked import ParkedRead
-from .route import FastPath, WriteAnswer
+from .route import FastPath
 
 _JOINED_BODY = 16 * 1024
 """Bodies up to this size go out in one write with the head; larger ones in a write of their own."""
@@ -197,7 +198,7 @@ class FastCycle:
                 if self.flow.write_paused and not self.disconnected:
                     await self.flow.drain()
                 if not self.disconnected:
-                    if isinstance(response, WriteAnswer):
+                    if isinstance(response, Answer):
                         self._write_answer(response)
                     else:
                         self._write(response)
@@ -268,16 +269,18 @@ class FastCycle:
         body = response.parts if isinstance(response, PartsResponse) else response.body
         self._send(response.status_code, b"".join(head), body)
 
-    def _write_answer(self, answer: WriteAnswer) -> None:
-        """A write's answer: its headers rendered as ``_write`` renders the ``Response`` of them (names
-        lower-cased, latin-1, in order, ``content-length`` last), or through that ``Response`` when a
-        value is one uvicorn refuses (its error) or uvicorn's default headers need rendering with it."""
+    def _write_answer(self, answer: Answer) -> None:
+        """A handler's ``Answer``: its head rendered from its headers as ``_write`` renders its
+        ``Response`` (names lower-cased, latin-1, in order, ``content-length`` last), or through that
+        ``Response`` when a value is one uvicorn refuses (its error) or uvicorn's default headers need
+        rendering with it."""
         lines = head_lines(answer.headers)
         defaults = self.default_lines.render(self.default_headers)
         if lines is None or defaults is None:
             self._write(answer.response())
             return
-        self._send(answer.status_code, defaults + lines + answer.length_line() + security_lines(_NO_HEADERS), b"")
+        head = defaults + lines + answer.length_line() + security_lines(_NO_HEADERS)
+        self._send(answer.status_code, head, answer.body)
 
     def _send(self, status: int, lines: bytes, body: bytes | memoryview | Sequence[bytes | memoryview]) -> None:
         """Status line, header ``lines``, the connection's own line, then ``body`` (none for HEAD):

@@ -28,7 +28,6 @@ request what the app would:
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable
-from dataclasses import dataclass
 from typing import Protocol
 
 from starlette.requests import Request
@@ -37,6 +36,7 @@ from starlette.types import ASGIApp, Scope
 
 from ...protocol import bulk
 from ...protocol.errors import ProtocolError
+from ..answers import Answer
 from ..metrics import ROUTE_KEY, STREAM_ROUTE
 from ..read_answers import ANSWER_AFTER_WAKE, Parking
 from ..read_plans import wants_plan
@@ -109,7 +109,7 @@ class FastPath:
 
     async def respond(
         self, name: str, scope: Scope, body: bytes | AsyncIterator[bytes], parking: Parking = ANSWER_AFTER_WAKE
-    ) -> Response | WriteAnswer:
+    ) -> Response | Answer:
         """The response to a request ``target`` chose. ``body``: the whole body when it had all
         arrived before the handler ran (most requests: checked against the same limit, with no
         deadline left to keep), else its chunks as they arrive (which raise ``ClientDisconnect``
@@ -151,25 +151,7 @@ class FastPath:
         finally:
             if writing:
                 self.writes_in_flight -= 1
-        return WriteAnswer(status, answer)
-
-
-@dataclass(frozen=True, slots=True)
-class WriteAnswer:
-    """A create's or an append's answer: its status and the handler's headers, no body. The cycle
-    writes it as the bytes the app's ``Response(status_code=..., headers=...)`` makes of them
-    (``FastCycle._write_answer``) without making that ``Response``: its headers are the stream
-    protocol's own (never a security header, never ``Connection``)."""
-
-    status_code: int
-    headers: dict[str, str]
-
-    def response(self) -> Response:
-        return Response(status_code=self.status_code, headers=self.headers)
-
-    def length_line(self) -> bytes:
-        """The ``content-length`` Starlette adds last to a body-less answer that may have a body."""
-        return b"" if self.status_code < 200 or self.status_code in (204, 304) else b"content-length: 0\r\n"
+        return Answer(status, answer)
 
 
 def _write_headers(scope: Scope) -> bool | None:
