@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..storage.message_batch import MessageBatch
+from ..storage.message_batch import MessageBatch, value_bytes
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 COLUMNS = pa.schema(
@@ -96,10 +96,10 @@ class StoredRun:
         return int(self.table.num_rows)
 
     def nbytes(self) -> int:
-        return int(pc.sum(pc.binary_length(self.table["data"])).as_py() or 0)
+        return value_bytes(self.table["data"])
 
     def first_size(self) -> int:
-        return int(pc.binary_length(self.table["data"].slice(0, 1))[0].as_py())
+        return value_bytes(self.table["data"].slice(0, 1))
 
     def lists(self) -> tuple[list[bytes], list[int]]:
         stamps = pc.divide(self.table["ts"].cast(pa.int64()), 1000)
@@ -124,7 +124,7 @@ class ArrowRun:
         return len(self.data)
 
     def nbytes(self) -> int:
-        return int(pc.sum(pc.binary_length(self.data)).as_py() or 0)
+        return value_bytes(self.data)
 
     def first_size(self) -> int:
         return len(self.data[0].as_py())

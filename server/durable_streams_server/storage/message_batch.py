@@ -27,8 +27,7 @@ class MessageBatch(Sequence[bytes]):
 
     def __init__(self, array: pa.BinaryArray) -> None:
         self.array = array
-        offsets = _offsets(array)
-        self.nbytes = int(offsets[-1] - offsets[0]) if len(array) else 0
+        self.nbytes = value_bytes(array)
 
     def __len__(self) -> int:
         return len(self.array)
@@ -86,6 +85,21 @@ class MessageBatch(Sequence[bytes]):
         )
         assert isinstance(array, pa.BinaryArray)
         return cls(array)
+
+
+_SPANNED = (pa.binary(), pa.large_binary())
+
+
+def value_bytes(data: pa.ChunkedArray | pa.Array) -> int:
+    """The bytes of a binary column's messages end to end: each chunk's span of its values buffer
+    (``total_values_length``, what its offsets address; a slice's own), without a compute kernel
+    (~0.5 µs for a short column; ``binary_length`` and a sum, ~5-18 µs). Another type (a view
+    type a file may hold) is cast to ``large_binary`` first."""
+    total = 0
+    for chunk in data.chunks if isinstance(data, pa.ChunkedArray) else [data]:
+        spanned = chunk if chunk.type in _SPANNED else chunk.cast(pa.large_binary())
+        total += spanned.total_values_length
+    return total
 
 
 def _values(array: pa.BinaryArray, base: int, nbytes: int) -> memoryview:
