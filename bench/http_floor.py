@@ -10,7 +10,9 @@ is answered (``loadgen``). Three kinds of request, each server in turn, ``--runs
 - ``GET 404``: reads of 32 streams that do not exist, for ``--seconds``;
 - ``create``: ``PUT`` of ``--creates`` new empty streams, after ``--warm-up`` creates not
   measured (the reference's creates start slow and climb: ``streams_scale.py``);
-- ``append``: 100-byte appends to 32 streams, for ``--seconds``.
+- ``append``: 100-byte appends to 32 streams, for ``--seconds``;
+- ``HEAD`` and ``GET offset=-1``: of 32 other streams holding one 100-byte message each, for
+  ``--seconds`` each (the bare server answers them ``200``, the ``GET`` with 100 bytes).
 
 Per row: requests/s, and the server's CPU per request (``/proc``: the process; for ours its event
 loop's thread too, the thread that holds its rate). The bare server's rows are what the machine,
@@ -45,13 +47,17 @@ sys.path += [str(REPO / "tests"), str(REPO / "tests" / "conformance")]
 
 import loadgen  # noqa: E402
 from benchkit import progress  # noqa: E402
-from harness import PROCESSES, Server, create, spawn  # noqa: E402
+from harness import PROCESSES, Server, create, request, spawn  # noqa: E402
 from procfs import cpu_s, main_thread_cpu_s, settle  # noqa: E402
 from runner import start_reference_server  # noqa: E402
 from server_bench import OCTETS, PAYLOAD, _append_worker, _expect, create_all  # noqa: E402
 from servers import ServerProcess  # noqa: E402
 
+_READ_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\nstream-next-offset: 1\r\n"
+_READ_ANSWER = _READ_HEAD + b"content-length: 100\r\n\r\n" + b"x" * 100
+"""The bare server's answer to a ``GET`` with a query string (the reads of one message)."""
 _ANSWERS = {
+    b"HEAD": _READ_HEAD + b"content-length: 0\r\n\r\n",
     b"GET": b"HTTP/1.1 404 Not Found\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}",
     b"PUT": b"HTTP/1.1 201 Created\r\ncontent-type: text/plain\r\nstream-next-offset: 0\r\ncontent-length: 0\r\n\r\n",
     b"POST": b"HTTP/1.1 204 No Content\r\nstream-next-offset: 1\r\n\r\n",
@@ -64,6 +70,7 @@ class _Bare(asyncio.Protocol):
     def __init__(self) -> None:
         self.parser = httptools.HttpRequestParser(self)
         self.transport: asyncio.Transport | None = None
+        self.url = b""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # (uvloop's is not a subclass of asyncio's)
@@ -71,9 +78,14 @@ class _Bare(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.parser.feed_data(data)
 
+    def on_url(self, url: bytes) -> None:
+        self.url = url
+
     def on_message_complete(self) -> None:
         assert self.transport is not None
-        self.transport.write(_ANSWERS.get(self.parser.get_method(), _ANSWERS[b"GET"]))
+        method = self.parser.get_method()
+        read = method == b"GET" and b"?" in self.url
+        self.transport.write(_READ_ANSWER if read else _ANSWERS.get(method, _ANSWERS[b"GET"]))
 
 
 def _serve_bare(ports: multiprocessing.Queue[int]) -> None:
@@ -99,6 +111,15 @@ def _miss_worker(port: int, paths: list[str], seconds: float) -> int:
     return loadgen.drive(port, reads, _expect(404), deadline)
 
 
+def _read_worker(port: int, paths: list[str], method: str, seconds: float) -> int:
+    """``method`` requests of ``paths`` (one connection each; a ``GET`` from ``offset=-1``) for
+    ``seconds``; how many got their ``200``."""
+    deadline = time.perf_counter() + seconds
+    query = "?offset=-1" if method == "GET" else ""
+    reads = [itertools.repeat(loadgen.render(method, path + query, port)) for path in paths]
+    return loadgen.drive(port, reads, _expect(200), deadline)
+
+
 def _measured(server: Server, kind: str, loop: bool, work: Callable[[], tuple[int, float]]) -> _Measured:
     """``work()`` (how many requests, in how many seconds) with the server's CPU around it."""
     settle(server.pid)
@@ -108,7 +129,7 @@ def _measured(server: Server, kind: str, loop: bool, work: Callable[[], tuple[in
     return _Measured(server.name, kind, count / seconds, 1e6 * process / count, 1e6 * thread / count if loop else None)
 
 
-def _rounds(server: Server, streams: list[str], args: argparse.Namespace) -> Iterator[_Measured]:
+def _rounds(server: Server, streams: list[str], read: list[str], args: argparse.Namespace) -> Iterator[_Measured]:
     loop = server.name == "ours"
     missing = [f"/v1/stream/missing-{index}" for index in range(32)]
 
@@ -124,9 +145,20 @@ def _rounds(server: Server, streams: list[str], args: argparse.Namespace) -> Ite
         counts = spawn(_append_worker, [(server.port, streams[i::PROCESSES], args.seconds) for i in range(PROCESSES)])
         return sum(counts), args.seconds
 
+    def reads(method: str) -> Callable[[], tuple[int, float]]:
+        def work() -> tuple[int, float]:
+            counts = spawn(
+                _read_worker, [(server.port, read[i::PROCESSES], method, args.seconds) for i in range(PROCESSES)]
+            )
+            return sum(counts), args.seconds
+
+        return work
+
     yield _measured(server, "GET 404", loop, misses)
     yield _measured(server, "create", loop, creates)
     yield _measured(server, "append, 32 streams", loop, appends)
+    yield _measured(server, "HEAD, one message", loop, reads("HEAD"))
+    yield _measured(server, "GET offset=-1, one 100 B message", loop, reads("GET"))
 
 
 def main() -> None:
@@ -155,6 +187,7 @@ def main() -> None:
             running.callback(reference.stop)
             servers.append(Server("reference", int(reference.url.rsplit(":", 1)[1]), reference.pid))
         streams: dict[str, list[str]] = {}
+        read = [f"/v1/stream/floor-reads-{index}" for index in range(32)]
         for server in servers:
             streams[server.name] = [f"/v1/stream/floor-appends-{index}" for index in range(32)]
             if server.name != "bare":
@@ -162,10 +195,14 @@ def main() -> None:
                 create_all(server.port, [f"warm-{index}" for index in range(args.warm_up)])
                 for path in streams[server.name]:
                     create(server, path, OCTETS["Content-Type"])
+                for path in read:
+                    create(server, path, OCTETS["Content-Type"])
+                    status, _, _ = request(server.connection(), "POST", path, PAYLOAD, OCTETS)
+                    assert status in (200, 204), status
         assert len(PAYLOAD) == 100
         for run in range(args.runs):
             for server in servers:
-                for measured in _rounds(server, streams[server.name], args):
+                for measured in _rounds(server, streams[server.name], read, args):
                     seen.append(measured)
                     loop = "" if measured.loop_us is None else f", its loop {measured.loop_us:.1f} µs"
                     progress(
