@@ -5,7 +5,7 @@ Three servers answer the same load: a bare uvloop + httptools protocol in a proc
 ``201`` to a ``PUT``, ``204`` to a ``POST``; no streams, no storage), ours (``ServerProcess``,
 the CLI's defaults) and the reference server. The load is the many-streams benchmark's: 32
 keep-alive clients in ``PROCESSES`` processes, each sending its next request when its last one
-is answered (``loadgen``). Three kinds of request, each server in turn, ``--runs`` times:
+is answered (``loadgen``). Five kinds of request, each server in turn, ``--runs`` times:
 
 - ``GET 404``: reads of 32 streams that do not exist, for ``--seconds``;
 - ``create``: ``PUT`` of ``--creates`` new empty streams, after ``--warm-up`` creates not
