@@ -300,7 +300,7 @@ class Engine:
             ts=self.clock(),
             fork_source=copy.meta.name if copy is not None else None,
             fork_link=copy.link if copy is not None else None,
-            retention=retention.to_json() or None,
+            retention=retention.to_json() if retention else None,  # (most creates: no policy to render)
         )
         record = self.storage.submit(self.storage.next_lsn, header, tuple(messages))
         stream = self.live.create(record)
