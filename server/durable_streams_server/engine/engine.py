@@ -37,26 +37,22 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..protocol import preconditions, producers
 from ..protocol.errors import Conflict, Gone, NotFound
-from ..protocol.headers import DEFAULT_CONTENT_TYPE, is_json, normalize_content_type
-from ..protocol.json_mode import split_messages
-from ..protocol.offsets import encode_seq
 from ..protocol.retention import RetentionPolicy
-from ..storage.message_batch import MessageBatch
 from ..storage.records import (
     AppendHeader,
     BucketCreateHeader,
     BucketDeleteHeader,
-    CreateHeader,
     DeleteHeader,
 )
 from ..storage.view import Recovery, StreamState
 from . import forks
+from .appending import admit_append
 from .buckets import Bucket, Buckets, bucket_of
 from .cold_appends import ColdAppends
 from .consumers import Consumers
 from .copied_forks import ForkCopy, PendingUnlinks
+from .creation import create_record
 from .history import HistoryCache, ReadAhead
 from .idle import IDLE_MS, IdleStreams, most_built
 from .memory import MemoryBudget
@@ -266,43 +262,17 @@ class Engine:
             # no implicit bucket creation, and none past the cap
             self.buckets.require_room(self.buckets.get(located[0]), self.config.max_streams_per_bucket)
         source = self.fork_source(request) if request.fork_from is not None and copy is None else None
-        origin: forks.ForkSource | None = copy.meta if copy is not None else source
-        content_type = request.content_type or (origin.content_type if origin else DEFAULT_CONTENT_TYPE)
-        if origin is not None and normalize_content_type(content_type) != normalize_content_type(origin.content_type):
-            raise Conflict("a fork's content type must match its source's", code="CONTENT_TYPE_MISMATCH")
-        ttl_s, expires_at, expires_at_ms = forks.effective_expiry(request, origin)
-        fork_seq, prefix = (copy.meta.fork_seq, copy.prefix) if copy is not None else (0, None)
-        if source is not None:
-            fork_seq, prefix = forks.resolve_fork_point(source, request, sliced, self.earliest_readable(source))
-        # (a copy's inherited messages, each its own batch: ``copied_forks``; then a sub-offset's prefix)
-        messages = [*(copy.messages if copy is not None else ()), *(() if prefix is None else (prefix,))]
-        batches = [1] * len(messages)
-        if request.body:
-            initial = split_messages(request.body, allow_empty_array=True) if is_json(content_type) else [request.body]
-            if initial:
-                messages.extend(initial)
-                batches.append(len(initial))
         bucket = self.buckets.by_id.get(located[0]) if located is not None else None
-        retention = self.retention.policy_for(request.retention, bucket)
-        header = CreateHeader(
-            name=request.name,
-            content_type=content_type,
-            ttl_s=ttl_s,
-            expires_at=expires_at,
-            expires_at_ms=expires_at_ms,
-            closed=request.closed,
-            fork_of=source.uid if source else None,
-            fork_seq=fork_seq,
-            fork_offset=request.fork_offset.encode() if request.fork_offset else None,
-            fork_sub_offset=request.fork_sub_offset or 0,
-            first_seq=copy.meta.first_seq if copy is not None else fork_seq,
-            batches=tuple(batches),
+        header, messages = create_record(
+            request,
+            source=source,
+            copy=copy,
+            sliced=sliced,
+            source_earliest=self.earliest_readable(source) if source is not None else 0,
+            retention=self.retention.policy_for(request.retention, bucket),
             ts=self.clock(),
-            fork_source=copy.meta.name if copy is not None else None,
-            fork_link=copy.link if copy is not None else None,
-            retention=retention.to_json() if retention else None,  # (most creates: no policy to render)
         )
-        record = self.storage.submit(self.storage.next_lsn, header, tuple(messages))
+        record = self.storage.submit(self.storage.next_lsn, header, messages)
         stream = self.live.create(record)
         self.visibility.publish(record.lsn, stream)
         return CreateOutcome(True, stream, stream.tail)
@@ -335,48 +305,10 @@ class Engine:
         return outcome
 
     def _append_now(self, stream: Stream, request: AppendRequest) -> AppendOutcome:
-        producer = request.producer
-        has_data = bool(request.body) or request.batch is not None
-        if stream.closed:
-            if producer is not None and stream.closed_by == (producer.producer_id, producer.epoch, producer.seq):
-                return AppendOutcome(AppendResult.ALREADY_CLOSED, stream.tail, True, producer.epoch, producer.seq)
-            if not has_data and producer is None:
-                return AppendOutcome(AppendResult.ALREADY_CLOSED, stream.tail, True)
-            raise Conflict("stream is closed", code="STREAM_CLOSED", headers=_closed_headers(stream))
-        condition = request.if_match  # (a conditional append: ``preconditions`` has the order of its checks)
-        expected = None if condition is None else preconditions.parse(condition, producer=producer is not None)
-        if (
-            has_data
-            and request.content_type is not None
-            and normalize_content_type(request.content_type) != stream.media_type
-        ):
-            raise Conflict(
-                f"content type {request.content_type!r} does not match the stream's {stream.content_type!r}",
-                code="CONTENT_TYPE_MISMATCH",
-            )
-        producer_state = None
-        if producer is not None:
-            decision = producers.admit(stream.producers.get(producer.producer_id), producer)
-            if isinstance(decision, producers.Duplicate):
-                return AppendOutcome(
-                    AppendResult.DUPLICATE, stream.tail, False, producer.epoch, decision.last_seq, include_offset=False
-                )
-            producer_state = decision
-        if (
-            request.stream_seq is not None
-            and stream.stream_seq is not None
-            and request.stream_seq.encode() <= stream.stream_seq.encode()
-        ):
-            raise Conflict("Stream-Seq must increase", code="SEQUENCE_REGRESSION")
-        if expected is not None:
-            preconditions.check(expected, stream.tail)  # (compared and written in one step: no await between)
-        messages: tuple[bytes, ...] | MessageBatch = ()
-        if request.batch is not None:
-            messages = MessageBatch(request.batch)
-        elif request.body:
-            messages = (
-                tuple(split_messages(request.body, allow_empty_array=False)) if stream.is_json else (request.body,)
-            )
+        admitted = admit_append(stream, request)
+        if isinstance(admitted, AppendOutcome):
+            return admitted
+        producer, producer_state, messages = request.producer, admitted.producer, admitted.messages
         header = AppendHeader(
             first_seq=stream.tail,
             ts=self.clock(),
@@ -438,7 +370,3 @@ class Engine:
         record = self.storage.submit(bucket.uid, BucketDeleteHeader(ts=self.clock()))
         self.live.delete_bucket(bucket, record)
         await self.storage.wait_durable(record.lsn)
-
-
-def _closed_headers(stream: Stream) -> dict[str, str]:
-    return {"Stream-Closed": "true", "Stream-Next-Offset": encode_seq(stream.tail)}

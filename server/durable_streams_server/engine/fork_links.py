@@ -106,7 +106,7 @@ def export_point(
     source: Stream, request: CreateRequest, sliced: tuple[bytes, int] | None, earliest: int
 ) -> tuple[int, bytes | None]:
     """Validate a copied fork's request against its source exactly as a local fork is
-    (``engine.Engine._create_now``): its content type, then its fork point
+    (``creation.create_record``): its content type, then its fork point
     (``forks.resolve_fork_point``). The fork's first own sequence number and prefix."""
     if request.content_type is not None and normalize_content_type(request.content_type) != source.media_type:
         raise Conflict("a fork's content type must match its source's", code="CONTENT_TYPE_MISMATCH")

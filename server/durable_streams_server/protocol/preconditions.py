@@ -11,7 +11,7 @@ without a HEAD. Not equal: ``412 PRECONDITION_FAILED``, ``ETag: "<current tail>"
 but one quoted offset (lists, weak tags, unquoted tokens), and ``If-Match`` with the
 idempotent-producer headers (two retry schemes that contradict each other).
 
-Evaluation order (``Engine._append_now``; tests/server/test_conditional_appends.py checks each
+Evaluation order (``engine.appending.admit_append``; tests/server/test_conditional_appends.py checks each
 step against the next):
 
 1. the stream exists: ``404`` (``410`` soft-deleted);
