@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import requests
@@ -394,6 +395,19 @@ def read_all(http: requests.Session, url: str) -> bytes:
         offset = response.headers["Stream-Next-Offset"]
         if response.headers.get("Stream-Up-To-Date") == "true":
             return body
+
+
+def read_json(url: str) -> list[Any]:
+    """Every value of the JSON stream at ``url``, read from the beginning to the tail."""
+    values: list[Any] = []
+    offset = "-1"
+    while True:
+        answer = requests.get(url, params={"offset": offset}, timeout=30)
+        assert answer.status_code == 200, answer.text
+        values += answer.json()
+        offset = answer.headers["Stream-Next-Offset"]
+        if answer.headers.get("Stream-Up-To-Date") == "true":
+            return values
 
 
 def metric_sum(url: str, sample: str) -> float:

@@ -39,6 +39,7 @@ from .protocol.retention import RetentionPolicy
 from .protocol.webhook_rules import parse_networks
 from .storage.committer import Storage, StorageConfig
 from .storage.compaction import CompactionConfig
+from .storage.data_dir_lock import DataDirLock
 from .storage.observer import StorageObserver
 from .storage.ownership import Node, OwnershipError, node_id_for, wal_id_for
 
@@ -46,8 +47,23 @@ log = logging.getLogger("durable_streams_server.http")  # the "ready" event keep
 
 
 def open_storage(config: ServerConfig, observer: StorageObserver) -> tuple[Storage, Engine]:
-    """Storage and engine for ``config``, their state recovered (the storage not yet started)."""
-    config.data_dir.mkdir(parents=True, exist_ok=True)
+    """Storage and engine for ``config``, their state recovered (the storage not yet started),
+    the data directory locked first (``storage/data_dir_lock.py``) and until the storage closes."""
+    try:
+        lock = DataDirLock.acquire(config.data_dir)
+    except OwnershipError as error:
+        log.critical("start refused", extra={"reason": str(error)})
+        raise
+    try:
+        storage, engine = _recovered(config, observer)
+    except BaseException:
+        lock.release()
+        raise
+    storage.hold_until_closed(lock)
+    return storage, engine
+
+
+def _recovered(config: ServerConfig, observer: StorageObserver) -> tuple[Storage, Engine]:
     storage = Storage(
         StorageConfig(
             data_dir=config.data_dir,

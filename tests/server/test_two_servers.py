@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from servers import MotoServer, ServerProcess, wait_for
+from servers import MotoServer, ServerProcess, read_json, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -38,15 +38,7 @@ def _storage(moto: MotoServer) -> list[str]:
 
 def _history(server: ServerProcess, name: str) -> list[int]:
     """Every message of the stream, read through ``server`` to its end."""
-    values: list[int] = []
-    offset = "-1"
-    while True:
-        answer = requests.get(server.stream_url(name), params={"offset": offset}, timeout=30)
-        assert answer.status_code == 200, answer.text
-        values += [item["n"] for item in answer.json()]
-        offset = answer.headers["Stream-Next-Offset"]
-        if answer.headers.get("Stream-Up-To-Date") == "true":
-            return values
+    return [item["n"] for item in read_json(server.stream_url(name))]
 
 
 def _retried(

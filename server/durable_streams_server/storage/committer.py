@@ -19,6 +19,7 @@ import pyarrow as pa
 from .acks import Acknowledgements
 from .admission import Admission
 from .compaction import Compaction, CompactionConfig, CompactionReport, Compactor
+from .data_dir_lock import DataDirLock
 from .delta_log import DeltaLog
 from .durability import Durability
 from .flusher import DeltaFlusher
@@ -101,6 +102,7 @@ class Storage:
         )
         self.owner: Owner | None = None
         """The epoch this server owns its storage under, once ``recover`` has claimed it."""
+        self._data_dir_lock: DataDirLock | None = None
         self._watch = OwnerWatch(
             self.delta,
             self._admission,
@@ -164,8 +166,19 @@ class Storage:
         if self.owner is not None:
             self._tasks.append(asyncio.create_task(self._watch.run(), name="owner-watch"))
 
+    def hold_until_closed(self, lock: DataDirLock) -> None:
+        """Release ``lock``, the data directory's (``data_dir_lock``), once ``close`` has closed the WAL."""
+        self._data_dir_lock = lock
+
     async def close(self) -> None:
         """Stop the background tasks after a final flush of everything submitted."""
+        try:
+            await self._close()
+        finally:
+            if self._data_dir_lock is not None:
+                self._data_dir_lock.release()
+
+    async def _close(self) -> None:
         if self._wal_writer is not None:
             self._wal_writer.close()
         self._flusher.close()

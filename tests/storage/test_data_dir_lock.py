@@ -1,0 +1,57 @@
+"""The data directory's lock (``storage/data_dir_lock.py``): one holder at a time, gone with it.
+
+Held by another open of this process, or by another process (a real one, spawned), the lock
+refuses, naming its holder; closed, or its holder killed with ``SIGKILL``, it is free at once.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from durable_streams_server.storage.data_dir_lock import DataDirInUse, DataDirLock
+from durable_streams_server.storage.ownership import OwnershipError
+
+
+def test_a_second_holder_is_refused_until_the_first_releases(tmp_path: Path) -> None:
+    first = DataDirLock.acquire(tmp_path / "data")
+    with pytest.raises(DataDirInUse) as refused:
+        DataDirLock.acquire(tmp_path / "data")
+    assert f"in use by another server (pid {os.getpid()}, host " in str(refused.value)
+    assert isinstance(refused.value, OwnershipError)  # (a refused start, as the server reports one)
+    assert first.held
+    first.release()
+    first.release()  # (again: nothing)
+    assert not first.held
+    again = DataDirLock.acquire(tmp_path / "data")
+    again.release()
+
+
+def _hold(data_dir: str, held: multiprocessing.synchronize.Event) -> None:
+    DataDirLock.acquire(Path(data_dir))
+    held.set()
+    signal.pause()  # (until killed: the lock goes with the process)
+
+
+def test_another_process_holds_it_until_it_is_killed(tmp_path: Path) -> None:
+    context = multiprocessing.get_context("spawn")
+    held = context.Event()
+    holder = context.Process(target=_hold, args=(str(tmp_path / "data"), held), daemon=True)
+    holder.start()
+    try:
+        assert held.wait(60), "the holder did not take the lock"
+        with pytest.raises(DataDirInUse) as refused:
+            DataDirLock.acquire(tmp_path / "data")
+        assert f"(pid {holder.pid}, host " in str(refused.value)
+        assert "--data-dir of its own" in str(refused.value)
+    finally:
+        if holder.pid is not None:
+            os.kill(holder.pid, signal.SIGKILL)
+        holder.join(30)
+    lock = DataDirLock.acquire(tmp_path / "data")  # (no stale lock: the kernel let it go)
+    assert f'"pid": {os.getpid()}' in (tmp_path / "data" / "lock").read_text()
+    lock.release()
