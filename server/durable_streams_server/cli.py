@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import BinaryIO, get_args
+from typing import BinaryIO, cast, get_args
 
 from .config import ServerConfig
 from .config_file import ConfigFileError, read_config_file
@@ -50,7 +50,7 @@ def _add(parser: argparse.ArgumentParser, flag: str, default: object, help: str,
         except (ValueError, argparse.ArgumentTypeError) as exc:
             reason = f": {exc}" if isinstance(exc, argparse.ArgumentTypeError) else ""
             raise SystemExit(f"{_env_name(flag)}={raw!r} is not valid for {flag}{reason}") from None
-    shown = f" (default {default})" if default not in (None, False, []) else ""
+    shown = f" (default {default})" if default is not None and default is not False and default != [] else ""
     parser.add_argument(flag, default=value, help=help + shown, **kwargs)  # type: ignore[arg-type]
 
 
@@ -326,7 +326,8 @@ def _given_flags(parser: argparse.ArgumentParser, argv: Sequence[str]) -> set[st
 def parse_command_line(argv: Sequence[str]) -> tuple[argparse.ArgumentParser, argparse.Namespace, Sources]:
     """The parsed options with the ``--config`` file beneath them: a flag wins over its
     ``DURABLE_STREAMS_*`` variable, which wins over the file, which wins over the default; a
-    repeatable option's flags add to the file's entries. Also where the file set what it set."""
+    repeatable option's flags and variable add to the file's entries. Also where the file set
+    what it set (not a repeatable option the variable adds to)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.config is None:
@@ -340,10 +341,16 @@ def parse_command_line(argv: Sequence[str]) -> tuple[argparse.ArgumentParser, ar
         for action in parser._actions
         if action.option_strings and _env_name(action.option_strings[-1]) in os.environ
     }
-    overridden = _given_flags(parser, argv) | in_environment
+    repeatable = {action.dest for action in parser._actions if isinstance(action, argparse._AppendAction)}
+    overridden = _given_flags(parser, argv) | (in_environment - repeatable)
     kept = {dest: setting for dest, setting in found.items() if dest not in overridden}
-    parser.set_defaults(**{dest: setting.value for dest, setting in kept.items()})
-    return parser, parser.parse_args(argv), {dest: f"{args.config}:{setting.line}" for dest, setting in kept.items()}
+    defaults = {dest: setting.value for dest, setting in kept.items()}
+    for dest in repeatable & in_environment & defaults.keys():  # (the variable's entries after the file's)
+        from_file, from_variable = cast(list[str], defaults[dest]), cast(list[str], parser.get_default(dest))
+        defaults[dest] = [*from_file, *from_variable]
+    parser.set_defaults(**defaults)
+    sources = {dest: f"{args.config}:{kept[dest].line}" for dest in kept.keys() - (repeatable & in_environment)}
+    return parser, parser.parse_args(argv), sources
 
 
 def load_settings(argv: Sequence[str]) -> Settings:
@@ -387,8 +394,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         run_shard_server(sys.stdin.buffer)
         return
     if arguments[:1] == ["config"]:
-        if arguments[1:2] != ["show"]:
-            raise SystemExit(f"usage:\n{USAGE}")
+        command = arguments[1:2]
+        if command in (["-h"], ["--help"]):
+            sys.stdout.write(f"usage:\n{USAGE}\n")
+            return
+        if command != ["show"]:
+            what = f"unknown command {command[0]!r}" if command else "a command is needed (show)"
+            raise SystemExit(f"durable-streams-server config: {what}\nusage:\n{USAGE}")
         sys.stdout.write(show_config(arguments[2:]))
         return
     settings = load_settings(arguments)

@@ -61,6 +61,8 @@ class Listen:
 
     def __post_init__(self) -> None:
         require_number("port", self.port, positive=True)
+        if self.port > 65535:  # (uvicorn would bind the number modulo 65,536: another port)
+            raise ConfigError("port", f"must be at most 65535, got {self.port}")
         require_number("keep_alive_timeout_s", self.keep_alive_timeout_s, positive=True)
         require_number("max_connections", self.max_connections, positive=False)
         _require_choice("http_parser", self.http_parser, HttpParser)
@@ -149,8 +151,9 @@ def server_config(args: argparse.Namespace, sources: Sources = NO_SOURCES) -> Se
     options = storage_options(args.storage_option)
     try:
         auth = load_auth_config(args.auth_tokens_file, os.environ.get(TOKENS_ENV))
-    except AuthConfigError as exc:
-        raise SystemExit(str(exc)) from None
+    except AuthConfigError as exc:  # (the file's line too when the file named the tokens' file)
+        where = sources.get("auth_tokens_file")
+        raise SystemExit(f"{where}: {exc}" if where else str(exc)) from None
     fields = {name: getattr(args, name) for name in _SERVER_FIELDS}
     secret = os.environ.get(CLUSTER_SECRET_ENV) if args.cluster_shard else None  # (a hand-run shard server's)
     try:

@@ -81,6 +81,7 @@ def test_help_lists_the_options() -> None:
         (["--request-timeout-s", "0"], "--request-timeout-s must be greater than 0, got 0.0"),
         (["--max-body-bytes", "-1"], "--max-body-bytes must be greater than 0, got -1"),
         (["--port", "0"], "--port must be greater than 0, got 0"),
+        (["--port", "70000"], "--port must be at most 65535, got 70000"),
         (["--max-live-readers", "-3"], "--max-live-readers must be 0 or more, got -3"),
         (["--rate-limit-rps", "-0.5"], "--rate-limit-rps must be 0 or more, got -0.5"),
     ],

@@ -125,6 +125,21 @@ def test_a_repeatable_flag_adds_to_the_files_entries(tmp_path: Path) -> None:
     assert settings.server.allow_private_webhook_urls == ("10.0.0.0/8", "127.0.0.0/8")
 
 
+def test_a_repeatable_variable_adds_to_the_files_entries_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = 'allow-private-webhook-urls = ["10.0.0.0/8"]\n[storage-option]\nAWS_REGION = "a"\nAWS_ENDPOINT_URL = "http://a"\n'
+    config = str(_file(tmp_path, text))
+    monkeypatch.setenv("DURABLE_STREAMS_STORAGE_OPTION", "AWS_ENDPOINT_URL=http://env,AWS_PROFILE=env")
+    monkeypatch.setenv("DURABLE_STREAMS_ALLOW_PRIVATE_WEBHOOK_URLS", "192.168.0.0/16")
+    flags = ["--storage-option", "AWS_PROFILE=flag", "--allow-private-webhook-urls", "127.0.0.0/8"]
+    settings = load_settings(["--config", config, *flags])
+    assert dict(settings.server.storage_options) == {
+        "AWS_REGION": "a",  # (the file's)
+        "AWS_ENDPOINT_URL": "http://env",  # (the variable's over the file's)
+        "AWS_PROFILE": "flag",  # (the flag's over the variable's)
+    }
+    assert settings.server.allow_private_webhook_urls == ("10.0.0.0/8", "192.168.0.0/16", "127.0.0.0/8")
+
+
 def test_the_file_can_be_named_in_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DURABLE_STREAMS_CONFIG", str(_file(tmp_path, "port = 7777\n")))
     assert load_settings([]).listen.port == 7777
@@ -268,7 +283,9 @@ def test_a_duration_that_is_no_whole_number_of_the_unit_is_refused(capsys: pytes
         ),
         ("port = 1\nflush-interval-ms = 0\n", "{f}:2: flush-interval-ms must be greater than 0, got 0"),
         ("port = 0\n", "{f}:1: port must be greater than 0, got 0"),
+        ("port = 70000\n", "{f}:1: port must be at most 65535, got 70000"),
         ("cluster = true\nshards = 0\n", "{f}:2: shards must be greater than 0, got 0"),
+        ('port = 1\nauth-tokens-file = "/nonexistent/tokens.json"\n', "{f}:2: cannot read --auth-tokens-file "),
         ("port = 1\nmax-body-bytes =\n", "{f}:2: max-body-bytes: not valid TOML: Invalid value (at line 2, column 17)"),
     ],
 )

@@ -82,9 +82,25 @@ def test_config_show_refuses_what_serving_would_refuse() -> None:
     )
 
 
-def test_an_unknown_config_command_prints_the_usage() -> None:
+@pytest.mark.parametrize(
+    ("arguments", "error"),
+    [(["dump"], "config: unknown command 'dump'"), ([], "config: a command is needed (show)")],
+)
+def test_an_unknown_config_command_says_so_and_prints_the_usage(arguments: list[str], error: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "durable_streams_server", "config", "dump"], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "durable_streams_server", "config", *arguments],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
-    assert done.returncode == 1
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr.startswith(f"durable-streams-server {error}\nusage:\n")
     assert "durable-streams-server config show [--config FILE] [options]" in done.stderr
+
+
+def test_config_help_prints_the_usage_and_succeeds() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "durable_streams_server", "config", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    assert "durable-streams-server config show [--config FILE] [options]" in done.stdout
