@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import argparse
 import collections
 import contextlib
 import json
@@ -91,9 +92,44 @@ def json_lines(source: IO[bytes]) -> Iterator[bytes]:
             yield line
 
 
-def chunks(source: BinaryIO, size: int) -> Iterator[bytes]:
-    while chunk := source.read(size):
+def chunks(source: BinaryIO, size: int, *, at_line_ends: bool = False) -> Iterator[bytes]:
+    """``source`` in chunks of at most ``size`` bytes; ``at_line_ends`` (a text stream, whose
+    readers take each message as a row): each ending with a line's end, but for a line longer
+    than ``size``, which is cut into chunks of ``size``."""
+    carried = b""
+    while block := source.read(size - len(carried)):
+        chunk, carried = carried + block, b""
+        if at_line_ends and len(chunk) == size:
+            end = chunk.rfind(b"\n") + 1
+            if end:  # (no line end in it: a line longer than a chunk, cut)
+                chunk, carried = chunk[:end], chunk[end:]
         yield chunk
+    if carried:
+        yield carried
+
+
+def count(text: str) -> int:
+    """An argument that counts something: a whole number, 0 or more."""
+    return _whole(text, 0)
+
+
+def positive(text: str) -> int:
+    """An argument that must be a whole number greater than 0."""
+    return _whole(text, 1)
+
+
+def _whole(text: str, least: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be {least} or more, got {value}")
+    return value
+
+
+def plural(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def upload_progress(source: BinaryIO, enabled: bool | None) -> ProgressBar:

@@ -13,19 +13,14 @@ import dataclasses
 import json
 import os
 import sys
-import uuid
 from collections.abc import Callable, Sequence
-from typing import BinaryIO
 
 from . import _cli_io as io
+from ._cli_append import add_append_options, append_command
 from ._cli_retention import add_limits, limits, retention_command
 from ._client import Client
-from .errors import DurableStreamsError, Gone, NotConnected, NotFound, PreconditionFailed, Unauthorized
-from .models import is_json
-from .producer import Producer
-from .stream import Stream
+from .errors import DurableStreamsError, Gone, NotConnected, NotFound, Unauthorized
 
-_CHUNK_BYTES = 1024 * 1024
 _TAIL_LINES = 10
 
 
@@ -57,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"durable-streams: {exc}", file=sys.stderr)
         return 1
     except io.BadInput as exc:
-        print(f"durable-streams {args.command.__name__.strip('_')}: {exc}", file=sys.stderr)
+        print(f"durable-streams {args.command_name}: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
@@ -77,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def command(name: str, handler: Callable[[Client, argparse.Namespace], int], text: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, parents=[shared], help=text, description=text)
-        sub.set_defaults(command=handler)
+        sub.set_defaults(command=handler, command_name=name)
         return sub
 
     create = command("create", _create, "Create a stream, or check that it exists with this configuration.")
@@ -92,21 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--fork-offset", help="fork at this offset of the source (default: its tail)")
     add_limits(create)
 
-    append = command("append", _append, "Append stdin or a file (idempotent producer, retried on failures).")
-    append.add_argument("stream")
-    append.add_argument("file", nargs="?", type=argparse.FileType("rb"), default="-", help="input (default stdin)")
-    append.add_argument("--json-lines", action="store_true", help="append each non-empty line as one JSON message")
-    append.add_argument("--close", action="store_true", help="close the stream after appending")
-    append.add_argument("--producer-id", help="default: a fresh random id for this run")
-    append.add_argument("--epoch", type=int, default=0, help="producer epoch (raise it when reusing an id)")
-    append.add_argument("--chunk-size", type=int, default=_CHUNK_BYTES, help="bytes per request for byte streams")
-    append.add_argument("--progress", action=argparse.BooleanOptionalAction, help="progress bar (default: if a TTY)")
-    append.add_argument(
-        "--if-match",
-        metavar="OFFSET",
-        help="conditional append: the whole input in one request, stored only if the stream's tail is OFFSET "
-        "(a Stream-Next-Offset; with --close, closed in the same request); exit 1 naming the tail if not",
-    )
+    append = command("append", append_command, "Append stdin or a file (idempotent producer, retried on failures).")
+    add_append_options(append)
 
     cat = command("cat", _cat, "Print a stream from an offset up to its current end.")
     cat.add_argument("stream")
@@ -120,7 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
     tail.add_argument("stream")
     tail.add_argument("-f", "--follow", action="store_true", help="keep reading as messages arrive")
     tail.add_argument(
-        "-n", "--lines", type=int, default=_TAIL_LINES, help=f"start this many messages before the end ({_TAIL_LINES})"
+        "-n",
+        "--lines",
+        type=io.count,
+        default=_TAIL_LINES,
+        help=f"start this many messages before the end ({_TAIL_LINES})",
     )
     tail.add_argument("--offset", help="start at this offset instead (-1 = the beginning, now = the end)")
     tail.add_argument("--live", choices=("sse", "long-poll"), default="sse", help="how to follow (default sse)")
@@ -166,7 +152,9 @@ def _connection_options(parser: argparse.ArgumentParser, *, defaults: bool) -> N
         return value if defaults else argparse.SUPPRESS
 
     env = os.environ
-    parser.add_argument("--url", default=default(env.get("DURABLE_STREAMS_URL")), help="server base URL")
+    parser.add_argument(
+        "--url", default=default(env.get("DURABLE_STREAMS_URL")), help="server base URL (env DURABLE_STREAMS_URL)"
+    )
     parser.add_argument(
         "--token", default=default(env.get("DURABLE_STREAMS_TOKEN")), help="bearer token (env DURABLE_STREAMS_TOKEN)"
     )
@@ -192,14 +180,19 @@ def _check_stream_path(args: argparse.Namespace, parser: argparse.ArgumentParser
 
 def _missing_hint(args: argparse.Namespace) -> str:
     """What to do about a stream that does not exist, for the commands that need one."""
-    if args.command in (_append, _cat, _tail, _head, _snapshot, _bootstrap):
-        return f" (create it first: durable-streams create {args.stream} --content-type application/json)"
+    if args.command is append_command:
+        kind = "application/json" if args.json_lines else "text/plain, application/json, ..."
+        return f" (create it first: durable-streams create {args.stream} --content-type {kind})"
+    if args.command in (_cat, _tail, _head, _snapshot, _bootstrap):
+        return f" (create it first: durable-streams create {args.stream} --content-type ...)"
     return ""
 
 
 def _base_url(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str:
     target = str(getattr(args, "stream", None) or getattr(args, "bucket", ""))
     if args.url:
+        if "://" not in args.url:
+            parser.error(f"--url {args.url}: a URL starts with http:// or https://, e.g. http://{args.url}")
         return str(args.url)
     if "://" in target:
         return target
@@ -223,67 +216,6 @@ def _create(client: Client, args: argparse.Namespace) -> int:
         retention=limits(args),
     )
     print(f"{'created' if result.created else 'exists'} {stream.url} next-offset {result.next_offset}")
-    return 0
-
-
-def _append(client: Client, args: argparse.Namespace) -> int:
-    stream = client.stream(args.stream)
-    source: BinaryIO = args.file
-    if args.if_match is not None:
-        return _append_if_match(stream, source, args)
-    if is_json(stream.resolve_content_type()) and not args.json_lines:
-        # A JSON document is one request: the server needs it whole to flatten a top-level array.
-        result = stream.append(source.read())
-        print(f"appended 1 request; next-offset {result.next_offset}", file=sys.stderr)
-    else:
-        # JSON lines are all checked before the first request: a bad line appends nothing.
-        if args.json_lines:
-            items = io.json_lines(io.validated_json_lines(source))
-        else:
-            items = io.chunks(source, args.chunk_size)
-        producer_id = args.producer_id or f"cli-{uuid.uuid4()}"
-        producer = Producer(stream, producer_id, epoch=args.epoch, max_batch_bytes=args.chunk_size)
-        with producer, io.upload_progress(source, args.progress) as bar:
-            for item in items:
-                producer.send(item.strip() if args.json_lines else item)
-                bar.update(len(item))
-        stats = producer.stats()
-        print(
-            f"appended {stats.messages_acked} messages in {stats.batches_acked} requests "
-            f"({stats.duplicates} deduplicated retries); next-offset {stats.last_offset}",
-            file=sys.stderr,
-        )
-    if args.close:
-        stream.close()
-    return 0
-
-
-def _append_if_match(stream: Stream, source: BinaryIO, args: argparse.Namespace) -> int:
-    """``append --if-match``: one conditional request (not a producer's batches: a second request
-    would be refused, the tail having moved), the close in it with ``--close``."""
-    try:
-        if args.json_lines:
-            lines = [line.strip() for line in io.json_lines(io.validated_json_lines(source))]
-            if not lines:
-                raise io.BadInput("no JSON lines to append")
-            result = stream.append_many(lines, if_match=args.if_match, close=args.close)
-        else:
-            data = source.read()
-            if not data and not args.close:
-                raise io.BadInput("nothing to append (an empty input closes the stream only with --close)")
-            result = (
-                stream.close(data or None, if_match=args.if_match)
-                if args.close
-                else stream.append(data, if_match=args.if_match)
-            )
-    except PreconditionFailed as exc:
-        print(
-            f"durable-streams append: precondition failed: the stream's tail is {exc.current_offset}, "
-            f"not {args.if_match}; nothing appended",
-            file=sys.stderr,
-        )
-        return 1
-    print(f"appended 1 request; next-offset {result.next_offset}", file=sys.stderr)
     return 0
 
 
@@ -340,7 +272,8 @@ def _head(client: Client, args: argparse.Namespace) -> int:
     else:
         for name, value in fields.items():
             if value is not None:
-                print(f"{name}: {str(value).lower() if isinstance(value, bool) else value}")
+                shown = json.dumps(value) if isinstance(value, dict) else value
+                print(f"{name}: {str(value).lower() if isinstance(value, bool) else shown}")
     return 0
 
 

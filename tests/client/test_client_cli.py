@@ -50,12 +50,19 @@ def test_create_append_cat_head_rm(ours: ServerProcess, tmp_path: Path) -> None:
     cat = cli("cat", path, "--print-offset", url=ours.url)
     assert cat.returncode == 0
     assert cat.stdout == b"one\ntwo\n" + big.read_bytes()
+    with Client(ours.url) as client, client.stream(path).read() as reader:
+        messages = [message.data for message in reader]
+    # (a text stream's chunks end at line ends: no message, hence no row of a reader, holds half a line)
+    assert len(messages) > 2 + 1 and all(len(data) <= 262144 and data.endswith(b"\n") for data in messages)
+    assert b"".join(messages[2:]) == big.read_bytes()
     assert b"next-offset " in cat.stderr
     head = cli("head", path, "--json", url=ours.url)
     meta = json.loads(head.stdout)
     assert meta["content_type"] == "text/plain" and meta["closed"] is False
     assert meta["next_offset"] == cat.stderr.decode().split()[-1]
     assert b"content_type: text/plain" in cli("head", path, url=ours.url).stdout
+    single = cli("append", path, url=ours.url, stdin=b"three\n")
+    assert b"appended 1 message in 1 request (" in single.stderr, single.stderr
     assert cli("rm", path, url=ours.url).returncode == 0
     missing = cli("rm", path, url=ours.url)
     assert missing.returncode == 1 and b"404" in missing.stderr and path.encode() in missing.stderr
@@ -90,7 +97,18 @@ def test_a_newcomers_mistakes_get_errors_that_say_what_to_do(ours: ServerProcess
     assert listed.returncode == 1 and b"404" in listed.stderr  # (and no bucket was created)
     missing = cli("append", f"v1/stream/{name}", url=ours.url, stdin=b"{}")
     assert missing.returncode == 1
-    assert f"create it first: durable-streams create v1/stream/{name}".encode() in missing.stderr, missing.stderr
+    hint = f"create it first: durable-streams create v1/stream/{name} --content-type text/plain, application/json"
+    assert hint.encode() in missing.stderr, missing.stderr
+    missing_lines = cli("append", f"v1/stream/{name}", "--json-lines", url=ours.url, stdin=b"{}\n")
+    hint = f"create it first: durable-streams create v1/stream/{name} --content-type application/json)"
+    assert missing_lines.returncode == 1 and hint.encode() in missing_lines.stderr, missing_lines.stderr
+    no_scheme = cli("head", "v1/stream/x", url=ours.url.removeprefix("http://"))
+    assert no_scheme.returncode == 2, no_scheme.stderr
+    assert f"a URL starts with http:// or https://, e.g. {ours.url}".encode() in no_scheme.stderr
+    negative = cli("tail", "v1/stream/x", "-n", "-3", url=ours.url)
+    assert negative.returncode == 2 and b"argument -n/--lines: must be 0 or more, got -3" in negative.stderr
+    zero_chunks = cli("append", "v1/stream/x", "--chunk-size", "0", url=ours.url, stdin=b"x")
+    assert zero_chunks.returncode == 2 and b"argument --chunk-size: must be 1 or more, got 0" in zero_chunks.stderr
     with contextlib.closing(socket.socket()) as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -273,6 +291,7 @@ def test_retention_limits_on_create_shown_changed_and_refused(ours: ServerProces
     head = json.loads(cli("head", url, "--json").stdout)
     assert head["retention"] == {"max_age_seconds": 3600, "max_messages": 100}
     assert head["earliest_offset"] == "0000000000000000_0000000000000000"
+    assert b'retention: {"max_age_seconds": 3600, "max_messages": 100}\n' in cli("head", url).stdout  # (JSON)
 
     changed = cli("retention", url, "--max-messages", "none", "--max-bytes", "1048576")
     assert (changed.returncode, changed.stdout) == (0, b"max_age_seconds=3600 max_bytes=1048576\n")
