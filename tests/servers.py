@@ -208,6 +208,20 @@ class ServerProcess:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
 
+def refused_start(server: ServerProcess) -> str:
+    """The log of ``server``'s start, which must be refused (exit code 3: a start the server
+    refuses before it serves); killed if it started after all, so a failing test leaves none."""
+    import pytest  # (here: the benchmarks import this module without pytest's)
+
+    try:
+        with pytest.raises(RuntimeError) as refused:
+            server.start()
+    finally:
+        server.kill()
+    assert server.proc is not None and server.proc.returncode == 3, server.log_text()[-4000:]
+    return str(refused.value)
+
+
 @dataclass
 class MotoServer:
     """moto's S3-compatible server in server mode, on a loopback port."""

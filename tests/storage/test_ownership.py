@@ -17,8 +17,16 @@ from deltalake import DeltaTable
 from servers import wait_for
 
 from durable_streams_server.storage.delta_log import APP_ID, DeltaLog
-from durable_streams_server.storage.owner_log import HANDOVER_APP_ID, OWNER_APP_ID, ask_handover
-from durable_streams_server.storage.ownership import Fenced, Node, OwnedElsewhere, OwnershipError, node_id_for
+from durable_streams_server.storage.owner_log import HANDOVER_APP_ID, OWNER_APP_ID, ask_handover, newest_owner
+from durable_streams_server.storage.ownership import (
+    CLAIM_KEY,
+    OWNER_KEY,
+    Fenced,
+    Node,
+    OwnedElsewhere,
+    OwnershipError,
+    node_id_for,
+)
 from durable_streams_server.storage.records import AppendHeader, Header, Record
 
 
@@ -278,3 +286,46 @@ def test_a_claim_without_a_wait_goes_on_through_an_old_owners_concurrent_commits
         assert not committer.is_alive(), "the old owner was never fenced"
         assert claimed.epoch == 2
         assert _messages(location) == landed  # (every commit that landed is there; none after the claim)
+
+
+def test_a_copy_of_a_data_dir_is_told_from_its_restart_by_the_claims_it_made(tmp_path: Path) -> None:
+    """Two copies of one data dir: the same node id and WAL id. The one that made the table's
+    newest claim restarts into it; the other is refused (a WAL of its own or not), unless it asks
+    the owner to hand over; a data dir whose claims are unknown (from before them) restarts as before."""
+    copy_a = _node("n", wal_id="w", claim="c1", claims=())
+    DeltaLog(str(tmp_path), {}).claim(copy_a, holds_wal=False)
+    again = _node("n", wal_id="w", claim="c2", claims=("c1",))  # (copy a restarting: it made c1)
+    assert DeltaLog(str(tmp_path), {}).claim(again, holds_wal=True).claim == "c2"
+    version = DeltaTable(f"{tmp_path}/streams").version()
+    for holds_wal in (False, True):
+        copy_b = _node("n", wal_id="w", claim="c3", claims=("c1",))  # (a copy made before c2)
+        with pytest.raises(OwnedElsewhere, match="was claimed by another copy of this data dir"):
+            DeltaLog(str(tmp_path), {}).claim(copy_b, holds_wal=holds_wal)
+    assert DeltaTable(f"{tmp_path}/streams").version() == version  # (nothing changed)
+    unknown = _node("n", wal_id="w", claim="c4", claims=None)
+    assert DeltaLog(str(tmp_path), {}).claim(unknown, holds_wal=True).epoch == 3
+
+
+def test_a_wal_replayed_under_another_node_id_names_the_id_that_wrote_it(tmp_path: Path) -> None:
+    """The operator gave ``--node-id`` other than the one the data dir ran with: the WAL is this
+    directory's (its WAL id), so the way out is that id, not moving the WAL aside."""
+    DeltaLog(str(tmp_path), {}).claim(_node("kept", wal_id="w"), holds_wal=False)
+    with pytest.raises(OwnershipError) as refused:
+        DeltaLog(str(tmp_path), {}).claim(_node("given", wal_id="w"), holds_wal=True)
+    assert "runs as node 'given' (--node-id)" in str(refused.value)
+    assert "Start it with --node-id kept to replay the log" in str(refused.value)
+    assert "aside" not in str(refused.value)
+
+
+def test_the_claim_id_has_a_property_of_its_own_read_beside_its_epoch(tmp_path: Path) -> None:
+    """The owner's JSON stays as a release without claim ids reads it (an unknown field would
+    fail it); the claim id is read only beside an owner of its epoch."""
+    DeltaLog(str(tmp_path), {}).claim(_node("n", wal_id="w", claim="c1"), holds_wal=False)
+    table = DeltaTable(f"{tmp_path}/streams")
+    configuration = table.metadata().configuration
+    assert '"claim"' not in configuration[OWNER_KEY] and configuration[CLAIM_KEY] == "1:c1"
+    owner = newest_owner(table)
+    assert owner is not None and (owner.epoch, owner.claim) == (1, "c1")
+    DeltaLog(str(tmp_path), {}).claim(_node("n", wal_id="w"), holds_wal=False)  # (a claim without an id)
+    owner = newest_owner(DeltaTable(f"{tmp_path}/streams"))
+    assert owner is not None and (owner.epoch, owner.claim) == (2, None)  # ("1:c1" left behind, not read)

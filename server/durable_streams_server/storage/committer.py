@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pyarrow as pa
 
+from . import wal_binding
 from .acks import Acknowledgements
 from .admission import Admission
 from .compaction import Compaction, CompactionConfig, CompactionReport, Compactor
@@ -126,7 +128,19 @@ class Storage:
         leftover = unflushed(self.config.data_dir, self.delta.committed_lsn()) if self.wal is None else None
         if leftover is not None and self.node.take_over != "force":
             raise refusal(leftover, self.delta.uri)
+        table, owned = self.delta.identity()
+        claim, data_dir, committed = uuid.uuid4().hex, self.config.data_dir, self.delta.committed_lsn()
+        if self.wal is not None:  # (its records are for one table, and its claims on it: ``wal_binding``)
+            lsns = (replayed[0].lsn, replayed[-1].lsn) if replayed else (0, 0)
+            written = owned or committed > 0
+            wal_binding.check(data_dir, table, len(replayed), lsns, written=written)
+            wal_binding.check_follows(data_dir, table, committed, self.wal.first_lsn(), written=written)
+            known = wal_binding.claims_on(data_dir, table)
+            self.node = replace(self.node, claim=claim, claims=known)
+            wal_binding.bind(data_dir, table, (*(known or ())[-2:], claim))  # (before the claim it names)
         self.owner = self.delta.claim(self.node, holds_wal=bool(replayed))
+        if self.wal is not None:
+            wal_binding.bind(data_dir, table, (claim,))
         if leftover is not None:
             give_up(leftover)
         committed = self.delta.committed_lsn()

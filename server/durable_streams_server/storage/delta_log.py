@@ -55,7 +55,7 @@ from .commit_rows import clustered, commit_table
 from .compaction_plan import Bin, FileSpan, spans_intersecting
 from .local_sync import LocalSync
 from .log_trim import table_properties, trim_due, trim_log
-from .owner_log import check_owner, claim_table, fenced_by, handover_asked, name_owner, owner_properties
+from .owner_log import check_owner, claim_table, epoch_of, fenced_by, handover_asked, name_owner, owner_properties
 from .ownership import OWNER_KEY, Node, Owner, released
 from .records import (
     Header,
@@ -65,6 +65,7 @@ from .state_checkpoint import BATCH_ROWS, CHECKPOINT_APP_ID, Checkpoint, newest_
 from .state_files import StateFiles
 from .state_rows import RecoveredRows, split_rows
 from .table_schema import KIND_SNAPSHOT, KIND_STATE, KIND_SUBSCRIPTION, SCHEMA
+from .wal_binding import Table
 
 APP_ID = "durable-streams-server"
 TABLE_NAME = "streams"
@@ -343,6 +344,11 @@ class DeltaLog:
             if explained is error:
                 raise
             raise explained from error
+
+    def identity(self) -> tuple[Table, bool]:
+        """This table as a WAL names it (``wal_binding``), and whether anyone has owned it."""
+        with self._lock:
+            return Table(self.uri, str(self._table.metadata().id)), epoch_of(self._table) > 0
 
     def claim(self, node: Node, holds_wal: bool) -> Owner:
         """Claim the next epoch for ``node`` (``owner_log.claim_table``); every later commit of

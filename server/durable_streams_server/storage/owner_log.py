@@ -23,12 +23,14 @@ import logging
 import threading
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 from deltalake import CommitProperties, DeltaTable, Transaction
 
 from .durability import Durability
 from .ownership import (
+    CLAIM_KEY,
     HANDOVER_APP_ID,
     HANDOVER_KEY,
     OWNER_APP_ID,
@@ -37,6 +39,8 @@ from .ownership import (
     Fenced,
     Node,
     Owner,
+    copy_of,
+    copy_refusal,
     decide,
     handover_timed_out,
     newer_owner,
@@ -65,8 +69,11 @@ def handover_asked(table: DeltaTable) -> int:
 
 def newest_owner(table: DeltaTable) -> Owner | None:
     """The owner the snapshot names (``None``: never claimed)."""
-    text = table.metadata().configuration.get(OWNER_KEY)
-    return Owner.from_json(text) if text else None
+    configuration = table.metadata().configuration
+    text = configuration.get(OWNER_KEY)
+    owner = Owner.from_json(text) if text else None
+    epoch, _, claim = (configuration.get(CLAIM_KEY) or "").partition(":")
+    return replace(owner, claim=claim) if owner is not None and claim and epoch == str(owner.epoch) else owner
 
 
 def owner_properties(owner: Owner, transactions: Iterable[Transaction] = ()) -> CommitProperties:
@@ -94,8 +101,9 @@ def empty_commit(table: DeltaTable, properties: CommitProperties) -> None:
 def name_owner(table: DeltaTable, owner: Owner) -> None:
     """Commit ``owner`` as the table's owner (its claim, or its release): the table property and
     the epoch's ``txn``; the handle sees it afterwards."""
+    claim = {CLAIM_KEY: f"{owner.epoch}:{owner.claim}"} if owner.claim else {}
     table.alter.set_table_properties(
-        {OWNER_KEY: owner.to_json()}, raise_if_not_exists=False, commit_properties=owner_properties(owner)
+        {OWNER_KEY: owner.to_json(), **claim}, raise_if_not_exists=False, commit_properties=owner_properties(owner)
     )
     table.update_incremental()
 
@@ -143,6 +151,8 @@ def claim_table(table: DeltaTable, lock: threading.Lock, uri: str, node: Node, h
         table.update_incremental()
         epoch, current = epoch_of(table), newest_owner(table)
     decision = decide(node, epoch, current)
+    if current is not None and copy_of(node, current) and (holds_wal or decision == "refuse"):
+        raise copy_refusal(node, current, uri)
     if current is not None and not same_wal(node, current) and holds_wal:
         raise stale_wal(node, current)
     if decision == "refuse":

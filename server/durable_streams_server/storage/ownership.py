@@ -46,7 +46,12 @@ A location another node owns and has not released is not taken silently (``decid
   directory back, or ``--take-over force`` for that one start, which gives them up and logs
   what it gave up. A delta-durability owner has nothing on disk, so its node id alone
   suffices on any data directory; an owner recorded before WAL ids has none (unknown): its
-  node id alone suffices, as it did then;
+  node id alone suffices, as it did then. "The same" excludes a *copy* of the directory (a
+  cloned disk or image, a restored backup), which carries both ids: every claim also records
+  a random id (``Owner.claim``, in a table property of its own: ``CLAIM_KEY``) that the
+  directory making it keeps (``wal_binding``), and an owner's claim this directory did not
+  make means another copy has claimed since (``copy_of``): refused like another node's start,
+  naming that copy;
 * another node refuses to start (``OwnedElsewhere``, naming the owner and how to take over),
   unless told to take over. Then it asks the owner to hand over: a commit carrying app id
   ``HANDOVER_APP_ID`` at the owner's epoch (a different app id: it never conflicts with the
@@ -77,6 +82,9 @@ OWNER_APP_ID = "durable-streams-owner"
 HANDOVER_APP_ID = "durable-streams-handover"
 """The app id of a request to hand over (``txn`` version = the epoch asked to let go)."""
 OWNER_KEY = "durable_streams.owner"
+CLAIM_KEY = "durable_streams.owner_claim"
+"""Table property: ``<epoch>:<claim id>`` of the newest claim that made one (``Owner.claim``);
+read only beside an owner of that epoch (a claim without an id leaves an older one behind)."""
 """Table property (and ``commitInfo`` key): the JSON of the ``Owner``."""
 HANDOVER_KEY = "durable_streams.handover"
 """``commitInfo`` key of a handover request: the JSON of the ``Owner`` asking."""
@@ -105,9 +113,17 @@ class Owner:
     """The WAL identity of its data directory (``WAL_ID_FILE``). ``None``: unknown, an owner
     recorded before WAL ids (or by a tool without a data directory), which ``decide`` treats
     as it did before them: the same node id is taken for the same data directory."""
+    claim: str | None = None
+    """A random id the claim made (``Node.claim``), which the data directory that made it keeps
+    (``wal_binding``): a copy of that directory (a clone, a restore) made before the claim does
+    not know it (``copy_of``). ``None``: a claim before these ids, or without a WAL."""
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), separators=(",", ":"))
+        """Its JSON, the claim id left out: it has a property of its own (``CLAIM_KEY``), so that a
+        release without claim ids still reads an owner this one names (an unknown field fails it)."""
+        fields = asdict(self)
+        del fields["claim"]
+        return json.dumps(fields, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> Owner | None:
@@ -134,6 +150,10 @@ class Node:
     durability: Durability = Durability.WAL
     wal_id: str = ""
     """Its data directory's WAL identity (``wal_id_for``); empty: none (tools, tests)."""
+    claim: str = ""
+    """The id this start's claim records (``Owner.claim``); empty: none."""
+    claims: tuple[str, ...] | None = None
+    """The claim ids its data directory made on the location (``wal_binding``); ``None``: unknown."""
     take_over: TakeOver = "no"
     take_over_timeout_s: float = 30.0
     poll_interval_s: float = 1.0
@@ -150,6 +170,7 @@ class Node:
             durability=self.durability,
             state=state,
             wal_id=self.wal_id or None,
+            claim=self.claim or None,
         )
 
 
@@ -214,11 +235,28 @@ def decide(node: Node, epoch: int, current: Owner | None) -> Decision:
 
 
 def same_wal(node: Node, owner: Owner) -> bool:
-    """Whether ``owner`` wrote the WAL of ``node``'s data directory: the same node id, and the
-    same WAL id where both are known (see ``Owner.wal_id``: unknown counts as the same)."""
-    if owner.node_id != node.node_id:
+    """Whether ``owner`` wrote the WAL of ``node``'s data directory: the same node id, the
+    same WAL id where both are known (see ``Owner.wal_id``: unknown counts as the same), and
+    not a copy of that directory (``copy_of``)."""
+    if owner.node_id != node.node_id or copy_of(node, owner):
         return False
     return owner.wal_id is None or not node.wal_id or owner.wal_id == node.wal_id
+
+
+def copy_of(node: Node, owner: Owner) -> bool:
+    """``owner`` is another copy of ``node``'s data directory: its node id and WAL id, and a claim
+    this directory did not make. A copy (a cloned disk, a restored backup, ``cp -a``) carries both
+    ids, so only the claims tell it from a restart of the directory that claimed last: the copy
+    that did claim has since acknowledged records this one has not, under offsets this one's WAL
+    may use for others."""
+    return (
+        owner.node_id == node.node_id
+        and owner.wal_id is not None
+        and owner.wal_id == node.wal_id
+        and owner.claim is not None
+        and node.claims is not None
+        and owner.claim not in node.claims
+    )
 
 
 def lost_wal(node: Node, owner: Owner) -> bool:
@@ -256,6 +294,19 @@ def wal_lost_refusal(node: Node, current: Owner, storage_uri: str) -> OwnedElsew
     )
 
 
+def copy_refusal(node: Node, current: Owner, storage_uri: str) -> OwnedElsewhere:
+    return OwnedElsewhere(
+        f"storage {storage_uri} was claimed by another copy of this data dir ({node.data_dir}): "
+        f"{current.describe()}, with this node id and WAL id, made a claim this directory did not make. "
+        "This directory is a copy (a cloned disk, a restored backup) or the original of a copy that "
+        "has run since: what that copy acknowledged is not in this WAL, and what this WAL holds may "
+        "reuse its offsets. Nothing was changed. Start the copy that claimed it (its data dir above) or, "
+        "to serve from this machine, start here with a fresh --data-dir (and --take-over if that copy "
+        "still runs); keep this directory aside.",
+        current,
+    )
+
+
 def handover_timed_out(current: Owner, waited_s: float) -> OwnedElsewhere:
     return OwnedElsewhere(
         f"{current.describe()} did not hand over within {waited_s:g} s, and it runs with WAL "
@@ -276,6 +327,13 @@ def released(owner: Owner) -> Owner:
 
 
 def stale_wal(node: Node, current: Owner) -> OwnershipError:
+    if current.wal_id is not None and current.wal_id == node.wal_id and current.node_id != node.node_id:
+        return OwnershipError(  # (this WAL is the owner's: only the node id given differs)
+            f"the write-ahead log in {node.data_dir} was written by {current.describe()}, which owns the "
+            f"storage, but this server runs as node {node.node_id!r} (--node-id). Nothing was changed. Start "
+            f"it with --node-id {current.node_id} to replay the log as the node that wrote it.",
+            current,
+        )
     return OwnershipError(
         f"the write-ahead log in {node.data_dir} holds records this node wrote while it owned the storage, "
         f"but {current.describe()} has owned it since: they were acknowledged and may not be in Delta, and "

@@ -85,6 +85,12 @@ class WriteAheadLog:
                 found.append((int(path.stem), path))
         return sorted(found)
 
+    def first_lsn(self) -> int | None:
+        """The LSN the oldest segment starts at (``None``: no segment): every record from it on
+        is in the log; those below were in Delta before their segments were deleted."""
+        with self._sizes_lock:
+            return min(self._sizes, default=None)
+
     def replay(self) -> Iterator[Record[Header]]:
         """Every intact record in LSN order; a torn tail is cut off the file it is in."""
         for start, path in self._segments():

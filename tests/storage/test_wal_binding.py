@@ -1,0 +1,62 @@
+"""Which table a WAL's records are for (``storage/wal_binding.py``): the rule written out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from durable_streams_server.storage import wal_binding
+from durable_streams_server.storage.ownership import OwnershipError
+from durable_streams_server.storage.wal_binding import Table, WalOfAnotherTable
+
+X = Table("s3://bucket/x/streams", "id-x")
+Y = Table("s3://bucket/y/streams", "id-y")
+
+
+def test_records_are_replayed_only_into_the_table_the_wal_names(tmp_path: Path) -> None:
+    wal_binding.bind(tmp_path, X)
+    assert wal_binding.bound_table(tmp_path) == X
+    wal_binding.check(tmp_path, X, 5, (1, 5), written=True)
+    wal_binding.check(tmp_path, Table("s3a://bucket/x/streams", "id-x"), 5, (1, 5), written=True)  # (the id decides)
+    wal_binding.check(tmp_path, Y, 0, (0, 0), written=False)  # (no records: nothing to misplace)
+    for written in (True, False):
+        with pytest.raises(WalOfAnotherTable) as refused:
+            wal_binding.check(tmp_path, Y, 5, (1, 5), written=written)
+        text = str(refused.value)
+        assert "holds 5 records (LSNs 1-5) acknowledged for the table at s3://bucket/x/streams (id id-x)" in text
+        assert "--storage-uri names the table at s3://bucket/y/streams (id id-y)" in text
+        assert ("which no server has written yet" in text) is not written
+    assert isinstance(refused.value, OwnershipError)  # (a refused start, exit code 3)
+
+
+def test_a_wal_that_names_no_table_replays_only_into_one_a_server_wrote(tmp_path: Path) -> None:
+    """A data dir from before the file: its restart on the table it wrote goes on as before; a
+    table no server has written cannot be the one its records were acknowledged for."""
+    wal_binding.check(tmp_path, X, 3, (7, 9), written=True)
+    with pytest.raises(WalOfAnotherTable, match=r"holds 3 records \(LSNs 7-9\) acknowledged for another table"):
+        wal_binding.check(tmp_path, X, 3, (7, 9), written=False)
+
+
+def test_binding_again_names_the_new_table_and_a_torn_file_is_refused(tmp_path: Path) -> None:
+    wal_binding.bind(tmp_path, X)
+    wal_binding.bind(tmp_path, Y)
+    assert wal_binding.bound_table(tmp_path) == Y
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["wal-table"]  # (no partial file left)
+    (tmp_path / "wal-table").write_text('{"uri": "s3://bucket/y/str')
+    with pytest.raises(WalOfAnotherTable, match=r"cannot read .*wal-table"):
+        wal_binding.check(tmp_path, Y, 1, (1, 1), written=True)
+
+
+def test_a_wal_goes_on_only_from_where_its_table_has_committed(tmp_path: Path) -> None:
+    wal_binding.bind(tmp_path, X)
+    wal_binding.check_follows(tmp_path, X, 41, None, written=True)  # (no segment: a new data dir)
+    wal_binding.check_follows(tmp_path, X, 41, 42, written=True)  # (a clean stop's empty segment: the next LSN)
+    wal_binding.check_follows(tmp_path, X, 41, 30, written=True)  # (records from 30 on, some of them committed)
+    with pytest.raises(WalOfAnotherTable, match=r"up to LSN 41, .* goes on from LSN 45: the records 42-44 were"):
+        wal_binding.check_follows(tmp_path, X, 41, 45, written=True)
+    wal_binding.check_follows(tmp_path, Y, 0, 45, written=True)  # (another table's WAL, empty: this one's LSNs anew)
+    (tmp_path / "wal-table").unlink()  # (a data dir from before the file: its LSNs are the table's it wrote)
+    with pytest.raises(WalOfAnotherTable, match="the records 42-44 were committed"):
+        wal_binding.check_follows(tmp_path, X, 41, 45, written=True)
+    wal_binding.check_follows(tmp_path, X, 0, 45, written=False)
