@@ -83,3 +83,26 @@ def test_a_twin_of_a_cloned_image_is_refused_while_the_other_serves(tmp_path: Pa
     finally:
         vm2.kill()
         vm1.kill()
+
+
+def test_a_copy_started_beside_its_running_original_is_refused(tmp_path: Path) -> None:
+    """``cp -a`` of a serving server's data dir, started on the same host and storage: by its ids
+    the copy is the original restarting. The original's data dir lock, held, says it is not."""
+    table = ["--storage-uri", str(tmp_path / "table"), *HOLD]
+    original = ServerProcess(tmp_path / "original", table).start()
+    copy = ServerProcess(tmp_path / "copy", table)
+    try:
+        assert requests.put(original.stream_url("s"), headers=JSON, timeout=30).status_code == 201
+        _append(original, 0, 1)
+        shutil.copytree(tmp_path / "original", tmp_path / "copy")
+        _append(original, 2)  # (acknowledged after the copy was made: in the original's WAL only)
+        log = refused_start(copy)
+        assert f"data dir {tmp_path / 'original'}, " in log and "runs on this host from another copy" in log
+        _append(original, 3)  # (the original serves on: nothing fenced it)
+        assert _values(original) == [0, 1, 2, 3]
+        original.stop()
+        original.start()  # (and its restart is its own)
+        assert _values(original) == [0, 1, 2, 3]
+    finally:
+        copy.kill()
+        original.kill()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from durable_streams_server.storage.data_dir_lock import DataDirInUse, DataDirLock
+from durable_streams_server.storage.data_dir_lock import DataDirInUse, DataDirLock, held
 from durable_streams_server.storage.ownership import OwnershipError
 
 
@@ -55,3 +55,12 @@ def test_another_process_holds_it_until_it_is_killed(tmp_path: Path) -> None:
     lock = DataDirLock.acquire(tmp_path / "data")  # (no stale lock: the kernel let it go)
     assert f'"pid": {os.getpid()}' in (tmp_path / "data" / "lock").read_text()
     lock.release()
+
+
+def test_a_probe_tells_a_held_lock_and_creates_nothing(tmp_path: Path) -> None:
+    assert not held(tmp_path / "nowhere") and not (tmp_path / "nowhere").exists()
+    lock = DataDirLock.acquire(tmp_path / "data")
+    assert held(tmp_path / "data")
+    lock.release()
+    assert not held(tmp_path / "data")
+    DataDirLock.acquire(tmp_path / "data").release()  # (the probe let go of what it took)

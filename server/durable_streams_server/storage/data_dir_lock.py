@@ -20,6 +20,11 @@ holding it. A second server is refused at once (``DataDirInUse``, exit before se
 naming the holder the file describes (pid, host, start time: written once the lock is held,
 read only for the message; the lock is the ``flock``, not the file or its text).
 
+The lock also tells a *copy* of a data directory from its original on one host (``cp -a`` of
+a serving server's directory, started on the same storage): by its ids the copy is the
+original restarting, but the directory the owner ran from is in use (``running_copy``, a probe
+of that directory's lock before a claim that would be a restart).
+
 ``flock`` locks are per open file, so a second open in the same process is refused too (a
 server started twice in one process). On NFS, Linux turns ``flock`` into a POSIX lock the
 server enforces; a file system without locks refuses the ``flock`` (``ENOLCK``), which is
@@ -36,7 +41,7 @@ import socket
 import time
 from pathlib import Path
 
-from .ownership import OwnershipError
+from .ownership import Node, Owner, OwnershipError
 
 LOCK_FILE = "lock"
 """In the data directory: the file a server holds its ``flock`` on."""
@@ -81,6 +86,44 @@ class DataDirLock:
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)
+
+
+def held(data_dir: Path) -> bool:
+    """Whether a live process holds ``data_dir``'s lock (a probe: a shared lock taken and let go
+    at once; nothing is created where there is no lock file)."""
+    try:
+        fd = os.open(data_dir / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as error:
+        return error.errno in (errno.EWOULDBLOCK, errno.EAGAIN)
+    finally:
+        os.close(fd)
+    return False
+
+
+def running_copy(node: Node, owner: Owner) -> DataDirInUse | None:
+    """The refusal of ``node``'s start if ``owner`` is a server on this host running from another
+    data dir with ``node``'s id (a copy of it, or its original: ``cp -a``): by its ids the start
+    would be taken for that server restarting and fence it, whose acknowledgements not yet in
+    Delta would then be in no server's memory. ``None``: no such server runs here."""
+    if (
+        owner.node_id != node.node_id
+        or owner.state == "released"
+        or owner.host != socket.gethostname()
+        or not owner.data_dir
+        or owner.data_dir == node.data_dir
+        or not held(Path(owner.data_dir))
+    ):
+        return None
+    return DataDirInUse(
+        f"{owner.describe()} runs on this host from another copy of this data dir ({node.data_dir}: "
+        "the same node id): started, this one would be taken for it restarting and fence it, losing what "
+        "it acknowledged and has not flushed. Nothing was changed. Stop that server first, or start this "
+        "one with a fresh --data-dir (and --take-over to move the storage to it)."
+    )
 
 
 def _in_use(data_dir: Path, holder: dict[str, object]) -> DataDirInUse:

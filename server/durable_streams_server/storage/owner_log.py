@@ -28,6 +28,7 @@ from typing import Any
 
 from deltalake import CommitProperties, DeltaTable, Transaction
 
+from .data_dir_lock import running_copy
 from .durability import Durability
 from .ownership import (
     CLAIM_KEY,
@@ -153,6 +154,9 @@ def claim_table(table: DeltaTable, lock: threading.Lock, uri: str, node: Node, h
     decision = decide(node, epoch, current)
     if current is not None and copy_of(node, current) and (holds_wal or decision == "refuse"):
         raise copy_refusal(node, current, uri)
+    running = running_copy(node, current) if current is not None and decision == "claim" else None
+    if running is not None:  # (a restart by its ids, but the directory it ran from is in use here)
+        raise running
     if current is not None and not same_wal(node, current) and holds_wal:
         raise stale_wal(node, current)
     if decision == "refuse":
