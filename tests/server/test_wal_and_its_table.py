@@ -87,3 +87,31 @@ def test_a_table_restored_from_before_records_the_wal_let_go_is_refused(tmp_path
     shutil.rmtree(table)
     shutil.copytree(tmp_path / "backup", table)  # (the table as it was before the appends)
     assert "were committed to this table and are not in it now" in _refused(data_dir, table)
+
+
+def test_a_start_refused_by_another_tables_owner_leaves_the_data_dir_as_it_was(tmp_path: Path) -> None:
+    """A data dir that ran on one table, started on another that a server owns: refused (that
+    owner serves it), and the data dir still knows its WAL as the first table's, so once the
+    owner has let go the same start takes the table, its WAL's leftover LSNs not mistaken for
+    this table's."""
+    data_dir, first, second = tmp_path / "data", tmp_path / "first", tmp_path / "second"
+    before = ServerProcess(data_dir, ["--storage-uri", str(first)]).start()
+    try:
+        assert requests.put(before.stream_url("a"), headers=JSON, timeout=30).status_code == 201
+        for n in range(20):
+            assert requests.post(before.stream_url("a"), data=b'{"n": %d}' % n, headers=JSON, timeout=30).ok
+    finally:
+        before.stop()  # (its WAL's empty segment is named past the other table's LSNs)
+    owner = ServerProcess(tmp_path / "owner", ["--storage-uri", str(second)]).start()
+    try:
+        assert requests.put(owner.stream_url("b"), headers=JSON, timeout=30).status_code == 201
+        assert "has not released it" in refused_start(ServerProcess(data_dir, ["--storage-uri", str(second)]))
+    finally:
+        owner.stop()  # (a clean stop lets the table go)
+    server = ServerProcess(data_dir, ["--storage-uri", str(second)]).start()
+    try:
+        assert requests.head(server.stream_url("b"), timeout=30).status_code == 200
+        assert requests.post(server.stream_url("b"), data=b'{"n": 0}', headers=JSON, timeout=30).ok
+        assert [item["n"] for item in read_json(server.stream_url("b"))] == [0]
+    finally:
+        server.kill()

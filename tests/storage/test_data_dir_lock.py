@@ -9,12 +9,14 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import socket
 from pathlib import Path
 
 import pytest
 
-from durable_streams_server.storage.data_dir_lock import DataDirInUse, DataDirLock, held
-from durable_streams_server.storage.ownership import OwnershipError
+from durable_streams_server.storage.data_dir_lock import DataDirInUse, DataDirLock, held, running_copy
+from durable_streams_server.storage.durability import Durability
+from durable_streams_server.storage.ownership import Node, Owner, OwnershipError
 
 
 def test_a_second_holder_is_refused_until_the_first_releases(tmp_path: Path) -> None:
@@ -64,3 +66,31 @@ def test_a_probe_tells_a_held_lock_and_creates_nothing(tmp_path: Path) -> None:
     lock.release()
     assert not held(tmp_path / "data")
     DataDirLock.acquire(tmp_path / "data").release()  # (the probe let go of what it took)
+
+
+def test_a_running_copy_is_one_on_this_host_from_another_directory_with_a_wal(tmp_path: Path) -> None:
+    """The owner a start would take for itself restarting runs here, from another data dir whose
+    lock is held: a copy. Not when the owner ran without a WAL (fenced, it loses nothing), has let
+    go, or its directory is this one under another path."""
+    original, copy = tmp_path / "original", tmp_path / "copy"
+    copy.mkdir()
+    (tmp_path / "other-path").symlink_to(copy)
+    held_lock = DataDirLock.acquire(original)
+    try:
+        node = Node("n", data_dir=str(copy), wal_id="w")
+        owner = Owner("n", 3, "", str(original), socket.gethostname(), 1, Durability.WAL, wal_id="w")
+        refusal = running_copy(node, owner)
+        assert refusal is not None and f"data dir {original}, " in str(refusal)
+        assert running_copy(node, Owner("n", 3, "", str(original), socket.gethostname(), 1, Durability.DELTA)) is None
+        assert running_copy(node, Owner("n", 3, "", str(original), "elsewhere", 1, Durability.WAL)) is None
+        released = Owner("n", 3, "", str(original), socket.gethostname(), 1, Durability.WAL, state="released")
+        assert running_copy(node, released) is None
+        mine = DataDirLock.acquire(copy)  # (this start's own lock, the owner's path another spelling of it)
+        try:
+            itself = Owner("n", 3, "", str(tmp_path / "other-path"), socket.gethostname(), 1, Durability.WAL)
+            assert running_copy(node, itself) is None
+        finally:
+            mine.release()
+    finally:
+        held_lock.release()
+    assert running_copy(node, owner) is None  # (the original stopped: a restart after all)

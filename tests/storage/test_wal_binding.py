@@ -15,7 +15,7 @@ Y = Table("s3://bucket/y/streams", "id-y")
 
 
 def test_records_are_replayed_only_into_the_table_the_wal_names(tmp_path: Path) -> None:
-    wal_binding.bind(tmp_path, X)
+    wal_binding.bind(tmp_path, X, "c1")
     assert wal_binding.bound_table(tmp_path) == X
     wal_binding.check(tmp_path, X, 5, (1, 5), written=True)
     wal_binding.check(tmp_path, Table("s3a://bucket/x/streams", "id-x"), 5, (1, 5), written=True)  # (the id decides)
@@ -39,9 +39,10 @@ def test_a_wal_that_names_no_table_replays_only_into_one_a_server_wrote(tmp_path
 
 
 def test_binding_again_names_the_new_table_and_a_torn_file_is_refused(tmp_path: Path) -> None:
-    wal_binding.bind(tmp_path, X)
-    wal_binding.bind(tmp_path, Y)
+    wal_binding.bind(tmp_path, X, "c1")
+    wal_binding.bind(tmp_path, Y, "c2")
     assert wal_binding.bound_table(tmp_path) == Y
+    assert (wal_binding.claims_on(tmp_path, Y), wal_binding.claims_on(tmp_path, X)) == (("c2",), None)
     assert sorted(path.name for path in tmp_path.iterdir()) == ["wal-table"]  # (no partial file left)
     (tmp_path / "wal-table").write_text('{"uri": "s3://bucket/y/str')
     with pytest.raises(WalOfAnotherTable, match=r"cannot read .*wal-table"):
@@ -49,7 +50,7 @@ def test_binding_again_names_the_new_table_and_a_torn_file_is_refused(tmp_path: 
 
 
 def test_a_wal_goes_on_only_from_where_its_table_has_committed(tmp_path: Path) -> None:
-    wal_binding.bind(tmp_path, X)
+    wal_binding.bind(tmp_path, X, "c1")
     wal_binding.check_follows(tmp_path, X, 41, None, written=True)  # (no segment: a new data dir)
     wal_binding.check_follows(tmp_path, X, 41, 42, written=True)  # (a clean stop's empty segment: the next LSN)
     wal_binding.check_follows(tmp_path, X, 41, 30, written=True)  # (records from 30 on, some of them committed)
@@ -60,3 +61,19 @@ def test_a_wal_goes_on_only_from_where_its_table_has_committed(tmp_path: Path) -
     with pytest.raises(WalOfAnotherTable, match="the records 42-44 were committed"):
         wal_binding.check_follows(tmp_path, X, 41, 45, written=True)
     wal_binding.check_follows(tmp_path, X, 0, 45, written=False)
+
+
+def test_a_claim_noted_keeps_every_id_until_one_is_made_and_moves_no_wal(tmp_path: Path) -> None:
+    """Starts that fail after noting their claim (refused, a store refusing the commit) let go of
+    no id, so the one the table names stays known; nor do they move the WAL to the table they
+    did not claim: its LSNs are still the other table's."""
+    wal_binding.bind(tmp_path, X, "c1")
+    for claim in ("c2", "c3", "c4"):
+        wal_binding.note_claim(tmp_path, X, claim)
+    assert wal_binding.claims_on(tmp_path, X) == ("c1", "c2", "c3", "c4")
+    wal_binding.note_claim(tmp_path, Y, "d1")  # (refused by Y's owner, say)
+    assert wal_binding.bound_table(tmp_path) == X and wal_binding.claims_on(tmp_path, Y) == ("d1",)
+    wal_binding.check_follows(tmp_path, Y, 100, 5001, written=True)  # (X's LSNs: not Y's to check)
+    wal_binding.bind(tmp_path, Y, "d2")  # (made)
+    assert wal_binding.bound_table(tmp_path) == Y and wal_binding.claims_on(tmp_path, Y) == ("d2",)
+    assert wal_binding.claims_on(tmp_path, X) is None

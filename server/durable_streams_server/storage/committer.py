@@ -135,12 +135,14 @@ class Storage:
             written = owned or committed > 0
             wal_binding.check(data_dir, table, len(replayed), lsns, written=written)
             wal_binding.check_follows(data_dir, table, committed, self.wal.first_lsn(), written=written)
-            known = wal_binding.claims_on(data_dir, table)
-            self.node = replace(self.node, claim=claim, claims=known)
-            wal_binding.bind(data_dir, table, (*(known or ())[-2:], claim))  # (before the claim it names)
+            self.node = replace(self.node, claim=claim, claims=wal_binding.claims_on(data_dir, table))
+            wal_binding.note_claim(data_dir, table, claim)  # (before the claim it names)
         self.owner = self.delta.claim(self.node, holds_wal=bool(replayed))
         if self.wal is not None:
-            wal_binding.bind(data_dir, table, (claim,))
+            previous = wal_binding.bound_table(data_dir)
+            if previous is not None and previous.id != table.id:  # (no records: ``check``)
+                self.wal.discard_empty()
+            wal_binding.bind(data_dir, table, claim)
         if leftover is not None:
             give_up(leftover)
         committed = self.delta.committed_lsn()

@@ -41,6 +41,7 @@ import socket
 import time
 from pathlib import Path
 
+from .durability import Durability
 from .ownership import Node, Owner, OwnershipError
 
 LOCK_FILE = "lock"
@@ -72,9 +73,13 @@ class DataDirLock:
             if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
                 raise _in_use(data_dir, holder) from None
             raise DataDirInUse(f"cannot lock the data dir {data_dir} ({path}: {error.strerror})") from None
-        os.ftruncate(fd, 0)
-        holder_text = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": _now()})
-        os.pwrite(fd, (holder_text + "\n").encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            holder_text = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": _now()})
+            os.pwrite(fd, (holder_text + "\n").encode(), 0)
+        except BaseException:
+            os.close(fd)  # (and the lock with it)
+            raise
         return cls(path, fd)
 
     @property
@@ -111,10 +116,11 @@ def running_copy(node: Node, owner: Owner) -> DataDirInUse | None:
     Delta would then be in no server's memory. ``None``: no such server runs here."""
     if (
         owner.node_id != node.node_id
+        or owner.durability != Durability.WAL  # (fenced, a delta owner loses nothing acknowledged)
         or owner.state == "released"
         or owner.host != socket.gethostname()
         or not owner.data_dir
-        or owner.data_dir == node.data_dir
+        or _same_directory(owner.data_dir, node.data_dir)
         or not held(Path(owner.data_dir))
     ):
         return None
@@ -124,6 +130,15 @@ def running_copy(node: Node, owner: Owner) -> DataDirInUse | None:
         "it acknowledged and has not flushed. Nothing was changed. Stop that server first, or start this "
         "one with a fresh --data-dir (and --take-over to move the storage to it)."
     )
+
+
+def _same_directory(one: str, other: str) -> bool:
+    """Whether two paths name one directory (a bind mount, another spelling: its device and inode)."""
+    try:
+        first, second = os.stat(one), os.stat(other)
+    except OSError:
+        return one == other
+    return (first.st_dev, first.st_ino) == (second.st_dev, second.st_ino)
 
 
 def _in_use(data_dir: Path, holder: dict[str, object]) -> DataDirInUse:

@@ -163,6 +163,15 @@ class WriteAheadLog:
             dropped += 1
         return dropped
 
+    def discard_empty(self) -> None:
+        """Delete every segment of a log that holds no record (one moving to another table: its
+        leftover empty segment is named by the other table's LSNs), before it is started."""
+        assert self._fd is None, "before start_segment()"
+        for start, path in self._segments():
+            path.unlink()
+            self._resize(start, None)
+        fsync_path(self.directory)
+
     def size_bytes(self) -> int:
         """Bytes of all segments' records (O(1): see the module docstring)."""
         return self._total

@@ -21,11 +21,15 @@ by hand. The same start refuses a WAL that goes on from past its table's last co
 (``check_follows``: a table restored from an older copy lacks records the WAL let go once they
 were committed).
 
-The file also keeps the ids of the claims this directory made on the table (``Owner.claim``):
-written with the id of a claim before it is made (so a crash between the two cannot make the
-directory a stranger to its own claim), and with that id alone once it is made. A copy of the
-directory (a cloned disk, a restored backup) has the node id and WAL id ownership knows a
-restart by, but not the claims a copy that ran since made: ``ownership.copy_of``.
+The file also keeps the ids of the claims this directory made, per table (``Owner.claim``):
+an id is added before its claim is made and none is let go until one is made (so no crash or
+failed start can make the directory a stranger to the claim its table names); once made, that
+id alone is kept, and only then does the file name the claimed table as the WAL's (a start
+refused by its owner leaves the WAL's table as it was). A WAL moving to another table holds no
+records (``check``); its leftover empty segments, named by the other table's LSNs, are let go
+(``WriteAheadLog.discard_empty``). A copy of the directory (a cloned disk, a restored backup)
+has the node id and WAL id ownership knows a restart by, but not the claims a copy that ran
+since made: ``ownership.copy_of``.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .local_sync import fsync_path
 from .ownership import OwnershipError
@@ -56,15 +61,23 @@ class Table:
     id: str
 
 
-def bound_table(data_dir: Path) -> Table | None:
-    """The table ``data_dir``'s WAL records are for (``None``: no file says)."""
+def _read(data_dir: Path) -> dict[str, Any]:
+    """The file's JSON (empty: no file); a torn or foreign one refuses the start."""
     try:
         found = json.loads((data_dir / TABLE_FILE).read_text(encoding="utf-8"))
-        return Table(str(found["uri"]), str(found["id"]))
     except FileNotFoundError:
-        return None
-    except (OSError, ValueError, KeyError, TypeError) as error:
+        return {}
+    except (OSError, ValueError) as error:
         raise WalOfAnotherTable(f"cannot read {data_dir / TABLE_FILE}: {error}") from None
+    if not isinstance(found, dict):
+        raise WalOfAnotherTable(f"cannot read {data_dir / TABLE_FILE}: not a JSON object")
+    return found
+
+
+def bound_table(data_dir: Path) -> Table | None:
+    """The table ``data_dir``'s WAL records are for (``None``: no file says)."""
+    found = _read(data_dir)
+    return Table(str(found["uri"]), str(found["id"])) if "id" in found and "uri" in found else None
 
 
 def check(data_dir: Path, table: Table, records: int, lsns: tuple[int, int], *, written: bool) -> None:
@@ -111,24 +124,33 @@ def check_follows(data_dir: Path, table: Table, committed: int, first_lsn: int |
 
 def claims_on(data_dir: Path, table: Table) -> tuple[str, ...] | None:
     """The claim ids this data directory made on ``table``, oldest first (``ownership.copy_of``);
-    ``None``: unknown (no file, another table's, or one from before claim ids)."""
-    try:
-        found = json.loads((data_dir / TABLE_FILE).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as error:
-        raise WalOfAnotherTable(f"cannot read {data_dir / TABLE_FILE}: {error}") from None
-    claims = found.get("claims") if isinstance(found, dict) and found.get("id") == table.id else None
-    return tuple(str(claim) for claim in claims) if isinstance(claims, list) else None
+    ``None``: unknown (no file, or none made on ``table`` since the file was kept)."""
+    claims = _read(data_dir).get("claims")
+    made = claims.get(table.id) if isinstance(claims, dict) else None
+    return tuple(str(claim) for claim in made) if isinstance(made, list) else None
 
 
-def bind(data_dir: Path, table: Table, claims: tuple[str, ...] = ()) -> None:
-    """Name ``table`` as the one ``data_dir``'s WAL records are for, with the ids of the claims this
-    data directory made on it (``claims``: the last one made, and one being made), written and
-    fsynced before the claim they name is made."""
+def note_claim(data_dir: Path, table: Table, claim: str) -> None:
+    """Before claiming ``table``: add ``claim`` to the ids this directory made on it (none let go
+    until a claim is made: a start that fails after this must not estrange its directory from
+    the claim the table names), the table the WAL's records are for left as it is."""
+    found = _read(data_dir)
+    kept = found.get("claims")
+    claims: dict[str, list[str]] = kept if isinstance(kept, dict) else {}
+    _write(data_dir, {**found, "claims": {**claims, table.id: [*claims.get(table.id, []), claim]}})
+
+
+def bind(data_dir: Path, table: Table, claim: str) -> None:
+    """Once ``claim`` on ``table`` is made: ``table`` is the one the WAL's records are for, and
+    ``claim`` the one id this directory needs to know its claim by."""
+    _write(data_dir, {"uri": table.uri, "id": table.id, "claims": {table.id: [claim]}})
+
+
+def _write(data_dir: Path, content: dict[str, Any]) -> None:
+    """Replace the file with ``content``, written and fsynced (file, then directory) first."""
     path, partial = data_dir / TABLE_FILE, data_dir / (TABLE_FILE + ".tmp")
     with open(partial, "w", encoding="utf-8") as handle:
-        handle.write(json.dumps({"uri": table.uri, "id": table.id, "claims": list(claims)}) + "\n")
+        handle.write(json.dumps(content) + "\n")
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(partial, path)
