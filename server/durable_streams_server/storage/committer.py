@@ -125,11 +125,11 @@ class Storage:
         it (before serving). Without a WAL of its own (delta mode), a WAL left in the data dir
         holding records Delta does not hold refuses the start, unless given up (``leftover_wal``)."""
         replayed = list(self.wal.replay()) if self.wal is not None else []
-        leftover = unflushed(self.config.data_dir, self.delta.committed_lsn()) if self.wal is None else None
+        claim, data_dir, committed = uuid.uuid4().hex, self.config.data_dir, self.delta.committed_lsn()
+        leftover = unflushed(data_dir, committed) if self.wal is None else None
         if leftover is not None and self.node.take_over != "force":
             raise refusal(leftover, self.delta.uri)
         table, owned = self.delta.identity()
-        claim, data_dir, committed = uuid.uuid4().hex, self.config.data_dir, self.delta.committed_lsn()
         if self.wal is not None:  # (its records are for one table, and its claims on it: ``wal_binding``)
             lsns = (replayed[0].lsn, replayed[-1].lsn) if replayed else (0, 0)
             written = owned or committed > 0

@@ -162,3 +162,15 @@ def fsync_path(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def replace_durably(path: Path, text: str) -> None:
+    """``path`` holds ``text`` from now on, whatever crash comes: written beside it, fsynced,
+    renamed over it, and its directory fsynced."""
+    partial = path.with_suffix(".tmp")
+    with open(partial, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(partial, path)
+    fsync_path(path.parent)

@@ -75,7 +75,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .durability import Durability
-from .local_sync import fsync_path
+from .local_sync import replace_durably
 
 OWNER_APP_ID = "durable-streams-owner"
 """The app id of the ownership epoch (``txn`` version = epoch)."""
@@ -196,13 +196,7 @@ def _kept_id(path: Path, length: int) -> str:
         return kept
     made = uuid.uuid4().hex[:length]
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(".tmp")
-    with open(partial, "w", encoding="utf-8") as handle:
-        handle.write(made + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(partial, path)
-    fsync_path(path.parent)
+    replace_durably(path, made + "\n")
     return made
 
 

@@ -35,12 +35,11 @@ since made: ``ownership.copy_of``.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .local_sync import fsync_path
+from .local_sync import replace_durably
 from .ownership import OwnershipError
 
 TABLE_FILE = "wal-table"
@@ -148,10 +147,4 @@ def bind(data_dir: Path, table: Table, claim: str) -> None:
 
 def _write(data_dir: Path, content: dict[str, Any]) -> None:
     """Replace the file with ``content``, written and fsynced (file, then directory) first."""
-    path, partial = data_dir / TABLE_FILE, data_dir / (TABLE_FILE + ".tmp")
-    with open(partial, "w", encoding="utf-8") as handle:
-        handle.write(json.dumps(content) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(partial, path)
-    fsync_path(data_dir)
+    replace_durably(data_dir / TABLE_FILE, json.dumps(content) + "\n")
