@@ -329,3 +329,17 @@ def test_the_claim_id_has_a_property_of_its_own_read_beside_its_epoch(tmp_path: 
     DeltaLog(str(tmp_path), {}).claim(_node("n", wal_id="w"), holds_wal=False)  # (a claim without an id)
     owner = newest_owner(DeltaTable(f"{tmp_path}/streams"))
     assert owner is not None and (owner.epoch, owner.claim) == (2, None)  # ("1:c1" left behind, not read)
+
+
+def test_an_owner_named_with_fields_this_version_does_not_know_is_still_its_owner(tmp_path: Path) -> None:
+    """A newer server's owner JSON, with a field added: read as no owner, a start of another node
+    here would claim the table at once from a server that may hold acknowledged records."""
+    DeltaLog(str(tmp_path), {}).claim(_node("newer", wal_id="w"), holds_wal=False)
+    table = DeltaTable(f"{tmp_path}/streams")
+    text = table.metadata().configuration[OWNER_KEY]
+    table.alter.set_table_properties({OWNER_KEY: text[:-1] + ',"added_later":1}'}, raise_if_not_exists=False)
+    owner = newest_owner(DeltaTable(f"{tmp_path}/streams"))
+    assert owner is not None and (owner.node_id, owner.epoch, owner.wal_id) == ("newer", 1, "w")
+    with pytest.raises(OwnershipError, match="'newer'"):
+        DeltaLog(str(tmp_path), {}).claim(_node("older"), holds_wal=False)
+    assert DeltaLog(str(tmp_path), {}).claim(_node("newer", wal_id="w"), holds_wal=True).epoch == 2  # (its restart)

@@ -71,6 +71,7 @@ import os
 import socket
 import uuid
 from dataclasses import asdict, dataclass, replace
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -127,10 +128,14 @@ class Owner:
 
     @classmethod
     def from_json(cls, text: str) -> Owner | None:
+        """The owner ``text`` names; the fields this version does not know (a newer server's) are
+        left out: read as no owner, it would be claimed at once, fencing a newer server that may
+        hold acknowledged records in its WAL. ``None``: not an owner's JSON."""
         try:
-            fields: dict[str, Any] = json.loads(text)
-            fields["durability"] = Durability.recorded(fields.get("durability"))
-            return cls(**fields)
+            found: dict[str, Any] = json.loads(text)
+            known = {name: found[name] for name in _OWNER_FIELDS if name in found}
+            known["durability"] = Durability.recorded(known.get("durability"))
+            return cls(**known)
         except (TypeError, ValueError):
             return None
 
@@ -138,6 +143,9 @@ class Owner:
         where = f" at {self.url}" if self.url else ""
         at = f"host {self.host}, pid {self.pid}, data dir {self.data_dir}, epoch {self.epoch}"
         return f"node {self.node_id!r}{where} ({at})"
+
+
+_OWNER_FIELDS = tuple(field.name for field in dataclass_fields(Owner))
 
 
 @dataclass(frozen=True, slots=True)
