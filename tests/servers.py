@@ -260,17 +260,20 @@ class MotoServer:
             "AWS_ALLOW_HTTP": "true",
         }
 
-    def create_bucket(self, name: str) -> None:
+    def client(self) -> Any:
+        """A boto3 S3 client of this server."""
         import boto3
 
-        client = boto3.client(
+        return boto3.client(
             "s3",
             endpoint_url=self.endpoint,
             aws_access_key_id="testing",
             aws_secret_access_key="testing",
             region_name="us-east-1",
         )
-        client.create_bucket(Bucket=name)
+
+    def create_bucket(self, name: str) -> None:
+        self.client().create_bucket(Bucket=name)
 
     def server_args(self, uri: str) -> list[str]:
         args = ["--storage-uri", uri]

@@ -56,8 +56,10 @@ def open_storage(config: ServerConfig, observer: StorageObserver) -> tuple[Stora
         raise
     try:
         storage, engine = _recovered(config, observer)
-    except BaseException:
+    except BaseException as error:
         lock.release()
+        if isinstance(error, OwnershipError):  # (the start's one line, above the server's traceback)
+            log.critical("start refused", extra={"reason": str(error)})
         raise
     storage.hold_until_closed(lock)
     return storage, engine
@@ -111,12 +113,7 @@ def _recovered(config: ServerConfig, observer: StorageObserver) -> tuple[Storage
     engine = Engine(storage, engine_config)
     if config.cluster_shard is not None:
         storage.on_fenced.append(_stop_when_fenced)
-    try:
-        recovery = storage.recover()
-    except OwnershipError as error:  # (the start's one line, above the server's traceback)
-        log.critical("start refused", extra={"reason": str(error)})
-        raise
-    engine.load(recovery)
+    engine.load(storage.recover())
     log.info(
         "ready",
         extra={

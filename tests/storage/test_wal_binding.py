@@ -8,7 +8,7 @@ import pytest
 
 from durable_streams_server.storage import wal_binding
 from durable_streams_server.storage.ownership import OwnershipError
-from durable_streams_server.storage.wal_binding import Table, WalOfAnotherTable
+from durable_streams_server.storage.wal_binding import Table, TableGone, WalOfAnotherTable
 
 X = Table("s3://bucket/x/streams", "id-x")
 Y = Table("s3://bucket/y/streams", "id-y")
@@ -77,3 +77,28 @@ def test_a_claim_noted_keeps_every_id_until_one_is_made_and_moves_no_wal(tmp_pat
     wal_binding.bind(tmp_path, Y, "d2")  # (made)
     assert wal_binding.bound_table(tmp_path) == Y and wal_binding.claims_on(tmp_path, Y) == ("d2",)
     assert wal_binding.claims_on(tmp_path, X) is None
+
+
+def test_a_start_where_the_named_table_is_not_is_refused(tmp_path: Path) -> None:
+    """No table at the URI named (a volume not mounted, a prefix deleted), or one made again
+    there (another id): refused, whatever the WAL holds; another URI is another table's start."""
+    wal_binding.check_present(tmp_path, X.uri, None)  # (a data dir that names no table: a new one)
+    wal_binding.bind(tmp_path, X, "c1")
+    wal_binding.check_present(tmp_path, X.uri, "id-x")
+    wal_binding.check_present(tmp_path, Y.uri, None)  # (moving to another URI: ``check`` decides on its records)
+    with pytest.raises(TableGone) as refused:
+        wal_binding.check_present(tmp_path, X.uri, None)
+    assert "wrote at s3://bucket/x/streams (id id-x) is not there: it holds no table" in str(refused.value)
+    assert f"remove {tmp_path / 'wal-table'}" in str(refused.value)
+    with pytest.raises(TableGone, match=r"another table \(id id-z\): the one served was deleted and made again"):
+        wal_binding.check_present(tmp_path, X.uri, "id-z")
+    assert isinstance(refused.value, OwnershipError)  # (a refused start, exit code 3)
+
+
+def test_naming_a_table_without_a_wal_keeps_the_claims_made_on_it(tmp_path: Path) -> None:
+    wal_binding.bind(tmp_path, X, "c1")
+    wal_binding.name(tmp_path, Y)
+    assert wal_binding.bound_table(tmp_path) == Y and wal_binding.claims_on(tmp_path, X) == ("c1",)
+    before = (tmp_path / "wal-table").stat().st_mtime_ns
+    wal_binding.name(tmp_path, Y)  # (named already: not written again)
+    assert (tmp_path / "wal-table").stat().st_mtime_ns == before

@@ -33,9 +33,8 @@ from deltalake import DeltaTable
 
 from .compaction_plan import Bin, components
 from .data_files import DataFiles
-from .delta_log import plain_batch
 from .sorted_runs import KINDS, Keys, RunBuilder, SortMemory, keys_of, merged
-from .table_schema import KIND_STATE, KIND_SUBSCRIPTION, SCHEMA
+from .table_schema import KIND_STATE, KIND_SUBSCRIPTION, SCHEMA, plain_batch
 
 _SUPERSEDED_KINDS = np.array([KINDS.index(KIND_STATE), KINDS.index(KIND_SUBSCRIPTION)])
 """Ranks of the kinds whose rows a newer row of the same uid replaces."""

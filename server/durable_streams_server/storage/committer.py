@@ -69,7 +69,10 @@ class Storage:
         self.config = config
         observer = observer or NullObserver()
         self.delta = DeltaLog(
-            config.storage_uri, config.storage_options, log_retention_hours=config.compaction.log_retention_hours
+            config.storage_uri,
+            config.storage_options,
+            log_retention_hours=config.compaction.log_retention_hours,
+            before_create=lambda uri: wal_binding.check_present(config.data_dir, uri, None),
         )
         self.history = HistoryReader(
             self.delta.uri, config.storage_options, max_parked_bytes=config.history_parked_bytes
@@ -130,6 +133,7 @@ class Storage:
         if leftover is not None and self.node.take_over != "force":
             raise refusal(leftover, self.delta.uri)
         table, owned = self.delta.identity()
+        wal_binding.check_present(data_dir, table.uri, table.id)
         if self.wal is not None:  # (its records are for one table, and its claims on it: ``wal_binding``)
             lsns = (replayed[0].lsn, replayed[-1].lsn) if replayed else (0, 0)
             written = owned or committed > 0
@@ -143,6 +147,8 @@ class Storage:
             if previous is not None and previous.id != table.id:  # (no records: ``check``)
                 self.wal.discard_empty()
             wal_binding.bind(data_dir, table, claim)
+        else:
+            wal_binding.name(data_dir, table)
         if leftover is not None:
             give_up(leftover)
         committed = self.delta.committed_lsn()

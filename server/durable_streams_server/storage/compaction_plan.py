@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import pyarrow as pa
+
 
 @dataclass(frozen=True, slots=True)
 class FileSpan:
@@ -98,3 +100,15 @@ def plan_bins(files: Sequence[FileSpan], target_bytes: int, settled_bytes: int) 
 def spans_intersecting(files: Iterable[FileSpan], lo: int, hi: int) -> frozenset[str]:
     """The paths of the files with rows in ``[lo, hi]`` (a bin's check before it commits)."""
     return frozenset(file.path for file in files if file.lo <= hi and file.hi >= lo)
+
+
+def spans_of(actions: pa.Table) -> list[FileSpan]:
+    """The spans of a table's data files, from its ``add`` actions (flattened: ``path``,
+    ``size_bytes``, ``min.lsn``, ``max.lsn``)."""
+    if actions.num_rows == 0:
+        return []
+    paths, sizes = actions["path"].to_pylist(), actions["size_bytes"].to_pylist()
+    los, his = actions["min.lsn"].to_pylist(), actions["max.lsn"].to_pylist()
+    if None in los or None in his:
+        raise RuntimeError("a data file of the table has no lsn statistics; compaction needs them")
+    return [FileSpan(*fields) for fields in zip(paths, sizes, los, his, strict=True)]

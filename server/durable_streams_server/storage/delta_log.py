@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -52,7 +52,7 @@ from deltalake import ColumnProperties, CommitProperties, DeltaTable, Transactio
 from deltalake.exceptions import TableNotFoundError
 
 from .commit_rows import clustered, commit_table
-from .compaction_plan import Bin, FileSpan, spans_intersecting
+from .compaction_plan import Bin, FileSpan, spans_intersecting, spans_of
 from .local_sync import LocalSync
 from .log_trim import table_properties, trim_due, trim_log
 from .owner_log import check_owner, claim_table, epoch_of, fenced_by, handover_asked, name_owner, owner_properties
@@ -64,7 +64,7 @@ from .records import (
 from .state_checkpoint import BATCH_ROWS, CHECKPOINT_APP_ID, Checkpoint, newest_per_uid
 from .state_files import StateFiles
 from .state_rows import RecoveredRows, split_rows
-from .table_schema import KIND_SNAPSHOT, KIND_STATE, KIND_SUBSCRIPTION, SCHEMA
+from .table_schema import KIND_SNAPSHOT, KIND_STATE, KIND_SUBSCRIPTION, SCHEMA, plain
 from .wal_binding import Table
 
 APP_ID = "durable-streams-server"
@@ -106,12 +106,15 @@ class DeltaLog:
         *,
         log_retention_hours: int = 0,
         checkpoint_interval: int = CHECKPOINT_INTERVAL,
+        before_create: Callable[[str], None] = lambda uri: None,
     ) -> None:
+        """``before_create``: called with the table's URI where no table is, before one is made
+        there; raising refuses it (``wal_binding.check_present``)."""
         self.uri = table_uri(storage_uri)
         self.storage_options = dict(storage_options)
         self.checkpoint_interval = checkpoint_interval
         self._configuration = table_properties(checkpoint_interval, log_retention_hours)
-        self._table = self._open_or_create()
+        self._table = self._open_or_create(before_create)
         self._sync = LocalSync.for_uri(self.uri)
         """A local table's commits are fsynced before they count (``local_sync``)."""
         if self._sync is not None:
@@ -126,10 +129,11 @@ class DeltaLog:
         """(version, epoch): the newest handover request up to that version asked ``epoch`` to let
         go (``handover_asked``); advanced by this handle's own commits right after it (``_write``)."""
 
-    def _open_or_create(self) -> DeltaTable:
+    def _open_or_create(self, before_create: Callable[[str], None]) -> DeltaTable:
         try:
             table = DeltaTable(self.uri, storage_options=self.storage_options)
         except TableNotFoundError:
+            before_create(self.uri)
             return DeltaTable.create(
                 self.uri,
                 SCHEMA,
@@ -399,27 +403,10 @@ class DeltaLog:
         return json.loads(newest["meta"][0].as_py())["content_type"], newest["data"][0].as_py()
 
 
-def plain(table: pa.Table) -> pa.Table:
-    """delta-rs scans produce view types; the table's own types keep the rest of the code simple."""
-    return table.cast(pa.schema([SCHEMA.field(name).with_nullable(True) for name in table.column_names]))
-
-
-def plain_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """``plain`` for one batch of all the table's columns."""
-    return batch.cast(SCHEMA)
-
-
 def _active_paths(table: DeltaTable) -> list[str]:
     """The paths of the table's data files, as its ``add`` actions name them."""
     return [str(path) for path in pa.table(table.get_add_actions(flatten=True))["path"].to_pylist()]
 
 
 def _spans(table: DeltaTable) -> list[FileSpan]:
-    actions = pa.table(table.get_add_actions(flatten=True))
-    if actions.num_rows == 0:
-        return []
-    paths, sizes = actions["path"].to_pylist(), actions["size_bytes"].to_pylist()
-    los, his = actions["min.lsn"].to_pylist(), actions["max.lsn"].to_pylist()
-    if actions.num_rows and (None in los or None in his):
-        raise RuntimeError("a data file of the table has no lsn statistics; compaction needs them")
-    return [FileSpan(*fields) for fields in zip(paths, sizes, los, his, strict=True)]
+    return spans_of(pa.table(table.get_add_actions(flatten=True)))

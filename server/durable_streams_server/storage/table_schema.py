@@ -21,3 +21,13 @@ KIND_MESSAGE = "message"
 KIND_STATE = "state"
 KIND_SNAPSHOT = "snapshot"
 KIND_SUBSCRIPTION = "subscription"
+
+
+def plain(table: pa.Table) -> pa.Table:
+    """delta-rs scans produce view types; the table's own types keep the rest of the code simple."""
+    return table.cast(pa.schema([SCHEMA.field(name).with_nullable(True) for name in table.column_names]))
+
+
+def plain_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``plain`` for one batch of all the table's columns."""
+    return batch.cast(SCHEMA)

@@ -12,12 +12,13 @@ nobody has owned yet be claimed at once.
 
 So the data directory names its WAL's table: ``wal-table`` holds the table's URI and its Delta
 id (``metaData.id``: made when the table is created, so a table recreated at the same URI has
-another). A start whose WAL holds records checks it before it claims or changes anything, and
-refuses (``WalOfAnotherTable``) when it names another table, or, where no file says (a data dir
-from before it), when no server has written the table yet (never owned, no commit): then the
-records cannot be its. No ``--take-over force`` here, as for a stale WAL
-(``ownership.stale_wal``): the way out is the right ``--storage-uri``, or the WAL moved aside
-by hand. The same start refuses a WAL that goes on from past its table's last commit
+another). A server with ``--durability delta`` names its table there too: it has no WAL, but
+the same table can go missing under it. A start whose WAL holds records checks it before it
+claims or changes anything, and refuses (``WalOfAnotherTable``) when it names another table,
+or, where no file says (a data dir from before it), when no server has written the table yet
+(never owned, no commit): then the records cannot be its. No ``--take-over force`` here, as
+for a stale WAL (``ownership.stale_wal``): the way out is the right ``--storage-uri``, or the
+WAL moved aside by hand. The same start refuses a WAL that goes on from past its table's last commit
 (``check_follows``: a table restored from an older copy lacks records the WAL let go once they
 were committed).
 
@@ -30,6 +31,15 @@ records (``check``); its leftover empty segments, named by the other table's LSN
 (``WriteAheadLog.discard_empty``). A copy of the directory (a cloned disk, a restored backup)
 has the node id and WAL id ownership knows a restart by, but not the claims a copy that ran
 since made: ``ownership.copy_of``.
+
+A table the data directory names can also be missing from its URI at a start, whatever the
+WAL holds: a volume that did not mount (the URI then a directory of the root filesystem), a
+prefix deleted or renamed, the same URI on another object store (another endpoint or
+account). Made afresh there, the table would serve every stream as never created, hand
+their offsets out again, and acknowledge appends that vanish under the table once it is
+back. So a start where the table named is not (``check_present``: no table, or one of
+another id, deleted and made again) is refused before any table is made or claimed; the way
+out, for a table given up on purpose, is to remove the file.
 """
 
 from __future__ import annotations
@@ -50,6 +60,10 @@ alone): the table the WAL's records are for, and the claims this data directory 
 
 class WalOfAnotherTable(OwnershipError):
     """The WAL holds records acknowledged for another table: the start is refused."""
+
+
+class TableGone(OwnershipError):
+    """The table this data directory served is not at its URI: the start is refused."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +91,22 @@ def bound_table(data_dir: Path) -> Table | None:
     """The table ``data_dir``'s WAL records are for (``None``: no file says)."""
     found = _read(data_dir)
     return Table(str(found["uri"]), str(found["id"])) if "id" in found and "uri" in found else None
+
+
+def check_present(data_dir: Path, uri: str, found: str | None) -> None:
+    """Refuse a start on the table at ``uri`` if ``data_dir`` names a table there and ``found``
+    (the Delta id of the one there; ``None``: none is, before one is made) is not it."""
+    bound = bound_table(data_dir)
+    if bound is None or bound.uri != uri or bound.id == found:
+        return
+    there = "no table" if found is None else f"another table (id {found}): the one served was deleted and made again"
+    raise TableGone(
+        f"the table this data dir's server wrote at {uri} (id {bound.id}) is not there: it holds {there}. "
+        "Served from here, every stream it held would be missing, their offsets handed out again, and new appends "
+        "acknowledged where they would vanish once it is back (a volume not mounted? a prefix deleted or renamed? "
+        "the same URI on another store?). Nothing was created or claimed. Start again once the table is back; to "
+        f"give it up on purpose, remove {data_dir / TABLE_FILE} and start again."
+    )
 
 
 def check(data_dir: Path, table: Table, records: int, lsns: tuple[int, int], *, written: bool) -> None:
@@ -143,6 +173,14 @@ def bind(data_dir: Path, table: Table, claim: str) -> None:
     """Once ``claim`` on ``table`` is made: ``table`` is the one the WAL's records are for, and
     ``claim`` the one id this directory needs to know its claim by."""
     _write(data_dir, {"uri": table.uri, "id": table.id, "claims": {table.id: [claim]}})
+
+
+def name(data_dir: Path, table: Table) -> None:
+    """``table`` is the one ``data_dir`` serves (a server without a WAL: no claims to keep; those
+    kept for it from a WAL's starts stay)."""
+    found = _read(data_dir)
+    if found.get("uri") != table.uri or found.get("id") != table.id:
+        _write(data_dir, {**found, "uri": table.uri, "id": table.id})
 
 
 def _write(data_dir: Path, content: dict[str, Any]) -> None:
