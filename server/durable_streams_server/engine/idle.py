@@ -30,8 +30,11 @@ at once are capped (``most_built``): a share of the memory budget each
 its one message, ``memory_tail``). While more are built, the idle
 time shrinks to ``PRESSED_IDLE_MS`` and a step may take ``PRESSED_STEP_S``: streams unused
 for a second sleep, each kept as ~235 bytes of columns (``cold_streams``), and the hot ones
-stay built. Only a stream whose every record is in Delta with its state (``flushed_lsn``)
-sleeps, so the next flush does not build it again.
+stay built. Under load a built stream need not wait ``idle_ms`` either: one unused through
+the last ``FULL_SCANS`` full collections (``full_collections``: they follow the load, none on
+a quiet server) has cost the loop about what sleeping and being built again cost, and sleeps
+then (never within ``PRESSED_IDLE_MS`` of its use). Only a stream whose every record is in
+Delta with its state (``flushed_lsn``) sleeps, so the next flush does not build it again.
 
 Its cached tail (flushed messages kept for reads) is let go first, as the memory budget
 would let it go: reads of it then come from Delta, identical. A sleeping stream is built
@@ -44,6 +47,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from .full_collections import FullCollections
 from .periodic import Periodic
 from .stream import Stream
 from .stream_index import StreamIndex
@@ -96,6 +100,7 @@ class IdleStreams:
         """Streams built at once before they sleep sooner (0: no cap)."""
         self.slept = 0
         """Streams put to sleep so far."""
+        self.full_collections = FullCollections(clock)
         self._turn: list[int] = []
         self._periodic = Periodic("idle-streams", interval_s, self._step, log)
 
@@ -108,22 +113,27 @@ class IdleStreams:
         if pressed:  # (never longer to wait, nor a shorter step, than without the cap)
             idle_ms, step_s = min(idle_ms, PRESSED_IDLE_MS), max(step_s, PRESSED_STEP_S)
         now, flushed = self.clock(), self.flushed_lsn()
+        used_after = now - idle_ms
+        scanned_since = self.full_collections.oldest()
+        if scanned_since is not None:  # (unused through ``FULL_SCANS`` full collections: ``full_collections``)
+            used_after = max(used_after, min(scanned_since, now - PRESSED_IDLE_MS))
         until = time.perf_counter() + step_s
         slept = 0
         for _ in range(min(self.batch * (10 if pressed else 1), len(self._turn))):
             uid = self._turn.pop()
-            if self._quiesce(self.index.built(uid), now, idle_ms, flushed) and self.index.sleep(uid):
+            if self._quiesce(self.index.built(uid), now, used_after, flushed) and self.index.sleep(uid):
                 slept += 1
             if time.perf_counter() > until:
                 break
         self.slept += slept
         return slept
 
-    def _quiesce(self, stream: Stream | None, now: int, idle_ms: int, flushed: int) -> bool:
-        """Whether ``stream`` may sleep (see the module docstring); its cached tail let go if so."""
+    def _quiesce(self, stream: Stream | None, now: int, used_after: int, flushed: int) -> bool:
+        """Whether ``stream`` may sleep (see the module docstring): among others, unused since
+        ``used_after`` (ms); its cached tail let go if so."""
         if (
             stream is None
-            or now - max(stream.last_access_ms, stream.last_write_ms) < idle_ms
+            or max(stream.last_access_ms, stream.last_write_ms) > used_after
             or stream.last_lsn > flushed
             or stream.waiters
             or stream.forks
@@ -143,9 +153,11 @@ class IdleStreams:
 
     def start(self) -> None:
         if self.idle_ms:
+            self.full_collections.start()
             self._periodic.start()
 
     async def close(self) -> None:
+        self.full_collections.close()
         await self._periodic.close()
 
     async def _step(self) -> None:
