@@ -115,3 +115,29 @@ def test_a_start_refused_by_another_tables_owner_leaves_the_data_dir_as_it_was(t
         assert [item["n"] for item in read_json(server.stream_url("b"))] == [0]
     finally:
         server.kill()
+
+
+def test_a_delta_start_on_another_table_leaves_the_wal_to_its_own(tmp_path: Path) -> None:
+    """A WAL server crashed with acknowledged records in its WAL, then its data dir started with
+    ``--durability delta`` on another table, one already committed past those records' LSNs (so
+    they do not count as left behind there): the data dir still names the WAL's table, and a WAL
+    start on it replays every record."""
+    data_dir, first, other = tmp_path / "data", tmp_path / "first", tmp_path / "other"
+    elsewhere = ServerProcess(tmp_path / "elsewhere", ["--storage-uri", str(other)]).start()
+    try:
+        assert requests.put(elsewhere.stream_url("o"), headers=JSON, timeout=30).status_code == 201
+        for n in range(30):
+            assert requests.post(elsewhere.stream_url("o"), data=b'{"n": %d}' % n, headers=JSON, timeout=30).ok
+    finally:
+        elsewhere.stop()
+    _crash_after_appends(data_dir, first, "s", 5)
+    delta = ServerProcess(data_dir, ["--storage-uri", str(other), "--durability", "delta"]).start()
+    try:
+        assert [item["n"] for item in read_json(delta.stream_url("o"))] == list(range(30))
+    finally:
+        delta.stop()
+    server = ServerProcess(data_dir, ["--storage-uri", str(first)]).start()
+    try:
+        assert [item["n"] for item in read_json(server.stream_url("s"))] == list(range(5))
+    finally:
+        server.kill()

@@ -14,7 +14,7 @@ from local_engine import ManualClock, open_local
 
 from durable_streams_server.engine import reads
 from durable_streams_server.engine.engine import Engine, EngineConfig
-from durable_streams_server.engine.full_collections import FULL_SCANS
+from durable_streams_server.engine.full_collections import FULL_SCANS, FullCollections
 from durable_streams_server.engine.idle import MOST_BUILT, PRESSED_IDLE_MS, IdleStreams, most_built
 from durable_streams_server.engine.memory import MemoryBudget
 from durable_streams_server.engine.retention_state import RetentionState
@@ -217,7 +217,8 @@ def test_a_step_takes_its_batch_or_its_time_whichever_ends_first() -> None:
 def test_under_load_a_stream_unused_through_the_last_full_collections_sleeps_sooner() -> None:
     """Every full collection of the cyclic collector scans each built stream: one unused through
     the last ``FULL_SCANS`` of them (and for a second) sleeps without waiting ``idle_ms``; before
-    that many have run (a quiet server), the idle time holds."""
+    that many have run (a quiet server), the idle time holds. (The collections are told to the
+    sweep here as the collector tells them, so that none of this process's own counts.)"""
     clock = ManualClock()
     index = StreamIndex()
     idle = IdleStreams(index, TailCaches(MemoryBudget(0), index, 0), clock, idle_ms=IDLE_MS, step_s=60.0)
@@ -226,30 +227,48 @@ def test_under_load_a_stream_unused_through_the_last_full_collections_sleeps_soo
         name = f"v1/stream/s{uid}"
         index.by_uid[uid] = index.by_name[name] = Stream(name, uid, "text/plain", at_ms, last_access_ms=at_ms)
 
-    start = clock.ms
-    idle.full_collections.start()
-    try:
-        used(1, start)
-        used(2, start)
-        clock.ms += 2 * PRESSED_IDLE_MS
-        assert idle.step() == 0  # (fewer than FULL_SCANS full collections so far)
-        for _ in range(FULL_SCANS - 1):
-            gc.collect()
-            clock.ms += 1
-        assert idle.step() == 0
-        used(3, clock.ms)  # (after the oldest of the full collections, before the newest)
+    def full_collection() -> None:
+        idle.full_collections.collected("start", {"generation": 2})
+        idle.full_collections.collected("stop", {"generation": 2, "collected": 0, "uncollectable": 0})
         clock.ms += 1
-        gc.collect()
-        assert idle.step() == 2 and index.built(3) is not None
-        clock.ms += 2 * PRESSED_IDLE_MS
-        used(4, clock.ms - PRESSED_IDLE_MS)
-        assert idle.step() == 0 and index.awake == 2  # (neither unused through all of the last FULL_SCANS)
+
+    start = clock.ms
+    used(1, start)
+    used(2, start)
+    clock.ms += 2 * PRESSED_IDLE_MS
+    assert idle.step() == 0  # (no full collection so far)
+    for _ in range(FULL_SCANS - 1):
+        full_collection()
+        idle.full_collections.collected("stop", {"generation": 1, "collected": 0, "uncollectable": 0})
+    assert idle.step() == 0  # (one too few: younger generations' collections do not count)
+    used(3, clock.ms)  # (after the oldest of the full collections, before the newest)
+    full_collection()
+    assert idle.step() == 2 and index.built(3) is not None
+    clock.ms += 2 * PRESSED_IDLE_MS
+    used(4, clock.ms - PRESSED_IDLE_MS)
+    assert idle.step() == 0 and index.awake == 2  # (neither unused through all of the last FULL_SCANS)
+    for _ in range(FULL_SCANS):
+        full_collection()
+    assert idle.step() == 2 and index.awake == 0
+
+
+def test_the_collectors_full_collections_are_noted_while_started() -> None:
+    clock = ManualClock()
+    noted = FullCollections(clock)
+    noted.start()
+    try:
+        for _ in range(FULL_SCANS):
+            gc.collect(1)  # (younger generations: not noted)
+        assert noted.oldest() is None
         for _ in range(FULL_SCANS):
             gc.collect()
-        assert idle.step() == 2 and index.awake == 0
+        assert noted.oldest() == clock.ms
     finally:
-        idle.full_collections.close()
-    assert idle.full_collections._collected not in gc.callbacks
+        noted.close()
+    assert noted.collected not in gc.callbacks
+    clock.ms += 1
+    gc.collect()
+    assert noted.oldest() == clock.ms - 1  # (closed: no longer noted)
 
 
 def test_the_streams_built_at_once_are_a_share_of_the_memory_budget_at_most_the_collectors_bound() -> None:

@@ -95,10 +95,35 @@ def test_a_start_where_the_named_table_is_not_is_refused(tmp_path: Path) -> None
     assert isinstance(refused.value, OwnershipError)  # (a refused start, exit code 3)
 
 
+def test_the_table_named_is_found_however_its_location_is_spelled(tmp_path: Path) -> None:
+    local = Table(f"{tmp_path}/delta/streams", "id-l")
+    wal_binding.bind(tmp_path, local, "c1")
+    for spelling in (f"file://{tmp_path}/delta/streams", f"{tmp_path}/delta/../delta/streams"):
+        with pytest.raises(TableGone):
+            wal_binding.check_present(tmp_path, spelling, None)
+    wal_binding.bind(tmp_path, Table("s3a://bucket/x/streams", "id-x"), "c2")
+    with pytest.raises(TableGone):
+        wal_binding.check_present(tmp_path, X.uri, None)
+    wal_binding.check_present(tmp_path, X.uri, "id-x")
+    wal_binding.check_present(tmp_path, "s3://other-bucket/x/streams", None)  # (another location)
+
+
 def test_naming_a_table_without_a_wal_keeps_the_claims_made_on_it(tmp_path: Path) -> None:
     wal_binding.bind(tmp_path, X, "c1")
-    wal_binding.name(tmp_path, Y)
+    wal_binding.name(tmp_path, Y, wal_holds_records=False)
     assert wal_binding.bound_table(tmp_path) == Y and wal_binding.claims_on(tmp_path, X) == ("c1",)
     before = (tmp_path / "wal-table").stat().st_mtime_ns
-    wal_binding.name(tmp_path, Y)  # (named already: not written again)
+    wal_binding.name(tmp_path, Y, wal_holds_records=False)  # (named already: not written again)
     assert (tmp_path / "wal-table").stat().st_mtime_ns == before
+
+
+def test_a_wal_that_still_holds_records_keeps_its_table_named(tmp_path: Path) -> None:
+    """A delta-mode start on another table while the WAL a WAL server left holds records: naming
+    that table would make the records its (a later WAL start on theirs refused, on this one
+    skipped as committed)."""
+    wal_binding.bind(tmp_path, X, "c1")
+    wal_binding.name(tmp_path, Y, wal_holds_records=True)
+    assert wal_binding.bound_table(tmp_path) == X
+    (tmp_path / "wal-table").unlink()  # (a data dir from before the file: the records' table unknown)
+    wal_binding.name(tmp_path, Y, wal_holds_records=True)
+    assert wal_binding.bound_table(tmp_path) is None

@@ -36,18 +36,19 @@ class FullCollections:
         """When each of the newest full collections ended (the clock's ms), oldest first."""
 
     def start(self) -> None:
-        if self._collected not in gc.callbacks:
-            gc.callbacks.append(self._collected)
+        if self.collected not in gc.callbacks:
+            gc.callbacks.append(self.collected)
 
     def close(self) -> None:
-        if self._collected in gc.callbacks:
-            gc.callbacks.remove(self._collected)
+        if self.collected in gc.callbacks:
+            gc.callbacks.remove(self.collected)
 
     def oldest(self) -> int | None:
         """When the oldest of the remembered full collections ended; ``None``: fewer than that
         have run since the start."""
         return self._ended[0] if len(self._ended) == self._ended.maxlen else None
 
-    def _collected(self, phase: str, info: dict[str, Any]) -> None:
+    def collected(self, phase: str, info: dict[str, Any]) -> None:
+        """The collector's callback (``gc.callbacks``): ``phase`` is ``start`` or ``stop``."""
         if phase == "stop" and info["generation"] == 2:
             self._ended.append(self._clock())

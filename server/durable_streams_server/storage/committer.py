@@ -147,10 +147,10 @@ class Storage:
             if previous is not None and previous.id != table.id:  # (no records: ``check``)
                 self.wal.discard_empty()
             wal_binding.bind(data_dir, table, claim)
-        else:
-            wal_binding.name(data_dir, table)
         if leftover is not None:
             give_up(leftover)
+        if self.wal is None:
+            wal_binding.name(data_dir, table, wal_holds_records=unflushed(data_dir, 0) is not None)
         committed = self.delta.committed_lsn()
         rows = self.delta.load_rows()
         self._compaction.recovered(rows.states, self.delta.recovered_checkpoint)

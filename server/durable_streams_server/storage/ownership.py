@@ -121,7 +121,8 @@ class Owner:
 
     def to_json(self) -> str:
         """Its JSON, the claim id left out: it has a property of its own (``CLAIM_KEY``), so that a
-        release without claim ids still reads an owner this one names (an unknown field fails it)."""
+        release without claim ids still reads an owner this one names (there an unknown field
+        fails it; ``from_json`` leaves such fields out)."""
         fields = asdict(self)
         del fields["claim"]
         return json.dumps(fields, separators=(",", ":"))

@@ -45,6 +45,7 @@ out, for a table given up on purpose, is to remove the file.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -97,7 +98,7 @@ def check_present(data_dir: Path, uri: str, found: str | None) -> None:
     """Refuse a start on the table at ``uri`` if ``data_dir`` names a table there and ``found``
     (the Delta id of the one there; ``None``: none is, before one is made) is not it."""
     bound = bound_table(data_dir)
-    if bound is None or bound.uri != uri or bound.id == found:
+    if bound is None or _location(bound.uri) != _location(uri) or bound.id == found:
         return
     there = "no table" if found is None else f"another table (id {found}): the one served was deleted and made again"
     raise TableGone(
@@ -175,12 +176,25 @@ def bind(data_dir: Path, table: Table, claim: str) -> None:
     _write(data_dir, {"uri": table.uri, "id": table.id, "claims": {table.id: [claim]}})
 
 
-def name(data_dir: Path, table: Table) -> None:
-    """``table`` is the one ``data_dir`` serves (a server without a WAL: no claims to keep; those
-    kept for it from a WAL's starts stay)."""
+def name(data_dir: Path, table: Table, *, wal_holds_records: bool) -> None:
+    """``table`` is the one ``data_dir`` serves, for a server without a WAL (no claims to keep;
+    those kept for it from a WAL's starts stay). While the data dir's WAL still holds records
+    (a WAL server's, left for a later WAL start), the file is left as it is: naming this table
+    would make them this table's."""
     found = _read(data_dir)
-    if found.get("uri") != table.uri or found.get("id") != table.id:
-        _write(data_dir, {**found, "uri": table.uri, "id": table.id})
+    if wal_holds_records or (found.get("uri") == table.uri and found.get("id") == table.id):
+        return
+    _write(data_dir, {**found, "uri": table.uri, "id": table.id})
+
+
+def _location(uri: str) -> str:
+    """``uri`` spelled one way per location: a local path absolute and normalized (with or
+    without ``file://``), ``s3a://`` as ``s3://``."""
+    if uri.startswith("file://"):
+        uri = uri[len("file://") :]
+    if "://" not in uri:
+        return os.path.normpath(os.path.abspath(uri))
+    return "s3://" + uri[len("s3a://") :] if uri.startswith("s3a://") else uri
 
 
 def _write(data_dir: Path, content: dict[str, Any]) -> None:
