@@ -117,23 +117,25 @@ def test_a_start_refused_by_another_tables_owner_leaves_the_data_dir_as_it_was(t
         server.kill()
 
 
-def test_a_delta_start_on_another_table_leaves_the_wal_to_its_own(tmp_path: Path) -> None:
+@pytest.mark.parametrize("other_appends", [30, 0], ids=["other-committed-past-them", "other-new"])
+def test_a_delta_start_on_another_table_leaves_the_wal_to_its_own(tmp_path: Path, other_appends: int) -> None:
     """A WAL server crashed with acknowledged records in its WAL, then its data dir started with
-    ``--durability delta`` on another table, one already committed past those records' LSNs (so
-    they do not count as left behind there): the data dir still names the WAL's table, and a WAL
-    start on it replays every record."""
+    ``--durability delta`` on another table: they are not that table's to drop or give up, whether
+    it is committed past their LSNs or new (it used to refuse the start, and ``--take-over force``
+    would have given them up). The data dir still names the WAL's table, and a WAL start on it
+    replays every record."""
     data_dir, first, other = tmp_path / "data", tmp_path / "first", tmp_path / "other"
     elsewhere = ServerProcess(tmp_path / "elsewhere", ["--storage-uri", str(other)]).start()
     try:
         assert requests.put(elsewhere.stream_url("o"), headers=JSON, timeout=30).status_code == 201
-        for n in range(30):
+        for n in range(other_appends):
             assert requests.post(elsewhere.stream_url("o"), data=b'{"n": %d}' % n, headers=JSON, timeout=30).ok
     finally:
         elsewhere.stop()
     _crash_after_appends(data_dir, first, "s", 5)
     delta = ServerProcess(data_dir, ["--storage-uri", str(other), "--durability", "delta"]).start()
     try:
-        assert [item["n"] for item in read_json(delta.stream_url("o"))] == list(range(30))
+        assert [item["n"] for item in read_json(delta.stream_url("o"))] == list(range(other_appends))
     finally:
         delta.stop()
     server = ServerProcess(data_dir, ["--storage-uri", str(first)]).start()

@@ -117,6 +117,12 @@ def test_naming_a_table_without_a_wal_keeps_the_claims_made_on_it(tmp_path: Path
     assert (tmp_path / "wal-table").stat().st_mtime_ns == before
 
 
+def test_a_wals_records_are_the_named_tables_or_with_no_file_any_tables(tmp_path: Path) -> None:
+    assert wal_binding.wal_is_for(tmp_path, X)  # (a data dir from before the file)
+    wal_binding.bind(tmp_path, X, "c1")
+    assert wal_binding.wal_is_for(tmp_path, X) and not wal_binding.wal_is_for(tmp_path, Y)
+
+
 def test_a_wal_that_still_holds_records_keeps_its_table_named(tmp_path: Path) -> None:
     """A delta-mode start on another table while the WAL a WAL server left holds records: naming
     that table would make the records its (a later WAL start on theirs refused, on this one

@@ -129,11 +129,12 @@ class Storage:
         holding records Delta does not hold refuses the start, unless given up (``leftover_wal``)."""
         replayed = list(self.wal.replay()) if self.wal is not None else []
         claim, data_dir, committed = uuid.uuid4().hex, self.config.data_dir, self.delta.committed_lsn()
-        leftover = unflushed(data_dir, committed) if self.wal is None else None
-        if leftover is not None and self.node.take_over != "force":
-            raise refusal(leftover, self.delta.uri)
         table, owned = self.delta.identity()
         wal_binding.check_present(data_dir, table.uri, table.id)
+        ours = self.wal is None and wal_binding.wal_is_for(data_dir, table)  # (another table's stay for its start)
+        leftover = unflushed(data_dir, committed) if ours else None
+        if leftover is not None and self.node.take_over != "force":
+            raise refusal(leftover, self.delta.uri)
         if self.wal is not None:  # (its records are for one table, and its claims on it: ``wal_binding``)
             lsns = (replayed[0].lsn, replayed[-1].lsn) if replayed else (0, 0)
             written = owned or committed > 0

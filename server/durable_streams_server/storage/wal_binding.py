@@ -152,6 +152,13 @@ def check_follows(data_dir: Path, table: Table, committed: int, first_lsn: int |
     )
 
 
+def wal_is_for(data_dir: Path, table: Table) -> bool:
+    """Whether the records ``data_dir``'s WAL may hold are ``table``'s: the file names it, or
+    names no table (a data dir from before the file)."""
+    bound = bound_table(data_dir)
+    return bound is None or bound.id == table.id
+
+
 def claims_on(data_dir: Path, table: Table) -> tuple[str, ...] | None:
     """The claim ids this data directory made on ``table``, oldest first (``ownership.copy_of``);
     ``None``: unknown (no file, or none made on ``table`` since the file was kept)."""
