@@ -17,9 +17,9 @@ two ways out:
 Records at or below the LSN Delta holds are there already (a flush whose segments were not yet
 deleted): nothing is at risk, and the log is left as it is. So are the records of a WAL that
 another table's server left (``wal_binding.wal_is_for``: the data dir names that table): they
-are not this table's to drop or give up, and wait for a WAL start on theirs. The other way round needs nothing:
-a delta server acknowledges after the commit, so a WAL server on its data dir finds everything
-in Delta.
+are not this table's to drop or give up, and wait for a WAL start on theirs. The other way
+round needs nothing: a delta server acknowledges after the commit, so a WAL server on its data
+dir finds everything in Delta.
 
 Reading the log here changes nothing (a refused start leaves the data dir as it found it): the
 segments are decoded as they are, a torn tail ends a segment as in ``WriteAheadLog.replay``.
