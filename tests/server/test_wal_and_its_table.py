@@ -44,7 +44,8 @@ def test_a_restart_on_a_table_no_server_wrote_is_refused(tmp_path: Path) -> None
     data_dir, right, wrong = tmp_path / "data", tmp_path / "right", tmp_path / "wrong"
     _crash_after_appends(data_dir, right, "s", 5)
     log = _refused(data_dir, wrong)
-    assert f"acknowledged for the table at {right}/streams (id " in log and "which no server has written yet" in log
+    assert f"acknowledged for the table at {right}/streams (id " in log and f"{wrong}/streams, where no table is" in log
+    assert not wrong.exists()  # (no table made where the records cannot go)
     server = ServerProcess(data_dir, ["--storage-uri", str(right)]).start()
     try:
         assert [item["n"] for item in read_json(server.stream_url("s"))] == list(range(5))

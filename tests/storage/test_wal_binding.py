@@ -133,3 +133,19 @@ def test_a_wal_that_still_holds_records_keeps_its_table_named(tmp_path: Path) ->
     (tmp_path / "wal-table").unlink()  # (a data dir from before the file: the records' table unknown)
     wal_binding.name(tmp_path, Y, wal_holds_records=True)
     assert wal_binding.bound_table(tmp_path) is None
+
+
+def test_no_table_is_made_where_a_wals_records_cannot_be_its(tmp_path: Path) -> None:
+    wal_binding.check_creatable(tmp_path, X.uri, 0, (0, 0))  # (a new data dir: a new table)
+    with pytest.raises(
+        WalOfAnotherTable, match=r"acknowledged for another table .* names s3://bucket/x/streams, where"
+    ):
+        wal_binding.check_creatable(tmp_path, X.uri, 2, (4, 5))  # (a data dir from before the file)
+    wal_binding.bind(tmp_path, X, "c1")
+    with pytest.raises(
+        WalOfAnotherTable, match=r"\(id id-x\), but --storage-uri names s3://bucket/y/streams, where no"
+    ):
+        wal_binding.check_creatable(tmp_path, Y.uri, 2, (4, 5))
+    with pytest.raises(TableGone):
+        wal_binding.check_creatable(tmp_path, X.uri, 0, (0, 0))
+    wal_binding.check_creatable(tmp_path, Y.uri, 0, (0, 0))  # (an empty WAL moves to a new table)

@@ -72,7 +72,7 @@ class Storage:
             config.storage_uri,
             config.storage_options,
             log_retention_hours=config.compaction.log_retention_hours,
-            before_create=lambda uri: wal_binding.check_present(config.data_dir, uri, None),
+            before_create=self._before_create,
         )
         self.history = HistoryReader(
             self.delta.uri, config.storage_options, max_parked_bytes=config.history_parked_bytes
@@ -122,6 +122,13 @@ class Storage:
         and the waiting requests answered (a cluster's shard server then stops: ``server``)."""
 
     # -- recovery and lifecycle -----------------------------------------------------------
+
+    def _before_create(self, uri: str) -> None:
+        """Where no table is at ``uri``: refuse to make one if the data dir's table was there, or
+        if its WAL holds records (a WAL server's: delta mode's are ``recover``'s, ``leftover_wal``)."""
+        held = unflushed(self.config.data_dir, 0) if self.config.durability == Durability.WAL else None
+        lsns = (held.first_lsn, held.last_lsn) if held is not None else (0, 0)
+        wal_binding.check_creatable(self.config.data_dir, uri, held.records if held is not None else 0, lsns)
 
     def recover(self) -> Recovery:
         """Claim the storage (``ownership``), then read the Delta state and the WAL records after

@@ -18,9 +18,10 @@ claims or changes anything, and refuses (``WalOfAnotherTable``) when it names an
 or, where no file says (a data dir from before it), when no server has written the table yet
 (never owned, no commit): then the records cannot be its. No ``--take-over force`` here, as
 for a stale WAL (``ownership.stale_wal``): the way out is the right ``--storage-uri``, or the
-WAL moved aside by hand. The same start refuses a WAL that goes on from past its table's last commit
-(``check_follows``: a table restored from an older copy lacks records the WAL let go once they
-were committed).
+WAL moved aside by hand. Where no table is at the URI given, the refusal comes before one is
+made (``check_creatable``): the records were acknowledged for a table that existed. The same
+start refuses a WAL that goes on from past its table's last commit (``check_follows``: a table
+restored from an older copy lacks records the WAL let go once they were committed).
 
 The file also keeps the ids of the claims this directory made, per table (``Owner.claim``):
 an id is added before its claim is made and none is let go until one is made (so no crash or
@@ -125,13 +126,24 @@ def check(data_dir: Path, table: Table, records: int, lsns: tuple[int, int], *, 
         whose = f"acknowledged for the table at {bound.uri} (id {bound.id})"
     else:
         whose = "acknowledged for another table (the one this data dir was last started with: see its log)"
+    if not table.id:  # (before one is made there: ``check_creatable``)
+        given = f"{table.uri}, where no table is"
+    else:
+        given = f"the table at {table.uri} (id {table.id}){'' if written else ', which no server has written yet'}"
     raise WalOfAnotherTable(
-        f"the write-ahead log in {data_dir / 'wal'} holds {held} {whose}, but --storage-uri names the table at "
-        f"{table.uri} (id {table.id}){'' if written else ', which no server has written yet'}. Replayed here they "
-        "would be missing from the table they were acknowledged for. Nothing was replayed or claimed. Start with that "
-        "table's --storage-uri to replay them; to give them up, move the 'wal' folder aside (keep it) and "
-        "start again."
+        f"the write-ahead log in {data_dir / 'wal'} holds {held} {whose}, but --storage-uri names {given}. "
+        "Replayed here they would be missing from the table they were acknowledged for. Nothing was created, "
+        "replayed or claimed. Start with that table's --storage-uri to replay them; to give them up, move the 'wal' "
+        "folder aside (keep it) and start again."
     )
+
+
+def check_creatable(data_dir: Path, uri: str, records: int, lsns: tuple[int, int]) -> None:
+    """Before a table is made at ``uri`` (none is there): refuse if ``data_dir`` names the table
+    it served there (``check_present``), or if its WAL holds ``records`` (LSNs ``lsns``): they were
+    acknowledged for a table that existed, which a new one cannot be (``check``)."""
+    check_present(data_dir, uri, None)
+    check(data_dir, Table(uri, ""), records, lsns, written=False)
 
 
 def check_follows(data_dir: Path, table: Table, committed: int, first_lsn: int | None, *, written: bool) -> None:
