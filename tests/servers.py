@@ -378,7 +378,11 @@ def settled_wal_segments(data_dir: Path) -> list[Path]:
     """The WAL's segments once one is left. A server's first start writes a record of its own
     (the subscription signing keys); with a short flush interval its flush rotates the WAL
     moments later, and two segments exist for a few milliseconds."""
-    wait_for(lambda: len(wal_segments(data_dir)) == 1, timeout_s=20)
+    wait_for(
+        lambda: len(wal_segments(data_dir)) == 1,
+        timeout_s=20,
+        message=lambda: f"(segments: {[path.name for path in wal_segments(data_dir)]})",
+    )
     return wal_segments(data_dir)
 
 
