@@ -33,6 +33,8 @@ SCRIPT = os.path.abspath(__file__)
 CHUNK = 65536
 CONNECT_TIMEOUT_S = 10.0
 WAIT_S = 10.0
+PORT_ATTEMPTS = 5
+"""Ports tried for a relay's first start (``S3Endpoint.up``)."""
 
 
 class S3Endpoint:
@@ -43,6 +45,9 @@ class S3Endpoint:
         self.port = free_port()
         self._proc: subprocess.Popen[str] | None = None
         self._listening = False
+        self._ever_up = False
+        """Whether it has listened: until then nobody has been given ``port``, so one another
+        process took meanwhile (``free_port`` found it free only a moment before) is chosen again."""
         self._lock = threading.Lock()
 
     def __enter__(self) -> S3Endpoint:
@@ -66,8 +71,16 @@ class S3Endpoint:
         return moto.storage_options() | {"AWS_ENDPOINT_URL": self.url}
 
     def up(self) -> None:
-        self._command("up")
-        self._listening = True
+        for attempt in range(PORT_ATTEMPTS):
+            try:
+                self._command("up")
+                break
+            except RuntimeError as error:
+                if self._ever_up or "Address already in use" not in str(error) or attempt == PORT_ATTEMPTS - 1:
+                    raise
+                self.close()
+                self.port = free_port()
+        self._listening = self._ever_up = True
 
     def down(self) -> None:
         """Refuse new connections and reset the open ones (done when this returns)."""

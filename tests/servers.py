@@ -32,6 +32,15 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def listener_on(port: int) -> socket.socket:
+    """A socket listening on ``port`` of 127.0.0.1 (0: any free one): a port another process took."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    sock.listen()
+    return sock
+
+
 class PortTaken(RuntimeError):
     """The process could not listen on its port: another had taken it (``free_port`` only found
     it free a moment before, and a test on another worker may have been given it too)."""

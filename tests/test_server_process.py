@@ -5,24 +5,15 @@ clients' URLs name, keeps its port and says why it could not start."""
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
 import requests
-from servers import PortTaken, ServerProcess
-
-
-def _listener(port: int) -> socket.socket:
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", port))
-    sock.listen()
-    return sock
+from servers import PortTaken, ServerProcess, listener_on
 
 
 def test_a_first_start_on_a_port_another_process_took_moves_to_a_free_one(tmp_path: Path) -> None:
-    squatter = _listener(0)
+    squatter = listener_on(0)
     taken = squatter.getsockname()[1]
     server = ServerProcess(tmp_path / "data", port=taken)
     try:
@@ -42,7 +33,7 @@ def test_a_restart_on_a_port_another_process_took_keeps_the_port_and_raises(tmp_
     server = ServerProcess(tmp_path / "data").start()
     port = server.port
     server.stop()
-    squatter = _listener(port)
+    squatter = listener_on(port)
     try:
         with pytest.raises(PortTaken, match="address already in use"):
             server.start()
