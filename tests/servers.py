@@ -427,6 +427,19 @@ def read_all(http: requests.Session, url: str) -> bytes:
             return body
 
 
+def numbered_stream(server: ServerProcess, stream: str, count: int) -> None:
+    """A new JSON stream ``stream`` on ``server`` holding ``{"n": 0}`` to ``{"n": count - 1}``,
+    each appended on its own (read back with ``numbers``)."""
+    http, url, headers = session(), server.stream_url(stream), {"Content-Type": "application/json"}
+    assert http.put(url, headers=headers, timeout=30).status_code == 201
+    append_all(http, url, headers, [b'{"n": %d}' % n for n in range(count)])
+
+
+def numbers(server: ServerProcess, stream: str) -> list[int]:
+    """The ``n`` of every value of the JSON stream ``stream`` on ``server`` (``numbered_stream``)."""
+    return [item["n"] for item in read_json(server.stream_url(stream))]
+
+
 def read_json(url: str) -> list[Any]:
     """Every value of the JSON stream at ``url``, read from the beginning to the tail."""
     values: list[Any] = []

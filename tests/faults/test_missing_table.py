@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from servers import MotoServer, ServerProcess, read_json, refused_start
+from servers import MotoServer, ServerProcess, numbered_stream, numbers, refused_start
 
 pytestmark = pytest.mark.slow
 
@@ -55,10 +55,6 @@ def _mounted(volume: Path, at: Path) -> Iterator[None]:
             subprocess.run(["umount", "--lazy", str(at)], check=True)  # (busy: a failed test's process still in it)
 
 
-def _history(server: ServerProcess, stream: str) -> list[int]:
-    return [item["n"] for item in read_json(server.stream_url(stream))]
-
-
 @pytest.mark.parametrize(
     ("durability", "stop"),
     [("wal", "stop"), ("wal", "kill"), ("delta", "stop")],
@@ -76,9 +72,7 @@ def test_a_restart_while_the_tables_volume_is_not_mounted_is_refused(
     with _mounted(volume, mount_point):
         server = ServerProcess(data_dir, [*args, *held]).start()
         try:
-            assert requests.put(server.stream_url("s"), headers=JSON, timeout=30).status_code == 201
-            for n in range(APPENDS):
-                assert requests.post(server.stream_url("s"), data=b'{"n": %d}' % n, headers=JSON, timeout=30).ok
+            numbered_stream(server, "s", APPENDS)
         finally:
             server.stop() if stop == "stop" else server.kill()
 
@@ -89,11 +83,11 @@ def test_a_restart_while_the_tables_volume_is_not_mounted_is_refused(
     with _mounted(volume, mount_point):
         server = ServerProcess(data_dir, args).start()
         try:
-            assert _history(server, "s") == list(range(APPENDS))
+            assert numbers(server, "s") == list(range(APPENDS))
             assert requests.post(server.stream_url("s"), data=b'{"n": %d}' % APPENDS, headers=JSON, timeout=30).ok
             server.stop()
             server.start()
-            assert _history(server, "s") == list(range(APPENDS + 1))
+            assert numbers(server, "s") == list(range(APPENDS + 1))
         finally:
             server.kill()
 
@@ -136,9 +130,7 @@ def test_the_same_uri_on_another_object_store_is_refused(tmp_path: Path, moto: M
     data_dir = tmp_path / "data"
     server = ServerProcess(data_dir, moto.server_args(uri)).start()
     try:
-        assert requests.put(server.stream_url("s"), headers=JSON, timeout=30).status_code == 201
-        for n in range(APPENDS):
-            assert requests.post(server.stream_url("s"), data=b'{"n": %d}' % n, headers=JSON, timeout=30).ok
+        numbered_stream(server, "s", APPENDS)
     finally:
         server.stop()
     other = MotoServer().start(tmp_path)
@@ -151,6 +143,6 @@ def test_the_same_uri_on_another_object_store_is_refused(tmp_path: Path, moto: M
         other.stop()
     server = ServerProcess(data_dir, moto.server_args(uri)).start()
     try:
-        assert _history(server, "s") == list(range(APPENDS))
+        assert numbers(server, "s") == list(range(APPENDS))
     finally:
         server.kill()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from servers import ServerProcess, read_json, refused_start
+from servers import ServerProcess, numbered_stream, numbers, refused_start
 
 pytestmark = pytest.mark.slow
 
@@ -28,9 +28,7 @@ def _crash_after_appends(data_dir: Path, table: Path, stream: str, count: int) -
     """A server on ``table`` acknowledges a new stream and ``count`` appends, then is killed."""
     server = ServerProcess(data_dir, ["--storage-uri", str(table), *HOLD]).start()
     try:
-        assert requests.put(server.stream_url(stream), headers=JSON, timeout=30).status_code == 201
-        for n in range(count):
-            assert requests.post(server.stream_url(stream), data=b'{"n": %d}' % n, headers=JSON, timeout=30).ok
+        numbered_stream(server, stream, count)
     finally:
         server.kill()
 
@@ -48,7 +46,7 @@ def test_a_restart_on_a_table_no_server_wrote_is_refused(tmp_path: Path) -> None
     assert not wrong.exists()  # (no table made where the records cannot go)
     server = ServerProcess(data_dir, ["--storage-uri", str(right)]).start()
     try:
-        assert [item["n"] for item in read_json(server.stream_url("s"))] == list(range(5))
+        assert numbers(server, "s") == list(range(5))
     finally:
         server.kill()
 
@@ -67,7 +65,7 @@ def test_a_restart_on_another_table_this_node_owned_is_refused(tmp_path: Path) -
     assert f"acknowledged for the table at {second}/streams (id " in log and "no server has written" not in log
     server = ServerProcess(data_dir, ["--storage-uri", str(second)]).start()
     try:
-        assert [item["n"] for item in read_json(server.stream_url("new"))] == list(range(3))
+        assert numbers(server, "new") == list(range(3))
         assert requests.head(server.stream_url("old"), timeout=30).status_code == 404  # (the other table's)
     finally:
         server.kill()
@@ -98,9 +96,7 @@ def test_a_start_refused_by_another_tables_owner_leaves_the_data_dir_as_it_was(t
     data_dir, first, second = tmp_path / "data", tmp_path / "first", tmp_path / "second"
     before = ServerProcess(data_dir, ["--storage-uri", str(first)]).start()
     try:
-        assert requests.put(before.stream_url("a"), headers=JSON, timeout=30).status_code == 201
-        for n in range(20):
-            assert requests.post(before.stream_url("a"), data=b'{"n": %d}' % n, headers=JSON, timeout=30).ok
+        numbered_stream(before, "a", 20)
     finally:
         before.stop()  # (its WAL's empty segment is named past the other table's LSNs)
     owner = ServerProcess(tmp_path / "owner", ["--storage-uri", str(second)]).start()
@@ -113,7 +109,7 @@ def test_a_start_refused_by_another_tables_owner_leaves_the_data_dir_as_it_was(t
     try:
         assert requests.head(server.stream_url("b"), timeout=30).status_code == 200
         assert requests.post(server.stream_url("b"), data=b'{"n": 0}', headers=JSON, timeout=30).ok
-        assert [item["n"] for item in read_json(server.stream_url("b"))] == [0]
+        assert numbers(server, "b") == [0]
     finally:
         server.kill()
 
@@ -128,19 +124,17 @@ def test_a_delta_start_on_another_table_leaves_the_wal_to_its_own(tmp_path: Path
     data_dir, first, other = tmp_path / "data", tmp_path / "first", tmp_path / "other"
     elsewhere = ServerProcess(tmp_path / "elsewhere", ["--storage-uri", str(other)]).start()
     try:
-        assert requests.put(elsewhere.stream_url("o"), headers=JSON, timeout=30).status_code == 201
-        for n in range(other_appends):
-            assert requests.post(elsewhere.stream_url("o"), data=b'{"n": %d}' % n, headers=JSON, timeout=30).ok
+        numbered_stream(elsewhere, "o", other_appends)
     finally:
         elsewhere.stop()
     _crash_after_appends(data_dir, first, "s", 5)
     delta = ServerProcess(data_dir, ["--storage-uri", str(other), "--durability", "delta"]).start()
     try:
-        assert [item["n"] for item in read_json(delta.stream_url("o"))] == list(range(other_appends))
+        assert numbers(delta, "o") == list(range(other_appends))
     finally:
         delta.stop()
     server = ServerProcess(data_dir, ["--storage-uri", str(first)]).start()
     try:
-        assert [item["n"] for item in read_json(server.stream_url("s"))] == list(range(5))
+        assert numbers(server, "s") == list(range(5))
     finally:
         server.kill()
