@@ -3,6 +3,7 @@ for the tests of the engine's state that need no HTTP (``servers.ServerProcess``
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -47,3 +48,25 @@ async def open_local(
     engine.load(storage.recover())
     await storage.start()
     return storage, engine
+
+
+async def put_to_sleep(engine: Engine, clock: ManualClock, idle_ms: int, names: list[str]) -> list[int]:
+    """Wait until ``names`` are flushed, then move the clock past ``idle_ms`` and put them to sleep
+    (``IdleStreams.step``); their uids."""
+    deadline = time.monotonic() + 30
+    while not all(engine.streams[name].flushed_tail == engine.streams[name].tail for name in names):
+        assert time.monotonic() < deadline, "not flushed"
+        await asyncio.sleep(0.02)
+    uids = [engine.streams[name].uid for name in names]
+    clock.ms += idle_ms
+    engine.idle.step()
+    assert all(engine.live.index.built(uid) is None for uid in uids)
+    return uids
+
+
+async def cold_tails_let_go(engine: Engine) -> None:
+    """Wait until every append to a sleeping stream is flushed and visible (no ``ColdTail`` left)."""
+    deadline = time.monotonic() + 30
+    while len(engine.live.index.cold_tails):
+        assert time.monotonic() < deadline, "the cold tails were not let go"
+        await asyncio.sleep(0.02)

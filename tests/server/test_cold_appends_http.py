@@ -1,6 +1,7 @@
 """Appends to sleeping streams over real HTTP (``engine.cold_appends``): stored without building the
 stream, read at once though not yet in Delta, and what was acknowledged is there after a kill -9
-(the WAL's records are those of any append). A server subprocess on a real Delta table; its streams
+(the WAL's records are those of any append); once in Delta, kept with the stream's cached tail
+for reads (``engine.asleep_tails``). A server subprocess on a real Delta table; its streams
 asleep because a restart leaves them so."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from collections.abc import Callable
 
 from servers import ServerProcess, metric_sum, read_all, session, wait_for
 
+from durable_streams_server.engine.asleep_tails import ENTRY_BYTES
 from durable_streams_server.protocol.offsets import parse_offset
 
 TEXT = {"Content-Type": "text/plain"}
@@ -83,3 +85,26 @@ def test_an_append_to_a_sleeping_stream_wakes_its_subscribers(server_factory: Ca
     wait_for(lambda: http.get(server.stream_url("wake"), params={"offset": "-1"}).json() != [])
     events = http.get(server.stream_url("wake"), params={"offset": "-1"}).json()
     assert [(event["type"], event["subscription_id"], event["stream"]) for event in events] == [("wake", "p", "jobs/1")]
+
+
+def test_sleeping_streams_keep_their_cached_tails_for_reads(server_factory: Callable[..., ServerProcess]) -> None:
+    server = server_factory("--idle-stream-s", "1")
+    http = session()
+    assert http.put(server.stream_url("text"), headers=TEXT, data=b"hello").status_code == 201
+    assert http.put(server.stream_url("doc"), headers=JSON, data=b'[{"n":0},{"n":1}]').status_code == 201
+    wait_for(lambda: metric_sum(server.url, "durable_streams_streams_dormant") == 2)  # (unused for a second)
+    entry = ENTRY_BYTES
+    assert metric_sum(server.url, "durable_streams_asleep_tail_bytes") == len(b'hello{"n":0}{"n":1}') + 2 * entry
+    assert http.post(server.stream_url("text"), headers=TEXT, data=b" world").status_code == 204
+    assert metric_sum(server.url, "durable_streams_cold_appends_total") == 1
+    # (once in Delta, the record continues the tail the stream keeps asleep)
+    wait_for(
+        lambda: (
+            metric_sum(server.url, "durable_streams_asleep_tail_bytes") == len(b'hello world{"n":0}{"n":1}') + 2 * entry
+        )
+    )
+    assert read_all(http, server.stream_url("text")) == b"hello world"  # (built: the tail back in it)
+    assert http.get(server.stream_url("doc"), params={"offset": "-1"}).json() == [{"n": 0}, {"n": 1}]
+    assert metric_sum(server.url, "durable_streams_asleep_tail_bytes") == 0
+    wait_for(lambda: metric_sum(server.url, "durable_streams_streams_dormant") == 2)  # (and asleep again, with it)
+    assert metric_sum(server.url, "durable_streams_asleep_tail_bytes") == len(b'hello world{"n":0}{"n":1}') + 2 * entry

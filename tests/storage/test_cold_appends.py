@@ -6,13 +6,12 @@ engine's clock moved by the test."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from local_engine import ManualClock, open_local
+from local_engine import ManualClock, cold_tails_let_go, open_local, put_to_sleep
 
 from durable_streams_server.engine import reads
 from durable_streams_server.engine.engine import Engine, EngineConfig
@@ -42,29 +41,9 @@ def _append(body: bytes, content_type: str = "text/plain", **fields: Any) -> App
     return AppendRequest(body, content_type, **{**plain, **fields})
 
 
-async def _asleep(engine: Engine, clock: ManualClock, names: list[str]) -> list[int]:
-    """Flush ``names`` and put them to sleep; their uids."""
-    deadline = time.monotonic() + 30
-    while not all(engine.streams[name].flushed_tail == engine.streams[name].tail for name in names):
-        assert time.monotonic() < deadline, "not flushed"
-        await asyncio.sleep(0.02)
-    uids = [engine.streams[name].uid for name in names]
-    clock.ms += IDLE_MS
-    engine.idle.step()
-    assert all(engine.live.index.built(uid) is None for uid in uids)
-    return uids
-
-
 async def _content(engine: Engine, name: str) -> tuple[bytes, int]:
     found = await reads.read(engine, engine.get_live(name), Offset(0), 1 << 20)
     return b"".join(found.chunks), found.next.seq
-
-
-async def _until_settled(engine: Engine) -> None:
-    deadline = time.monotonic() + 30
-    while len(engine.live.index.cold_tails):
-        assert time.monotonic() < deadline, "the cold tails were not let go"
-        await asyncio.sleep(0.02)
 
 
 async def _stepped(coro: Coroutine[Any, Any, T], at_first_wait: Callable[[], None]) -> T:
@@ -91,7 +70,7 @@ def test_an_append_to_a_sleeping_stream_leaves_it_asleep_and_in_delta_and_after_
         storage, engine = await _open(tmp_path, clock)
         await engine.create(_create("v1/stream/text", b"hello"))
         await engine.create(_create("v1/stream/json", b'[{"a":1}]', "application/json"))
-        text, json_uid = await _asleep(engine, clock, ["v1/stream/text", "v1/stream/json"])
+        text, json_uid = await put_to_sleep(engine, clock, IDLE_MS, ["v1/stream/text", "v1/stream/json"])
         index = engine.live.index
         clock.ms += 5
         outcome = await engine.append("v1/stream/text", _append(b" world"))
@@ -100,7 +79,7 @@ def test_an_append_to_a_sleeping_stream_leaves_it_asleep_and_in_delta_and_after_
         assert json_outcome.tail == 3
         assert index.built(text) is None and index.built(json_uid) is None  # neither was built
         assert index.cold_tails.appends == 2
-        await _until_settled(engine)  # (flushed and visible: its state says all)
+        await cold_tails_let_go(engine)  # (flushed and visible: its state says all)
         state = index.look("v1/stream/text")
         assert isinstance(state, dict)
         assert (state["tail"], state["bytes_total"], state["last_write_ms"], state["last_access_ms"]) == (
@@ -110,7 +89,9 @@ def test_an_append_to_a_sleeping_stream_leaves_it_asleep_and_in_delta_and_after_
             clock.ms,
         )
         assert index.built(text) is None
-        assert await _content(engine, "v1/stream/text") == (b"hello world", 2)  # (from Delta: built now)
+        assert index.built(text) is None and text in engine.tails.asleep  # (flushed: the tail it keeps asleep)
+        assert await _content(engine, "v1/stream/text") == (b"hello world", 2)  # (from that tail: built now)
+        assert engine.streams["v1/stream/text"].mem_base == 0 and text not in engine.tails.asleep
         assert engine.streams["v1/stream/json"].bytes_total == len(b'{"a":1}{"b":2}{"c":3}')
         assert (await engine.append("v1/stream/text", _append(b"!"))).tail == 3  # built: the ordinary path
         await storage.close()
@@ -177,7 +158,7 @@ def test_a_stream_built_while_its_cold_append_is_not_yet_durable_sees_it_become_
         clock = ManualClock()
         storage, engine = await _open(tmp_path, clock)
         await engine.create(_create("v1/stream/racing", b"a"))
-        (uid,) = await _asleep(engine, clock, ["v1/stream/racing"])
+        (uid,) = await put_to_sleep(engine, clock, IDLE_MS, ["v1/stream/racing"])
         built: dict[str, Any] = {}
 
         def build_now() -> None:  # a read's lookup (or a look: the status page, a consumer's lag) meanwhile
@@ -190,7 +171,8 @@ def test_a_stream_built_while_its_cold_append_is_not_yet_durable_sees_it_become_
             built["stream"] = stream
 
         await _stepped(engine.append("v1/stream/racing", _append(b"b")), build_now)
-        assert built["at_build"] == (2, 1, 1)  # built with the durable tail only, the new message in memory
+        # built with the durable tail only, in memory the message it kept asleep and the new one
+        assert built["at_build"] == (2, 1, 2)
         stream = built["stream"]
         assert stream.visible_tail == 2  # then made visible, as a built stream's append is
         assert engine.live.index.built(uid) is stream
@@ -215,7 +197,7 @@ def test_a_cold_append_tells_the_hooks_its_new_tail(tmp_path: Path) -> None:
         clock = ManualClock()
         storage, engine = await _open(tmp_path, clock)
         await engine.create(_create("v1/stream/hooked", b"a"))
-        await _asleep(engine, clock, ["v1/stream/hooked"])
+        await put_to_sleep(engine, clock, IDLE_MS, ["v1/stream/hooked"])
         hooks = _Hooks()
         engine.live.hooks = hooks
         await engine.append("v1/stream/hooked", _append(b"b"))
@@ -242,7 +224,7 @@ def test_appends_that_need_the_built_stream_build_it(
         clock = ManualClock()
         storage, engine = await _open(tmp_path, clock)
         await engine.create(_create("v1/stream/needs", b"x"))
-        (uid,) = await _asleep(engine, clock, ["v1/stream/needs"])
+        (uid,) = await put_to_sleep(engine, clock, IDLE_MS, ["v1/stream/needs"])
         outcome = await engine.append("v1/stream/needs", request_)
         assert engine.live.index.built(uid) is not None and engine.live.index.cold_tails.appends == 0
         assert outcome.result is result
@@ -261,7 +243,7 @@ def test_a_refused_append_to_a_sleeping_stream_is_refused_as_before_and_changes_
         await engine.append("v1/stream/closed", AppendRequest(b"", None, None, None, True))
         await engine.create(CreateRequest("v1/stream/ttl", "text/plain", 2 * IDLE_MS // 1000, None, None, False, b"x"))
         names = ["v1/stream/plain", "v1/stream/json", "v1/stream/closed", "v1/stream/ttl"]
-        await _asleep(engine, clock, names)
+        await put_to_sleep(engine, clock, IDLE_MS, names)
         clock.ms += 2 * IDLE_MS
         with pytest.raises(Conflict) as mismatch:
             await engine.append("v1/stream/plain", _append(b"y", "application/octet-stream"))

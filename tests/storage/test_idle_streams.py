@@ -90,16 +90,20 @@ def test_idle_streams_sleep_and_come_back_whole(tmp_path: Path) -> None:
             "v1/stream/source",
             "v1/stream/fork",
         }  # a fork and its source keep what their states do not carry
-        assert engine.memory.held == len(b"src")  # the source's only: the sleepers' cached tails were let go
+        assert len(engine.tails.asleep) == len(sleepers)  # their cached tails kept asleep, in the budget
+        assert engine.memory.held == len(b"src") + engine.tails.asleep.nbytes
         assert len(engine.streams) == len(everyone) and all(name in engine.streams for name in sleepers)
         gc.collect()
         assert not [o for o in gc.get_objects() if isinstance(o, Stream) and o.name in sleepers]
 
-        for name in sleepers:  # built again on use, as they were (now read from Delta)
+        for name in sleepers:  # built again on use, as they were, their tails in memory again
             state, content = before[name]
             assert await _everything(engine, name) == content
             assert _state(engine, name) == state
-        assert index.dormant == 0
+            assert engine.streams[name].mem_base == 0 and len(engine.streams[name].mem) == state["tail"]
+        assert engine.streams["v1/stream/json"].batches == {0: 2}  # (its first record's two messages)
+        assert index.dormant == 0 and not len(engine.tails.asleep)
+        assert engine.memory.held == sum(engine.streams[name].flushed_mem_bytes for name in everyone)
         # and they go on where they were: offsets, producer deduplication, the close
         assert (await engine.append("v1/stream/text", _append(b"!"))).tail == 3
         repeat = await engine.append("v1/stream/produced", _append(b"x", producer))

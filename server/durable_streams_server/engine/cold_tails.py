@@ -108,7 +108,9 @@ class ColdTails:
             return
         assert stream.tail == cold.tail, (stream.uid, stream.tail, cold.tail)
         bytes_total = stream.bytes_total  # (the state counts these messages already: ``remember`` would twice)
-        stream.mem_base = stream.flushed_tail = cold.flushed_tail
+        if not len(stream.mem):  # (else it holds its kept flushed messages, up to ``flushed_tail``)
+            stream.mem_base = cold.flushed_tail
+        stream.flushed_tail = cold.flushed_tail
         for first_seq, messages, ts_ms in cold.appended:
             stream.remember(first_seq, messages, ts_ms)
         stream.bytes_total = bytes_total
@@ -117,19 +119,22 @@ class ColdTails:
         cold.stream = stream
         cold.appended = []
 
-    def flushed(self, uid: int, state: Mapping[str, Any]) -> None:
-        """A committed flush wrote ``uid``'s ``state``: its messages below the state's tail are in Delta."""
+    def flushed(self, uid: int, state: Mapping[str, Any]) -> list[Appended]:
+        """A committed flush wrote ``uid``'s ``state``: its messages below the state's tail are in
+        Delta, and let go here (returned: ``asleep_tails`` keeps them for reads)."""
         cold = self._tails.get(uid)
         if cold is None:
-            return
+            return []
         tail: int = state["tail"]
         appended = cold.appended
         done = 0
         while done < len(appended) and appended[done][0] + len(appended[done][1]) <= tail:
             done += 1
+        flushed = appended[:done]
         del appended[:done]
         cold.flushed_tail = max(cold.flushed_tail, tail)
         self.settle(cold)
+        return flushed
 
     def settle(self, cold: ColdTail) -> None:
         """Let ``cold`` go once its state says all: nothing unflushed, everything visible."""

@@ -173,7 +173,9 @@ class Engine:
         for uid, state in states.items():
             stream = index.built(uid)
             if stream is None:  # (asleep, or gone: a sleeping stream's unflushed messages are its ``ColdTail``'s)
-                index.cold_tails.flushed(uid, state)
+                flushed = index.cold_tails.flushed(uid, state)
+                if flushed:
+                    self.tails.asleep.extend(uid, flushed)
                 continue
             if stream.retention is not None:
                 stream.retention.note_flushed(state)

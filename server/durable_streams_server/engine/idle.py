@@ -36,9 +36,9 @@ a quiet server) has cost the loop about what sleeping and being built again cost
 then (never within ``PRESSED_IDLE_MS`` of its use). Only a stream whose every record is in
 Delta with its state (``flushed_lsn``) sleeps, so the next flush does not build it again.
 
-Its cached tail (flushed messages kept for reads) is let go first, as the memory budget
-would let it go: reads of it then come from Delta, identical. A sleeping stream is built
-again from its state by the next lookup (one JSON parse), as a dormant one is.
+Its cached tail (flushed messages kept for reads) goes with it, into ``TailCaches.asleep``
+(``asleep_tails``: tuples and an array, nothing for the collector to follow), from which
+the next lookup that builds it again (one JSON parse, as for a dormant one) gives it back.
 """
 
 from __future__ import annotations
@@ -46,7 +46,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Literal
 
+from .asleep_tails import Kept
 from .full_collections import FullCollections
 from .periodic import Periodic
 from .stream import Stream
@@ -121,16 +123,20 @@ class IdleStreams:
         slept = 0
         for _ in range(min(self.batch * (10 if pressed else 1), len(self._turn))):
             uid = self._turn.pop()
-            if self._quiesce(self.index.built(uid), now, used_after, flushed) and self.index.sleep(uid):
+            kept = self._quiesce(self.index.built(uid), now, used_after, flushed)
+            if kept is not False and self.index.sleep(uid):
                 slept += 1
+                if kept is not None:
+                    self.tails.keep_asleep(uid, kept)
             if time.perf_counter() > until:
                 break
         self.slept += slept
         return slept
 
-    def _quiesce(self, stream: Stream | None, now: int, used_after: int, flushed: int) -> bool:
+    def _quiesce(self, stream: Stream | None, now: int, used_after: int, flushed: int) -> Kept | Literal[False] | None:
         """Whether ``stream`` may sleep (see the module docstring): among others, unused since
-        ``used_after`` (ms); its cached tail let go if so."""
+        ``used_after`` (ms). ``False``: it may not; else its cached tail, taken out of it for
+        ``TailCaches.keep_asleep`` (``None``: it had none)."""
         if (
             stream is None
             or max(stream.last_access_ms, stream.last_write_ms) > used_after
@@ -147,9 +153,8 @@ class IdleStreams:
             or stream.expired(now)
         ):
             return False
-        if len(stream.mem):
-            self.tails.let_go(stream)
-        return not len(stream.mem) and not stream.batches
+        kept = self.tails.take(stream)
+        return kept if not len(stream.mem) and not stream.batches else False
 
     def start(self) -> None:
         if self.idle_ms:

@@ -191,6 +191,16 @@ class MemoryTail:
     def __len__(self) -> int:
         return self.count
 
+    def restore(self, first_seq: int, data: Sequence[bytes], stamps: array[int]) -> None:
+        """Messages ``first_seq…`` with their own append times, into an empty tail (a stream
+        built again with the tail it had asleep: ``asleep_tails``)."""
+        assert not self.count, "restored into an empty tail only"
+        if len(data) == 1:
+            self._chunks = _One(first_seq, data[0], stamps[0])
+        elif data:
+            self._chunks = _Lists(first_seq, list(data), array("q", stamps))
+        self.count = len(data)
+
     def add(self, first_seq: int, messages: Sequence[bytes], ts_ms: int) -> int:
         """Messages ``first_seq…`` (right after the last ones); returns their bytes."""
         if type(messages) is MessageBatch:

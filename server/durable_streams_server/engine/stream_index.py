@@ -52,6 +52,9 @@ class StreamIndex:
         self.cold_tails = ColdTails()
         """What the streams appended to asleep keep until their records are in Delta (``cold_tails``)."""
         self._recovered_ms = 0
+        self.on_wake: Callable[[Stream], None] = _nothing
+        """Called with each stream built from its cold state, before its ``ColdTail`` is adopted
+        (``TailCaches``: the cached tail it had asleep)."""
         self.by_name: _View[str] = _View(self, self._by_name, self._cold_uid_at, self._cold_names)
         self.by_uid: _View[int] = _View(self, self._by_uid, self._cold_uid, self._cold_uids)
 
@@ -171,6 +174,7 @@ class StreamIndex:
         stream = Stream.from_state(state)
         # Access times are persisted lazily; never let a restart expire a stream early.
         stream.last_access_ms = max(stream.last_access_ms, self._recovered_ms)
+        self.on_wake(stream)
         self.cold_tails.adopt(stream)
         self._by_uid[uid] = stream
         self._by_name.setdefault(stream.name, stream)
@@ -187,6 +191,10 @@ class StreamIndex:
 
     def _cold_uids(self) -> Iterator[int]:
         return self._cold.uids()
+
+
+def _nothing(stream: Stream) -> None:
+    pass
 
 
 class _View(MutableMapping[_K, Stream], Generic[_K]):

@@ -39,6 +39,11 @@ class StateCollector:
             "Plain appends to a sleeping stream, stored without building it (engine.cold_appends)",
             value=engine.live.index.cold_tails.appends,
         )
+        yield gauge(
+            "durable_streams_asleep_tail_bytes",
+            "Sleeping streams' cached tails, kept for reads, their entries included (engine.asleep_tails)",
+            engine.tails.asleep.nbytes,
+        )
         yield gauge("durable_streams_buckets", "Buckets", len(engine.buckets.by_id))
         memory = engine.memory
         yield gauge("durable_streams_memory_held_bytes", "Tail caches + history cache held in the budget", memory.held)
