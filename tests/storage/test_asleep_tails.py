@@ -57,7 +57,8 @@ def test_kept_tails_are_held_in_the_budget_and_bounded_per_stream_and_together()
     assert 1 not in tails and 2 in tails and 3 in tails
     assert tails.memory.held == tails.nbytes == (4 + ENTRY_BYTES) + (3 + ENTRY_BYTES)
     tails.keep(4, kept_of(0, (b"toolarge",), array("q", [1]), ()))  # (nothing of it fits in 4 bytes)
-    assert 4 not in tails
+    tails.keep(5, kept_of(3, (), array("q"), ()))  # (nothing to keep)
+    assert 4 not in tails and 5 not in tails
 
 
 def test_the_budget_lets_kept_tails_go_least_recently_kept_first() -> None:

@@ -97,7 +97,7 @@ class AsleepTails:
         if uid in self._kept:
             self.forget(uid)
         fitted = kept if kept[4] <= self.keep_bytes else trimmed(kept, self.keep_bytes)
-        if fitted is None:
+        if fitted is None or not fitted[1]:
             return
         size = fitted[4] + ENTRY_BYTES
         if size > self.max_bytes:

@@ -56,10 +56,12 @@ class TailCaches:
     def take(self, stream: Stream) -> Kept | None:
         """``stream``'s flushed messages, taken out of it (it goes to sleep: ``keep_asleep``
         keeps them once it does); ``None``: it had none."""
+        if not len(stream.mem):
+            return None
         kept = None
-        if len(stream.mem) and stream.flushed_tail > stream.mem_base:
-            stream.trim_flushed(self.keep_bytes)
-            first, end = stream.mem_base, stream.flushed_tail
+        stream.trim_flushed(self.keep_bytes)
+        first, end = stream.mem_base, stream.flushed_tail
+        if end > first:
             runs = stream.mem.runs(first, end, stream.flushed_mem_bytes + 1, at_least_one=True)
             lists = [run.lists() for run in runs]
             data = tuple(chain.from_iterable(part[0] for part in lists))
