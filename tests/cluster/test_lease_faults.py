@@ -344,6 +344,63 @@ def test_no_shard_server_is_started_on_a_lease_whose_validity_ended(tmp_path: Pa
         supervisor._servers[0].kill()
 
 
+def test_a_shard_server_that_fails_to_start_is_started_again_before_its_lease_is_released(tmp_path: Path) -> None:
+    """A shard server killed (SIGKILL) while it starts: its node starts it again with the same
+    take-over, keeping the lease, and it serves; only a shard whose server fails START_ATTEMPTS
+    starts in a row is released. Before, the first failed start released the lease, and a node
+    that held its share took the shard (CI: a take-over on a slow machine in kill_9_node)."""
+    uri = str(tmp_path / "root")
+    objects = open_objects(uri, {})
+    settings = NodeSettings("n0", "http://127.0.0.1:1", uri, "delta", lease_ttl_s=5)
+    spec = ShardServerSpec("127.0.0.1", "http://127.0.0.1:1", tmp_path, "n0", 2, load_settings([]))
+    supervisor = Supervisor(settings, Layout(2), objects, spec)
+
+    def lease(shard: int) -> LeaseRecord:
+        found = objects.get(lease_key(shard))
+        assert found is not None
+        return LeaseRecord.from_bytes(found.body)
+
+    def kill_starting(shard: int) -> None:
+        server = supervisor._servers[shard]
+        assert supervisor._held[shard].record.state == "starting" and not server.exited
+        server.proc.kill()
+        server.proc.wait()
+        supervisor._serve()
+
+    def hold_starting(shard: int) -> None:
+        record = LeaseRecord(shard=shard, holder="n0", state="starting", ttl_ms=5000)
+        etag = objects.create(lease_key(shard), record.to_bytes())
+        assert etag is not None
+        supervisor._held[shard] = Held(record, etag, valid_until=time.monotonic() + 600)
+        uri_of_shard = Layout(2).shard_uri(uri, shard)
+        supervisor._servers[shard] = spec.start(shard, uri_of_shard, take_over="ask", take_over_timeout_s=0.0)
+
+    try:
+        hold_starting(1)
+        for attempt in (1, 2):
+            kill_starting(1)
+            assert 1 in supervisor._servers, f"released after {attempt} failed start(s)"
+            assert supervisor._servers[1].attempt == attempt + 1 and lease(1).holder == "n0"
+        kill_starting(1)
+        assert 1 not in supervisor._held and 1 not in supervisor._servers
+        assert lease(1).free, "a shard whose server failed every start kept its lease"
+        hold_starting(0)
+        kill_starting(0)
+        again = supervisor._servers[0]
+        assert (again.attempt, again.take_over, again.take_over_timeout_s) == (2, "ask", 0.0)
+        assert lease(0).holder == "n0" and not lease(0).free
+        wait_for(lambda: (supervisor._serve(), lease(0).state == "serving")[1], timeout_s=60, interval_s=0.2)
+        assert supervisor._servers[0] is again and lease(0).url == again.url
+        assert requests.get(f"{again.url}/readyz", timeout=10).status_code == 200
+    finally:
+        for server in supervisor._servers.values():
+            server.kill()
+        spec.spare.close()
+        supervisor._liveness.close()
+        supervisor._probe.close()
+        objects.close()
+
+
 def test_a_late_landing_write_of_this_nodes_own_is_not_a_lost_lease(tmp_path: Path) -> None:
     """A renewal whose answer was lost and which landed only after it was read back: the next
     write's If-Match meets this node's own version, which it writes over (before: the lease was

@@ -19,13 +19,15 @@ from cluster_support import Node
 
 _ACQUIRED = re.compile(r'msg="shard acquired" shard=(\d+) from=(\S+)')
 _DRAINING = re.compile(r'msg="shard draining" shard=(\d+)')
+_FAILED_START = re.compile(r'msg="shard server failed to start[^"]*" shard=(\d+) code=(\S+)')
 
 
 @dataclass(frozen=True)
 class Moves:
     described: tuple[str, ...]
     """Each move, in each node's order: ``n0 took shard 1 from n1``, ``n0 drained shard 0``,
-    ``n1 acquired free shard 0``."""
+    ``n1 acquired free shard 0``; and each failed start of a shard's server (``n0 failed to start
+    shard 0 (exit -9)``), which a release follows after ``workers.START_ATTEMPTS``."""
     between_healthy: int
     """Free leases acquired by a node other than the victim."""
 
@@ -52,6 +54,8 @@ def moves_since(nodes: list[Node], sizes: list[int], victim: str) -> Moves:
                     between_healthy += node.node_id != victim
             elif found := _DRAINING.search(line):
                 described.append(f"{node.node_id} drained shard {found.group(1)}")
+            elif found := _FAILED_START.search(line):  # (not a move: it says why one may follow)
+                described.append(f"{node.node_id} failed to start shard {found.group(1)} (exit {found.group(2)})")
     return Moves(tuple(described), between_healthy)
 
 

@@ -20,10 +20,12 @@ One thread (``Supervisor.run``) ticks every ``tick_s`` (a fifth of the lease ttl
 4. **Serve**: a shard whose server is ready is published ``serving`` at the server's URL; a
    server that has not answered a probe for a lease ttl is killed (``probes``); a
    server that exited by itself is started again (the same node takes its location back,
-   replaying its WAL); one stopped for a drain has its lease released once it exited -- except
-   a WAL-durability server that did not exit cleanly (killed at the drain's timeout, or
-   failed): its records may be on this node's disk only and its location still names it, so
-   the lease is kept and the server started again (``_may_let_go``); the drain comes again.
+   replaying its WAL), and so is one that exited before it was ready, a few times
+   (``workers.START_ATTEMPTS``) before its lease is released for another node to try; one
+   stopped for a drain has its lease released once it exited -- except a WAL-durability
+   server that did not exit cleanly (killed at the drain's timeout, or failed): its records
+   may be on this node's disk only and its location still names it, so the lease is kept and
+   the server started again (``_may_let_go``); the drain comes again.
 5. **Balance** (the rule is ``balance``'s): a node below its share takes free shards and
    those ``leases.may_take`` allows; a node above it drains one serving shard at a time, and
    another node takes it; shards never move between nodes that hold their share. A starting
@@ -69,7 +71,7 @@ from .probes import Liveness
 from .renewals import LeaseLocks, Renewer, replace_lease
 from .routes import Route, routing_table
 from .shards import Layout, lease_key
-from .workers import TAKE_OVER_TIMEOUT_S, ShardServer, ShardServerSpec, TakeOverPlan
+from .workers import START_ATTEMPTS, TAKE_OVER_TIMEOUT_S, ShardServer, ShardServerSpec, TakeOverPlan
 
 log = logging.getLogger("durable_streams_server.cluster")
 
@@ -286,9 +288,18 @@ class Supervisor:
                         self._servers[shard] = self._start_server(shard, take_over="no")
                         self._write_held(shard, held.record.next_beat(state="starting", url=None))
                 continue
-            if server.exited and held.record.state == "starting":
-                log.error("shard server failed to start", extra={"shard": shard, "code": server.proc.returncode})
-                self._release(shard)
+            if server.exited and held.record.state == "starting":  # (``workers.START_ATTEMPTS``)
+                code, attempt = server.proc.returncode, server.attempt
+                if attempt < START_ATTEMPTS:
+                    log.warning(
+                        "shard server failed to start; starting it again",
+                        extra={"shard": shard, "code": code, "attempt": attempt},
+                    )
+                    uri = self.layout.shard_uri(self.settings.storage_uri, shard)
+                    self._servers[shard] = self.spec.start_again(server, uri)
+                else:
+                    log.error("shard server failed to start: lease released", extra={"shard": shard, "code": code})
+                    self._release(shard)
             elif server.exited:
                 log.warning(
                     "shard server exited; starting it again", extra={"shard": shard, "code": server.proc.returncode}

@@ -47,6 +47,14 @@ TAKE_OVER_TIMEOUT_S = 2.0
 location under an *expired* lease is claimed at once (``Supervisor._acquire``): its holder's
 servers were killed when the lease's validity ended, so none is left to answer."""
 
+START_ATTEMPTS = 3
+"""How many times a node starts a shard's server that exits before it is ready, while it holds
+the lease, before it releases the lease for another node to try. A failed start is most often
+passing (a store request that failed during the take-over, the watchdog's kill on a lease whose
+late renewal then landed, a spare that died): released at once, the shard moved to a node that
+held its share, the move the balance rule never makes. A node that cannot start it (a broken
+data dir) still lets go, a few starts later."""
+
 
 @dataclass(frozen=True)
 class TakeOverPlan:
@@ -95,6 +103,10 @@ class ShardServer:
     url: str
     proc: subprocess.Popen[bytes]
     stopping_since: float | None = None
+    take_over: str = "no"
+    take_over_timeout_s: float = TAKE_OVER_TIMEOUT_S
+    attempt: int = 1
+    """Which start of this shard's server this is, counting the ones that failed before it was ready."""
 
     @property
     def exited(self) -> bool:
@@ -210,7 +222,15 @@ class ShardServerSpec:
             "shard server starting",
             extra={"shard": shard, "url": url, "pid": proc.pid, "take_over": take_over, "spare": spare},
         )
-        return ShardServer(shard, url, proc)
+        return ShardServer(shard, url, proc, take_over=take_over, take_over_timeout_s=take_over_timeout_s)
+
+    def start_again(self, failed: ShardServer, storage_uri: str) -> ShardServer:
+        """``failed``'s shard started again as it was (its take-over too: the location may
+        not be this node's yet), counted as its next attempt (``START_ATTEMPTS``)."""
+        take_over, timeout_s = failed.take_over, failed.take_over_timeout_s
+        server = self.start(failed.shard, storage_uri, take_over=take_over, take_over_timeout_s=timeout_s)
+        server.attempt = failed.attempt + 1
+        return server
 
 
 SHARD_SERVER_COMMAND = (sys.executable, "-m", "durable_streams_server", "shard-server")
