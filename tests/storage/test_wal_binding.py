@@ -95,6 +95,35 @@ def test_a_start_where_the_named_table_is_not_is_refused(tmp_path: Path) -> None
     assert isinstance(refused.value, OwnershipError)  # (a refused start, exit code 3)
 
 
+def test_a_data_dir_told_which_table_to_find_refuses_a_start_without_it(tmp_path: Path) -> None:
+    """A cluster node's data dir for a shard it never served is told the table the cluster
+    recorded (``expect``): a start where it is not is refused, naming the record in the way out.
+    A file naming another table is left (its WAL's records may be that one's); one naming this
+    table gains the record's name, and a claim made afterwards keeps it."""
+    record = "s3://bucket/_cluster/tables/0000.json"
+    fresh = tmp_path / "fresh"
+    assert wal_binding.expect(fresh, X, record)
+    assert wal_binding.named_at(fresh, X.uri) == X and wal_binding.named_at(fresh, Y.uri) is None
+    wal_binding.check_present(fresh, X.uri, "id-x")
+    with pytest.raises(TableGone) as refused:
+        wal_binding.check_present(fresh, X.uri, None)
+    assert f"the table {record} names at s3://bucket/x/streams (id id-x) is not there" in str(refused.value)
+    assert f"remove {record} and {fresh / 'wal-table'}" in str(refused.value)
+    assert not wal_binding.expect(fresh, X, record)  # (named so already: not written again)
+    wal_binding.bind(fresh, X, "c1")
+    with pytest.raises(TableGone, match=f"the table {record} names at"):
+        wal_binding.check_present(fresh, X.uri, "id-z")
+    served, other = tmp_path / "served", tmp_path / "other"
+    served.mkdir()
+    other.mkdir()
+    wal_binding.bind(served, X, "c1")
+    assert wal_binding.expect(served, X, record) and wal_binding.claims_on(served, X) == ("c1",)
+    with pytest.raises(TableGone, match=f"remove {record} and"):
+        wal_binding.check_present(served, X.uri, None)
+    wal_binding.bind(other, Y, "c1")
+    assert not wal_binding.expect(other, X, record) and wal_binding.bound_table(other) == Y
+
+
 def test_the_table_named_is_found_however_its_location_is_spelled(tmp_path: Path) -> None:
     local = Table(f"{tmp_path}/delta/streams", "id-l")
     wal_binding.bind(tmp_path, local, "c1")

@@ -40,7 +40,10 @@ account). Made afresh there, the table would serve every stream as never created
 their offsets out again, and acknowledge appends that vanish under the table once it is
 back. So a start where the table named is not (``check_present``: no table, or one of
 another id, deleted and made again) is refused before any table is made or claimed; the way
-out, for a table given up on purpose, is to remove the file.
+out, for a table given up on purpose, is to remove the file. A data directory that never
+served the table (a cluster node taking a shard it never held) is told which table it must
+find (``expect``): the file is written naming it, and by what record (``named_by``: the
+cluster's, ``cluster.node.shard_tables``), which the refusal names as the way out too.
 """
 
 from __future__ import annotations
@@ -102,13 +105,35 @@ def check_present(data_dir: Path, uri: str, found: str | None) -> None:
     if bound is None or _location(bound.uri) != _location(uri) or bound.id == found:
         return
     there = "no table" if found is None else f"another table (id {found}): the one served was deleted and made again"
+    named_by = _read(data_dir).get("named_by")
+    whose = f"{named_by} names" if named_by else "this data dir's server wrote"
+    remove = f"{named_by} and {data_dir / TABLE_FILE}" if named_by else str(data_dir / TABLE_FILE)
     raise TableGone(
-        f"the table this data dir's server wrote at {uri} (id {bound.id}) is not there: it holds {there}. "
+        f"the table {whose} at {uri} (id {bound.id}) is not there: it holds {there}. "
         "Served from here, every stream it held would be missing, their offsets handed out again, and new appends "
         "acknowledged where they would vanish once it is back (a volume not mounted? a prefix deleted or renamed? "
         "the same URI on another store?). Nothing was created or claimed. Start again once the table is back; to "
-        f"give it up on purpose, remove {data_dir / TABLE_FILE} and start again."
+        f"give it up on purpose, remove {remove} and start again."
     )
+
+
+def named_at(data_dir: Path, uri: str) -> Table | None:
+    """The table ``data_dir`` names at ``uri``'s location (``None``: none, or one elsewhere)."""
+    bound = bound_table(data_dir)
+    return bound if bound is not None and _location(bound.uri) == _location(uri) else None
+
+
+def expect(data_dir: Path, table: Table, named_by: str) -> bool:
+    """Name ``table`` as the one ``data_dir`` must find at its URI (``check_present``), and
+    ``named_by`` as the record that says so, where the file names no table yet or names this
+    one (another it names, here or elsewhere, is left: its WAL's records may be that table's).
+    Whether the file was written."""
+    found, bound = _read(data_dir), bound_table(data_dir)
+    if bound is not None and (bound.id != table.id or found.get("named_by") == named_by):
+        return False
+    data_dir.mkdir(parents=True, exist_ok=True)
+    _write(data_dir, {**found, "uri": bound.uri if bound else table.uri, "id": table.id, "named_by": named_by})
+    return True
 
 
 def check(data_dir: Path, table: Table, records: int, lsns: tuple[int, int], *, written: bool) -> None:
@@ -192,7 +217,9 @@ def note_claim(data_dir: Path, table: Table, claim: str) -> None:
 def bind(data_dir: Path, table: Table, claim: str) -> None:
     """Once ``claim`` on ``table`` is made: ``table`` is the one the WAL's records are for, and
     ``claim`` the one id this directory needs to know its claim by."""
-    _write(data_dir, {"uri": table.uri, "id": table.id, "claims": {table.id: [claim]}})
+    found = _read(data_dir)
+    named_by = {"named_by": found["named_by"]} if "named_by" in found and found.get("id") == table.id else {}
+    _write(data_dir, {"uri": table.uri, "id": table.id, "claims": {table.id: [claim]}, **named_by})
 
 
 def name(data_dir: Path, table: Table, *, wal_holds_records: bool) -> None:

@@ -24,6 +24,7 @@ from typing import Literal
 LAYOUT_KEY = "_cluster/cluster.json"
 LEASES_PREFIX = "_cluster/leases/"
 NODES_PREFIX = "_cluster/nodes/"
+TABLES_PREFIX = "_cluster/tables/"
 FORMAT = 1
 MAX_SHARDS = 4096
 
@@ -72,6 +73,11 @@ class Layout:
 
 def lease_key(shard: int) -> str:
     return f"{LEASES_PREFIX}{shard:04d}.json"
+
+
+def table_key(shard: int) -> str:
+    """The record of the table ``shard``'s location holds (``shard_tables``)."""
+    return f"{TABLES_PREFIX}{shard:04d}.json"
 
 
 def node_key(node_id: str) -> str:

@@ -25,7 +25,7 @@ One thread (``Supervisor.run``) ticks every ``tick_s`` (a fifth of the lease ttl
    stopped for a drain has its lease released once it exited -- except a WAL-durability
    server that did not exit cleanly (killed at the drain's timeout, or failed): its records
    may be on this node's disk only and its location still names it, so the lease is kept and
-   the server started again (``_may_let_go``); the drain comes again.
+   the server started again (``workers.ShardServer.may_let_go``); the drain comes again.
 5. **Balance** (the rule is ``balance``'s): a node below its share takes free shards and
    those ``leases.may_take`` allows; a node above it drains one serving shard at a time, and
    another node takes it; shards never move between nodes that hold their share. A starting
@@ -53,14 +53,12 @@ is done, so a slow flush never outlives its lease. Between ticks the thread slee
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 import time
 from dataclasses import replace
 
 import httpx
 
-from ...storage.durability import Durability
 from .balance import cold_start_wait, should_drain
 from .lease_view import LeaseView
 from .leases import Held, LeaseRecord, Observed, WalAdoption, may_take, target_count
@@ -70,6 +68,7 @@ from .objects import ConditionalObjects, ObjectStoreError
 from .probes import Liveness
 from .renewals import LeaseLocks, Renewer, replace_lease
 from .routes import Route, routing_table
+from .shard_tables import ShardTables
 from .shards import Layout, lease_key
 from .workers import START_ATTEMPTS, TAKE_OVER_TIMEOUT_S, ShardServer, ShardServerSpec, TakeOverPlan
 
@@ -80,9 +79,6 @@ WATCHDOG_S = 0.1
 STARTING_POLL_S = 0.1
 """How often, between ticks, a starting shard server is asked whether it is ready (an idle node
 sleeps until its next tick)."""
-CLEAN_EXITS = (0, -signal.SIGTERM)
-"""A shard server's exit codes after its shutdown ran to its end (uvicorn raises the SIGTERM
-it handled again once shut down); a drain is only asked of a ready server, whose handler is set."""
 
 
 class Supervisor:
@@ -102,6 +98,7 @@ class Supervisor:
         )
         self._adoption = WalAdoption(settings.adopt_wal)
         self._leases = LeaseView(objects, layout.shards, settings.node_id, self._adoption)
+        self._tables = ShardTables(objects, layout, settings.storage_uri, spec)
         self._held: dict[int, Held] = {}
         self._servers: dict[int, ShardServer] = {}
         self._released_at: dict[int, float] = {}
@@ -176,6 +173,7 @@ class Supervisor:
             return False
         self._write_held(shard, held.record.next_beat(state="serving", url=server.url))
         log.info("shard serving", extra={"shard": shard, "url": server.url})
+        self._tables.record(shard)
         return True
 
     def _watch(self) -> None:
@@ -281,7 +279,7 @@ class Supervisor:
             if server.stopping_since is not None:
                 if server.exited or time.monotonic() - server.stopping_since > DRAIN_TIMEOUT_S:
                     server.kill()
-                    if self._may_let_go(shard, server):
+                    if server.may_let_go(self.settings.durability):
                         self._release(shard)
                     else:  # (its records are on this node's disk: it serves them again, drains later)
                         self._announced.pop(shard, None)
@@ -289,16 +287,12 @@ class Supervisor:
                         self._write_held(shard, held.record.next_beat(state="starting", url=None))
                 continue
             if server.exited and held.record.state == "starting":  # (``workers.START_ATTEMPTS``)
-                code, attempt = server.proc.returncode, server.attempt
-                if attempt < START_ATTEMPTS:
-                    log.warning(
-                        "shard server failed to start; starting it again",
-                        extra={"shard": shard, "code": code, "attempt": attempt},
-                    )
-                    uri = self.layout.shard_uri(self.settings.storage_uri, shard)
-                    self._servers[shard] = self.spec.start_again(server, uri)
+                failed = {"shard": shard, "code": server.proc.returncode, "attempt": server.attempt}
+                if server.attempt < START_ATTEMPTS:
+                    log.warning("shard server failed to start; starting it again", extra=failed)
+                    self._servers[shard] = self.spec.start_again(server, self._uri(shard))
                 else:
-                    log.error("shard server failed to start: lease released", extra={"shard": shard, "code": code})
+                    log.error("shard server failed to start: lease released", extra=failed)
                     self._release(shard)
             elif server.exited:
                 log.warning(
@@ -308,16 +302,6 @@ class Supervisor:
                 self._write_held(shard, held.record.next_beat(state="starting", url=None))
             elif held.record.state == "starting":
                 self._serving_if_ready(shard, held, server)
-
-    def _may_let_go(self, shard: int, server: ShardServer) -> bool:
-        """Whether ``shard``'s lease may be released now that its stopped ``server`` is gone: not
-        if it acknowledged from this node's WAL and did not exit cleanly (it may not have flushed,
-        and its location still names it: a node taking the free lease would time out and refuse)."""
-        if self.settings.durability != Durability.WAL or server.proc.returncode in CLEAN_EXITS:
-            return True
-        code = server.proc.returncode
-        log.error("WAL shard server did not exit cleanly: its lease is kept", extra={"shard": shard, "code": code})
-        return False
 
     def _balance(self) -> None:
         if self.membership.usurped is not None:
@@ -360,6 +344,8 @@ class Supervisor:
             self._announced[shard] = time.monotonic()
 
     def _acquire(self, shard: int, seen: Observed | None) -> None:
+        if not self._tables.expect(shard):  # (its server must find the table recorded: ``shard_tables``)
+            return
         ttl_ms = int(self.settings.lease_ttl_s * 1000)
         record = LeaseRecord(
             shard=shard,
@@ -389,8 +375,10 @@ class Supervisor:
         self._servers[shard] = self._start_server(shard, take_over=plan.mode, owner_wait_s=plan.owner_wait_s)
 
     def _start_server(self, shard: int, *, take_over: str, owner_wait_s: float = TAKE_OVER_TIMEOUT_S) -> ShardServer:
-        uri = self.layout.shard_uri(self.settings.storage_uri, shard)
-        return self.spec.start(shard, uri, take_over=take_over, take_over_timeout_s=owner_wait_s)
+        return self.spec.start(shard, self._uri(shard), take_over=take_over, take_over_timeout_s=owner_wait_s)
+
+    def _uri(self, shard: int) -> str:
+        return self.layout.shard_uri(self.settings.storage_uri, shard)
 
     def _write_held(self, shard: int, record: LeaseRecord) -> None:
         with self._lease_lock(shard):
@@ -438,7 +426,7 @@ class Supervisor:
             except Exception:
                 server.kill()
             try:
-                if self._may_let_go(shard, server):  # (else it expires: only this node takes it back)
+                if server.may_let_go(self.settings.durability):  # (else it expires: only this node takes it back)
                     self._release(shard)
             except ObjectStoreError as exc:
                 log.warning("lease release failed at shutdown", extra={"shard": shard, "error": str(exc)})

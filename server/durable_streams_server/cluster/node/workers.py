@@ -47,6 +47,10 @@ TAKE_OVER_TIMEOUT_S = 2.0
 location under an *expired* lease is claimed at once (``Supervisor._acquire``): its holder's
 servers were killed when the lease's validity ended, so none is left to answer."""
 
+CLEAN_EXITS = (0, -signal.SIGTERM)
+"""A shard server's exit codes after its shutdown ran to its end (uvicorn raises the SIGTERM
+it handled again once shut down); a drain is only asked of a ready server, whose handler is set."""
+
 START_ATTEMPTS = 3
 """How many times a node starts a shard's server that exits before it is ready, while it holds
 the lease, before it releases the lease for another node to try. A failed start is most often
@@ -132,6 +136,16 @@ class ShardServer:
         if not self.exited:
             self.proc.kill()
         self.proc.wait()
+
+    def may_let_go(self, durability: Durability) -> bool:
+        """Whether its shard's lease may be released now that it stopped and is gone: not if it
+        acknowledged from this node's WAL and did not exit cleanly (it may not have flushed, and
+        its location still names it: a node taking the free lease would time out and refuse)."""
+        if durability != Durability.WAL or self.proc.returncode in CLEAN_EXITS:
+            return True
+        code = self.proc.returncode
+        log.error("WAL shard server did not exit cleanly: its lease is kept", extra={"shard": self.shard, "code": code})
+        return False
 
 
 class SpareServer:
