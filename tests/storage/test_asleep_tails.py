@@ -24,15 +24,12 @@ from durable_streams_server.storage.committer import Storage
 IDLE_MS = 60_000
 
 
-def _tails(limit: int = 0, keep_bytes: int = 1 << 20, max_bytes: int = 1 << 20) -> tuple[AsleepTails, list[Hashable]]:
-    released: list[Hashable] = []
-    memory = MemoryBudget(limit)
-    tails = AsleepTails(memory, keep_bytes, max_bytes, released.append)
-    return tails, released
+def _tails(limit: int = 0, keep_bytes: int = 1 << 20, max_bytes: int = 1 << 20) -> AsleepTails:
+    return AsleepTails(MemoryBudget(limit), keep_bytes, max_bytes)
 
 
 def test_records_flushed_asleep_continue_the_kept_tail_or_start_it_afresh() -> None:
-    tails, _ = _tails()
+    tails = _tails()
     tails.extend(7, [(0, (b"a",), 10), (1, (b"b", b"c"), 11)])
     kept = tails.take(7)
     assert kept == (0, (b"a", b"b", b"c"), array("q", [10, 11, 11]), ((1, 2),), 3)
@@ -42,30 +39,46 @@ def test_records_flushed_asleep_continue_the_kept_tail_or_start_it_afresh() -> N
     tails.keep(7, kept)
     tails.extend(7, [(5, (b"f",), 13)])  # past where it ends (seq 3, 4 not here): afresh
     assert tails.take(7) == (5, (b"f",), array("q", [13]), (), 1)
-    assert tails.take(7) is None and not len(tails) and tails.memory.held == 0
+    assert tails.take(7) is None and not len(tails) and tails.nbytes == 0
 
 
 def test_kept_tails_are_held_in_the_budget_and_bounded_per_stream_and_together() -> None:
-    tails, _ = _tails(keep_bytes=4, max_bytes=2 * (4 + ENTRY_BYTES))
+    tails = _tails(keep_bytes=4, max_bytes=2 * (4 + ENTRY_BYTES))
     tails.extend(1, [(0, (b"ab", b"cd", b"ef"), 5)])  # 6 bytes: the oldest message goes
     kept = tails.take(1)
     assert kept is not None and kept[:2] == (1, (b"cd", b"ef")) and kept_end(kept) == 3
     tails.keep(1, kept)
     tails.keep(2, kept_of(0, (b"wxyz",), array("q", [1]), ()))
+    assert tails.memory.held == 0  # (until the batch is settled)
+    tails.settle()
     assert tails.memory.held == tails.nbytes == 2 * (4 + ENTRY_BYTES)
     tails.keep(3, kept_of(0, (b"new",), array("q", [1]), ()))  # past the bound: the least recently kept goes
     assert 1 not in tails and 2 in tails and 3 in tails
+    tails.settle()
     assert tails.memory.held == tails.nbytes == (4 + ENTRY_BYTES) + (3 + ENTRY_BYTES)
     tails.keep(4, kept_of(0, (b"toolarge",), array("q", [1]), ()))  # (nothing of it fits in 4 bytes)
     tails.keep(5, kept_of(3, (), array("q"), ()))  # (nothing to keep)
     assert 4 not in tails and 5 not in tails
+    for uid in (2, 3):
+        tails.take(uid)
+    tails.settle()
+    assert tails.memory.held == tails.nbytes == 0
 
 
-def test_the_budget_lets_kept_tails_go_least_recently_kept_first() -> None:
-    tails, released = _tails(limit=2 * (1 + ENTRY_BYTES))
-    for uid in (1, 2, 3):
+def test_the_budget_lets_the_kept_tails_go_before_any_built_streams_tail() -> None:
+    tails = _tails(limit=3 * (1 + ENTRY_BYTES))
+    released: list[Hashable] = []
+    tails.memory.hold(("tail", 9), 1 + ENTRY_BYTES, released.append)  # (a built stream's, held first)
+    for uid in (1, 2):
         tails.extend(uid, [(0, (b"m",), 1)])
-    assert released == [("tail", 1)]  # (the budget calls its release: ``TailCaches`` forgets it there)
+    tails.settle()
+    assert tails.memory.held == 3 * (1 + ENTRY_BYTES) and not released
+    tails.memory.hold(("tail", 8), 1, released.append)  # (over the budget: the kept tails go, all of them)
+    assert not len(tails) and tails.nbytes == 0 and not released
+    assert tails.memory.held == 2 + ENTRY_BYTES
+    tails.extend(3, [(0, (b"n",), 1)])
+    tails.settle()
+    assert 3 in tails and tails.memory.held == 2 * (1 + ENTRY_BYTES) + 1
 
 
 def _create(name: str, body: bytes) -> CreateRequest:

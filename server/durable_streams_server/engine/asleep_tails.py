@@ -15,10 +15,13 @@ gives them back to its ``Stream`` (``StreamIndex._wake``), as if it had stayed b
 
 What is kept is plain tuples of the messages' bytes and an ``array`` of their append times:
 nothing the cyclic collector follows once a collection has looked at it (``collector.py``).
-Each stream's tail is held in the memory budget under the same ``("tail", uid)`` its built
-``Stream`` holds it by (``ENTRY_BYTES`` more for the entry itself), and all of them at most
-``max_bytes`` together, least recently kept let go first: a million streams written at
-random keep the newest ones' tails, not a million.
+All of them together are at most ``max_bytes`` (``ENTRY_BYTES`` counted per stream beyond its
+messages), least recently kept let go first: a million streams written at random keep the
+newest ones' tails, not a million. They are held in the memory budget as one entry (``KEY``),
+first in its order: under pressure the sleeping streams' tails all go before any built
+stream's. The entry is brought up to date once per batch of changes (``settle``: a flush, a
+sweep of idle streams, a wake), not once per stream: held per stream, the budget's own
+bookkeeping was half of the cost a flush paid for each stream appended to asleep.
 
 Safe because history is immutable: the kept messages are the ones in Delta, and they are
 given back only when they end where the woken stream's flushed messages end (``end``), else
@@ -29,13 +32,16 @@ from __future__ import annotations
 
 from array import array
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 
 from .memory import MemoryBudget
 
 Kept = tuple[int, tuple[bytes, ...], "array[int]", tuple[tuple[int, int], ...], int]
 """One stream's kept tail: the first message's seq, the messages, their append times (ms), the
 append batches among them (first seq, length: ``Stream.batches``), and their bytes."""
+
+KEY = ("tails", "asleep")
+"""The memory budget's entry for all the kept tails."""
 
 ENTRY_BYTES = 640
 """What one stream's entry costs beyond its messages: the tuples, the array, its slots in this
@@ -68,18 +74,16 @@ def trimmed(kept: Kept, keep_bytes: int) -> Kept | None:
 
 
 class AsleepTails:
-    def __init__(
-        self, memory: MemoryBudget, keep_bytes: int, max_bytes: int, release: Callable[[Hashable], None]
-    ) -> None:
+    def __init__(self, memory: MemoryBudget, keep_bytes: int, max_bytes: int) -> None:
         self.memory = memory
         self.keep_bytes = keep_bytes
         """Bytes kept per stream, at most (the newest)."""
         self.max_bytes = max_bytes
         """Bytes kept for all sleeping streams together, at most (their entries' included)."""
-        self._release = release
-        """What the budget calls to let ``("tail", uid)`` go (``TailCaches``: built or asleep)."""
         self._kept: OrderedDict[int, Kept] = OrderedDict()
         self._bytes = 0
+        self._held = 0
+        """What the budget's entry says (``settle``)."""
 
     def __len__(self) -> int:
         return len(self._kept)
@@ -104,9 +108,8 @@ class AsleepTails:
             return
         self._kept[uid] = fitted
         self._bytes += size
-        while self._bytes > self.max_bytes:
-            self.forget(next(iter(self._kept)))
-        self.memory.hold(("tail", uid), size, self._release)
+        while self._bytes > self.max_bytes:  # (the least recently kept first)
+            self._bytes -= self._kept.popitem(last=False)[1][4] + ENTRY_BYTES
 
     def extend(self, uid: int, records: Sequence[tuple[int, tuple[bytes, ...], int]]) -> None:
         """Records of the sleeping ``uid`` (first seq, messages, append time) are in Delta now:
@@ -137,10 +140,19 @@ class AsleepTails:
             self.forget(uid)
         return kept
 
-    def forget(self, uid: int, *, held: bool = True) -> None:
-        """Let ``uid``'s kept tail go (``held=False``: the budget let it go already)."""
+    def forget(self, uid: int) -> None:
+        """Let ``uid``'s kept tail go."""
         kept = self._kept.pop(uid, None)
         if kept is not None:
             self._bytes -= kept[4] + ENTRY_BYTES
-            if held:
-                self.memory.drop(("tail", uid))
+
+    def settle(self) -> None:
+        """The budget's entry says what is kept now (after a batch of changes)."""
+        if self._bytes != self._held:
+            self._held = self._bytes
+            self.memory.hold(KEY, self._bytes, self._let_go, first=True)
+
+    def _let_go(self, _key: Hashable) -> None:
+        """The budget let the entry go: nothing is kept."""
+        self._kept.clear()
+        self._bytes = self._held = 0

@@ -182,6 +182,7 @@ class Engine:
             self.tails.flushed(stream, state["tail"])
             if stream.snapshot_lsn == state.get("snapshot_lsn"):
                 stream.snapshot_data = None  # in Delta now
+        self.tails.asleep.settle()
 
     def earliest_readable(self, stream: Stream) -> int:
         """Reads below this answer 410: the stream's own retention point (``Stream.earliest_retained``),

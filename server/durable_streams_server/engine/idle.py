@@ -130,6 +130,7 @@ class IdleStreams:
                     self.tails.keep_asleep(uid, kept)
             if time.perf_counter() > until:
                 break
+        self.tails.asleep.settle()
         self.slept += slept
         return slept
 

@@ -51,13 +51,15 @@ class MemoryBudget:
     def used(self) -> int:
         return self.held + self.in_flight
 
-    def hold(self, key: Hashable, nbytes: int, release: Release) -> None:
-        """Keep (or resize) the entry ``key`` of ``nbytes`` as the most recently used;
-        ``release(key)`` is called if the budget lets it go."""
+    def hold(self, key: Hashable, nbytes: int, release: Release, *, first: bool = False) -> None:
+        """Keep (or resize) the entry ``key`` of ``nbytes`` as the most recently used (``first``:
+        as the least, the next to go); ``release(key)`` is called if the budget lets it go."""
         self.drop(key)
         if nbytes <= 0:
             return
         self._sizes[key] = nbytes
+        if first:
+            self._sizes.move_to_end(key, last=False)
         self._releases[key] = release
         self.held += nbytes
         self._shrink()

@@ -10,7 +10,8 @@ The entry refers to the stream by uid, not by a closure over it: letting it go f
 stream built in the index, so the entry is nothing for the cyclic collector to scan
 (``collector.py``) and never keeps a stream from going to sleep (``stream_index``: only a
 stream nothing refers to sleeps). A stream going to sleep leaves its cached tail in
-``asleep`` (``asleep_tails``), under the same entry, and gets it back when it is built again.
+``asleep`` (``asleep_tails``: one entry for all of them), and gets it back when it is built
+again.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class TailCaches:
         """Flushed bytes kept per stream, at most (the budget may keep fewer)."""
         self._release = self._let_go  # (bound once: one function for every tail's entry)
         share = memory.limit // ASLEEP_SHARE if memory.limit else MOST_ASLEEP_BYTES
-        self.asleep = AsleepTails(memory, keep_bytes, min(share, MOST_ASLEEP_BYTES), self._release)
+        self.asleep = AsleepTails(memory, keep_bytes, min(share, MOST_ASLEEP_BYTES))
         """The cached tails of the streams asleep (``asleep_tails``)."""
         index.on_wake = self._woken
 
@@ -73,13 +74,15 @@ class TailCaches:
         return kept
 
     def keep_asleep(self, uid: int, kept: Kept) -> None:
-        """The stream ``uid`` went to sleep: keep what ``take`` took from it."""
+        """The stream ``uid`` went to sleep: keep what ``take`` took from it (the caller settles
+        the budget's entry once its batch is done: ``AsleepTails.settle``)."""
         self.asleep.keep(uid, kept)
 
     def drop(self, uid: int) -> None:
         """Forget ``uid``'s entry (the stream is removed)."""
         self.memory.drop(("tail", uid))
-        self.asleep.forget(uid, held=False)
+        self.asleep.forget(uid)
+        self.asleep.settle()
 
     def _woken(self, stream: Stream) -> None:
         """``stream`` was just built from its cold state: its kept tail back in it, if it ends
@@ -87,6 +90,7 @@ class TailCaches:
         kept = self.asleep.take(stream.uid)
         if kept is None:
             return
+        self.asleep.settle()
         cold = self.index.cold_tails.get(stream.uid)
         if kept_end(kept) != (cold.flushed_tail if cold is not None else stream.tail):
             return
@@ -101,7 +105,5 @@ class TailCaches:
     def _let_go(self, key: Hashable) -> None:
         assert isinstance(key, tuple)
         stream = self.index.built(key[1])
-        if stream is not None:
+        if stream is not None:  # (a stream asleep has no entry of its own: ``take`` dropped it)
             stream.trim_flushed(0)
-        else:
-            self.asleep.forget(key[1], held=False)
