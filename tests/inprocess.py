@@ -5,25 +5,18 @@ with the protocol class the CLI uses (``http_protocol``), in a thread. For tests
 from __future__ import annotations
 
 import contextlib
-import socket
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 import uvicorn
-from servers import wait_for
+from servers import free_port, wait_for
 from starlette.types import ASGIApp
 
 from durable_streams_server import ServerConfig
 from durable_streams_server.http.app import DurableStreamsApp
 from durable_streams_server.http.fastpath import FastPath
 from durable_streams_server.server import build_app, http_protocol
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass(frozen=True)

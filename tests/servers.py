@@ -8,14 +8,16 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import itertools
 import os
+import random
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,10 +28,46 @@ import requests
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+PORTS_FROM = 20000
+"""``free_port``'s ports lie between here and the kernel's ephemeral range."""
+
+
+def _port_slice() -> range:
+    """This test process's own ports: an equal share, per pytest-xdist worker, of those between
+    ``PORTS_FROM`` and the ephemeral range (where the kernel picks the port of every bind to
+    port 0 and of every outgoing connection)."""
+    try:
+        ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral = 32768
+    workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:] or 0) % workers
+    size = (ephemeral - PORTS_FROM) // workers
+    return range(PORTS_FROM + worker * size, PORTS_FROM + (worker + 1) * size)
+
+
+_ports: Iterator[int] | None = None
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A port of 127.0.0.1 that nothing listens on now, and that no other test process is given.
+    Not one the kernel picks (a bind to port 0): it handed a worker a port another worker had
+    just been given, or one that a killed server had let go, which its restart then found
+    taken. Each process takes its slice's ports in turn (``_port_slice``), from a random one."""
+    global _ports
+    if _ports is None:
+        ports = _port_slice()
+        first = random.randrange(len(ports))
+        _ports = itertools.cycle([*ports[first:], *ports[:first]])
+    for _ in range(1000):
+        port = next(_ports)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:  # (in use, or a connection of its own still in TIME_WAIT)
+                continue
+            return port
+    raise RuntimeError(f"no free port among 1,000 of {_port_slice()}")
 
 
 def listener_on(port: int) -> socket.socket:

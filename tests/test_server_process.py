@@ -1,7 +1,8 @@
 """The harness's ``ServerProcess`` waits for the server it started, not for whatever answers on
 its port: ``free_port`` finds a port free, and another process (a test on another xdist worker)
 may listen on it before the server does. A first start moves to another port; a restart, which
-clients' URLs name, keeps its port and says why it could not start."""
+clients' URLs name, keeps its port and says why it could not start. ``free_port`` itself hands
+out ports of this process's own slice, below the kernel's ephemeral range, in turn."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import requests
-from servers import PortTaken, ServerProcess, listener_on
+from servers import PortTaken, ServerProcess, _port_slice, free_port, listener_on
 
 
 def test_a_first_start_on_a_port_another_process_took_moves_to_a_free_one(tmp_path: Path) -> None:
@@ -41,3 +42,18 @@ def test_a_restart_on_a_port_another_process_took_keeps_the_port_and_raises(tmp_
     finally:
         server.kill()
         squatter.close()
+
+
+def test_free_ports_come_from_this_processs_slice_in_turn_and_skip_one_in_use() -> None:
+    ports = _port_slice()
+    ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    assert ports.stop <= ephemeral and len(ports) >= 1000
+    first = free_port()
+    squatted = first + 1 if first + 1 in ports else ports.start
+    squatter = listener_on(squatted)
+    try:
+        given = [free_port() for _ in range(50)]
+    finally:
+        squatter.close()
+    assert all(port in ports for port in [first, *given]) and len({first, *given}) == 51
+    assert squatted not in given  # (in use: skipped)
