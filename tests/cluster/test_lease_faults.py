@@ -29,6 +29,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 import requests
 from cluster_support import (
@@ -399,6 +400,26 @@ def test_a_shard_server_that_fails_to_start_is_started_again_before_its_lease_is
         supervisor._liveness.close()
         supervisor._probe.close()
         objects.close()
+
+
+def test_a_shard_server_is_ready_only_when_its_own_process_answers(
+    server_factory: Callable[..., ServerProcess], tmp_path: Path
+) -> None:
+    """Another process listening on the port a node chose for its shard server (free when
+    chosen) answers ``/readyz`` 200: the node published the shard at that stranger's URL, and
+    its clients' reads were answered 404 there (CI: ``test_shard_tables``, another test's
+    server on the port). Ready now means the answer names the shard server's own pid."""
+    stranger = server_factory()
+    assert stranger.proc is not None
+    ours = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # (starting, not yet listening)
+    probe = httpx.Client()
+    try:
+        assert not ShardServer(0, stranger.url, ours).ready(probe)
+        assert ShardServer(0, stranger.url, stranger.proc).ready(probe)
+    finally:
+        probe.close()
+        ours.kill()
+        ours.wait()
 
 
 def test_a_late_landing_write_of_this_nodes_own_is_not_a_lost_lease(tmp_path: Path) -> None:

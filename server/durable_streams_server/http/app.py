@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from starlette.applications import Starlette
@@ -43,7 +44,7 @@ from .read_plans import wants_plan
 from .request_policy import RequestPolicy
 from .responses import error_response, http_error_response, preflight_response
 from .retention import change_retention
-from .routes import route_path, starlette_routes
+from .routes import READY_PID_HEADER, route_path, starlette_routes
 from .started import Started, Starter
 from .state_metrics import StateCollector
 from .targets import base_target
@@ -66,6 +67,8 @@ def _base_rest(scope: Scope) -> str | None:
         return None  # the control route; a newline the route's pattern would not match
     return rest
 
+
+_PID = str(os.getpid())
 
 _REMEMBERED_PATHS = 1024
 _REMEMBERED_PATH_BYTES = 256
@@ -345,7 +348,7 @@ class DurableStreamsApp:
             reason = started.storage.degraded
         if reason is not None:
             return error_response(ServiceUnavailable(reason, code="NOT_READY", headers={"Retry-After": "5"}))
-        return JSONResponse({"status": "ready"}, headers={"Cache-Control": "no-store"})
+        return JSONResponse({"status": "ready"}, headers={"Cache-Control": "no-store", READY_PID_HEADER: _PID})
 
     async def _metrics(self, request: Request) -> Response:
         if (refusal := self._probe_refusal(request, "metrics")) is not None:

@@ -44,6 +44,9 @@ Endpoint = Callable[[Request], Awaitable[Response]]
 METHODS = ("GET", "HEAD", "PUT", "POST", "PATCH", "DELETE", "OPTIONS")
 PROBES: frozenset[RouteName] = frozenset({"healthz", "readyz", "metrics"})
 """The server's own top-level paths (``/healthz``, ``/readyz``, ``/metrics``)."""
+READY_PID_HEADER = "Durable-Streams-Server-Pid"
+"""A ready server's process id, on its ``/readyz`` answer: a cluster node publishes a shard
+server only once its own process answers (another process can listen on the port it chose)."""
 
 ROUTES: tuple[tuple[RouteName, str], ...] = (
     ("healthz", "/healthz"),

@@ -33,6 +33,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from ...http.routes import READY_PID_HEADER
 from ...settings import Settings
 from ...settings_json import settings_to_json
 from ...storage.durability import Durability
@@ -117,13 +118,17 @@ class ShardServer:
         return self.proc.poll() is not None
 
     def ready(self, client: httpx.Client) -> bool:
-        """Listening, its storage recovered and the location claimed (its ``/readyz`` says 200)."""
+        """Listening, its storage recovered and the location claimed: its ``/readyz`` says 200,
+        from its own process. Another process may listen on the port this node chose for it (the
+        port was free when chosen; this server then fails to bind it and exits): that one's 200
+        published this shard at a stranger's URL, where its clients' requests were answered."""
         if self.exited:
             return False
         try:
-            return client.get(f"{self.url}/readyz", timeout=0.5).status_code == 200
+            answer = client.get(f"{self.url}/readyz", timeout=0.5)
         except httpx.HTTPError:
             return False
+        return answer.status_code == 200 and answer.headers.get(READY_PID_HEADER) == str(self.proc.pid)
 
     def stop(self) -> None:
         """Ask it to stop: it flushes what it acknowledged and releases its location."""
