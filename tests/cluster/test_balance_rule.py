@@ -1,10 +1,14 @@
-"""The balancing rule (``cluster.node.balance``) on its own: when a node gives a shard up."""
+"""The cluster's rules on their own: when a node gives a shard up (``cluster.node.balance``), and how it
+takes one (``workers.TakeOverPlan``)."""
 
 from __future__ import annotations
 
 import pytest
 
 from durable_streams_server.cluster.node.balance import cold_start_wait, should_drain
+from durable_streams_server.cluster.node.leases import LeaseRecord
+from durable_streams_server.cluster.node.workers import TAKE_OVER_TIMEOUT_S, TakeOverPlan
+from durable_streams_server.storage.durability import Durability
 
 
 @pytest.mark.parametrize(
@@ -36,3 +40,27 @@ def test_a_cold_start_waits_one_ttl_for_the_nodes_started_with_it() -> None:
     assert cold_start_wait(anyone_holds=False, mine=0, since_start_s=1.0, ttl_s=5.0) is True
     assert cold_start_wait(anyone_holds=False, mine=0, since_start_s=5.0, ttl_s=5.0) is False
     assert cold_start_wait(anyone_holds=True, mine=0, since_start_s=0.0, ttl_s=5.0) is False  # a failover
+
+
+WAIT_S = TAKE_OVER_TIMEOUT_S
+
+
+@pytest.mark.parametrize(
+    ("previous", "plan"),
+    [
+        (None, ("ask", WAIT_S, None)),
+        (LeaseRecord(shard=0, holder=None, state="released"), ("ask", WAIT_S, None)),
+        (LeaseRecord(shard=0, holder="n1", state="serving", durability=Durability.DELTA), ("ask", 0.0, "n1")),
+        (LeaseRecord(shard=0, holder="n1", state="serving", durability=Durability.WAL), ("force", 0.0, "n1")),
+        (LeaseRecord(shard=0, holder="n0", state="serving", durability=Durability.WAL), ("ask", WAIT_S, "n0")),
+    ],
+    ids=["never-held", "released", "expired-delta", "expired-wal", "its-own-expired"],
+)
+def test_a_take_over_plan_names_whose_lease_was_taken_and_never_forces_its_own(
+    previous: LeaseRecord | None, plan: tuple[str, float, str | None]
+) -> None:
+    """A node taking back its own expired lease logs ``from=<itself>`` (the fault suite counts it
+    as no move) and asks its location's owner as for a free one: its servers were killed when the
+    validity ended, and a WAL location of its own is never forced."""
+    taken = TakeOverPlan.of(previous, "n0")
+    assert (taken.mode, taken.owner_wait_s, taken.taken_from) == plan

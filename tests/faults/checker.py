@@ -75,6 +75,10 @@ class History:
             self._from[key] = self._read(stream, offset)
         return self._from[key]
 
+    def forget(self, stream: str) -> None:
+        """Read ``stream`` anew from now on."""
+        self._from = {key: value for key, value in self._from.items() if key[0] != stream}
+
     def settled(self, stream: str, timeout_s: float = 30) -> tuple[Message, ...]:
         """The whole history once two reads 0.5 s apart agree (a request held up by the fault,
         a relay or a resumed process, may still land after the writers stopped)."""
@@ -199,7 +203,19 @@ def check(
 
 
 def _fork(history: History, read: Read) -> str | None:
-    """Why ``read`` is not a slice of the final history at its offset (``None``: it is)."""
+    """Why ``read`` is not a slice of the final history at its offset (``None``: it is). A
+    disagreement is looked at again once the history settled again: an append in doubt (a
+    request held up by the fault, its packets retransmitted after a heal) may land after
+    ``History.settled``, between the two reads compared."""
+    why = _disagreement(history, read)
+    if why is not None:
+        history.forget(read.stream)
+        history.settled(read.stream)
+        why = _disagreement(history, read)
+    return why
+
+
+def _disagreement(history: History, read: Read) -> str | None:
     at_start, at_next = history.after(read.stream, read.start), history.after(read.stream, read.next)
     if isinstance(at_start, str) or isinstance(at_next, str):
         refused = at_start if isinstance(at_start, str) else at_next
@@ -207,6 +223,11 @@ def _fork(history: History, read: Read) -> str | None:
     count = len(read.messages)
     if at_start[:count] != read.messages:
         return f"{read.reader} was given {read.messages[:5]}... at {read.start}; the history has {at_start[:5]}..."
-    if at_start[count:] != at_next:
-        return f"{read.reader} was told {read.next} follows {read.start} +{count} messages; the history disagrees"
+    after = at_start[count:]
+    if after != at_next:
+        differs = next((n for n, pair in enumerate(zip(after, at_next, strict=False)) if pair[0] != pair[1]), None)
+        return (
+            f"{read.reader} was told {read.next} follows {read.start} +{count} messages; the history has "
+            f"{len(after)} after them, a read from {read.next} {len(at_next)}, first differing at {differs}"
+        )
     return None

@@ -76,13 +76,15 @@ class TakeOverPlan:
     """An expired lease's holder had its servers killed when the lease's validity ended (and
     the claim's epoch fences any still running): nobody is left to hand over, so no wait."""
     taken_from: str | None
-    """The holder of the expired lease taken; ``None``: the lease was free."""
+    """The holder of the expired lease taken (this node's own id when it takes back a lease it
+    lost: its renewals did not reach the store in time); ``None``: the lease was free."""
 
     @classmethod
     def of(cls, previous: LeaseRecord | None, node_id: str) -> TakeOverPlan:
-        taken = previous is not None and not previous.free and previous.holder != node_id
-        if not taken or previous is None:
+        if previous is None or previous.free:
             return cls("ask", TAKE_OVER_TIMEOUT_S, None)
+        if previous.holder == node_id:  # (its own servers were killed when the validity ended)
+            return cls("ask", TAKE_OVER_TIMEOUT_S, node_id)
         return cls("force" if previous.durability == Durability.WAL else "ask", 0.0, previous.holder)
 
 
