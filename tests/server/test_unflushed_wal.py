@@ -133,6 +133,26 @@ def test_take_over_force_gives_the_wal_up_for_that_start_and_no_later_start_repl
     assert _read(server) == b"after"
 
 
+def test_a_delta_start_on_a_data_dir_naming_no_table_makes_none_where_its_table_is_gone(
+    server_factory: Callable[..., ServerProcess], storage: list[str], tmp_path: Path
+) -> None:
+    """A data dir from before ``wal-table`` (the file removed), its WAL holding acknowledged records,
+    its table gone (moved aside): a delta start is refused before it makes a table there (a refused
+    start changes nothing); ``--take-over force`` gives the records up, and that start makes one."""
+    server, _ = _killed(server_factory, *storage, *HOLD_IN_WAL)
+    (server.data_dir / "wal-table").unlink()
+    table = Path(storage[1])
+    table.rename(tmp_path / "aside")
+
+    line = _one_line(_refused(server, *storage, "--durability", "delta"), "start refused")
+    assert f"holds {RECORDS} records" in line and "where no table is" in line, line
+    assert not table.exists(), sorted(str(path) for path in table.rglob("*"))
+
+    _started(server, *storage, "--durability", "delta", "--take-over", "force")
+    assert _read(server) == 404  # (given up: its creation was in the WAL only)
+    assert (table / "streams" / "_delta_log").is_dir()  # (the streams table of --storage-uri)
+
+
 def test_a_wal_start_on_a_delta_servers_data_dir_loses_nothing(
     server_factory: Callable[..., ServerProcess], storage: list[str]
 ) -> None:

@@ -68,6 +68,12 @@ class Storage:
     def __init__(self, config: StorageConfig, observer: StorageObserver | None = None) -> None:
         self.config = config
         observer = observer or NullObserver()
+        self.node = config.node or Node(
+            node_id_for(config.data_dir, None),
+            data_dir=str(config.data_dir.resolve()),
+            durability=config.durability,
+            wal_id=wal_id_for(config.data_dir),
+        )
         self.delta = DeltaLog(
             config.storage_uri,
             config.storage_options,
@@ -99,12 +105,6 @@ class Storage:
         self._compaction = Compaction(Compactor(self.delta, config.compaction), observer)
         self._flusher.after_flush.append(self._compaction.note_flushed)
         self._flusher.on_fenced = self._fenced
-        self.node = config.node or Node(
-            node_id_for(config.data_dir, None),
-            data_dir=str(config.data_dir.resolve()),
-            durability=config.durability,
-            wal_id=wal_id_for(config.data_dir),
-        )
         self.owner: Owner | None = None
         """The epoch this server owns its storage under, once ``recover`` has claimed it."""
         self._data_dir_lock: DataDirLock | None = None
@@ -125,10 +125,14 @@ class Storage:
 
     def _before_create(self, uri: str) -> None:
         """Where no table is at ``uri``: refuse to make one if the data dir's table was there, or
-        if its WAL holds records (a WAL server's: delta mode's are ``recover``'s, ``leftover_wal``)."""
-        held = unflushed(self.config.data_dir, 0) if self.config.durability == Durability.WAL else None
+        if its WAL holds records: a WAL server's, and in delta mode those of a data dir that names
+        no table (from before ``wal-table``: else ``recover`` refuses them, ``leftover_wal``, but
+        only after the table was made) unless this start gives them up (``--take-over force``)."""
+        data_dir = self.config.data_dir
+        unnamed = wal_binding.bound_table(data_dir) is None and self.node.take_over != "force"
+        held = unflushed(data_dir, 0) if self.config.durability == Durability.WAL or unnamed else None
         lsns = (held.first_lsn, held.last_lsn) if held is not None else (0, 0)
-        wal_binding.check_creatable(self.config.data_dir, uri, held.records if held is not None else 0, lsns)
+        wal_binding.check_creatable(data_dir, uri, held.records if held is not None else 0, lsns)
 
     def recover(self) -> Recovery:
         """Claim the storage (``ownership``), then read the Delta state and the WAL records after
