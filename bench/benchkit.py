@@ -264,6 +264,32 @@ def disk(path: Path) -> dict[str, Any]:
     return facts
 
 
+_DAMON = Path("/sys/kernel/mm/damon/admin/kdamonds")
+
+
+def memory() -> dict[str, Any]:
+    """The machine's memory and what reclaims it behind the processes' backs: a host that pages
+    out memory unused for a while (DAMON's ``pageout`` scheme) makes the next touch of it (a
+    page cache's file, a library's code) a fault that reads it back."""
+    meminfo = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines() if ":" in line)
+    facts: dict[str, Any] = {
+        "total MiB": int(meminfo["MemTotal"].split()[0]) // 1024,
+        "swap MiB": int(meminfo.get("SwapTotal", "0 kB").split()[0]) // 1024,
+    }
+    hugepages = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    if hugepages.exists():
+        facts["transparent hugepages"] = re.sub(r".*\[(\w+)\].*", r"\1", hugepages.read_text().strip())
+    reclaim = []
+    for scheme in sorted(_DAMON.glob("[0-9]*/contexts/[0-9]*/schemes/[0-9]*")):
+        context, kdamond = scheme.parents[1], scheme.parents[3]
+        if (scheme / "action").read_text().strip() == "pageout" and (kdamond / "state").read_text().strip() == "on":
+            aggregate_us = int((context / "monitoring_attrs/intervals/aggr_us").read_text())
+            min_age = int((scheme / "access_pattern/age/min").read_text())
+            reclaim.append(f"DAMON pageout of memory unused for {min_age * aggregate_us / 1e6:g} s")
+    facts["reclaim"] = "; ".join(reclaim) or "none seen"
+    return facts
+
+
 def _versions() -> dict[str, str]:
     versions = {"python": platform.python_version(), "node": _run(["node", "--version"])}
     versions["java"] = _run(["java", "-version"])
@@ -297,6 +323,7 @@ def conditions(work_dir: Path) -> dict[str, Any]:
         "cores usable by this process": len(os.sched_getaffinity(0)),
         "network": f"loopback only ({LOOPBACK}): servers, load generators and Spark on this machine",
         "disk": disk(work_dir),
+        "memory": memory(),
         "load average at start (1, 5, 15 min)": [round(load, 2) for load in _LOAD_AT_START],
         "load average at end (1, 5, 15 min)": [round(load, 2) for load in os.getloadavg()],
         "platform": platform.platform(),

@@ -70,13 +70,25 @@ def _conditions(record: dict[str, Any]) -> str:
     return (
         f"Conditions: {facts['cores']} cores ({facts['cores usable by this process']} usable by the run), "
         f"{facts['network']}; disk: `{disk['path']}` on {disk['device']} ({disk['filesystem']}, "
-        f"rotational flag {disk.get('rotational', '?')}), shared with whatever else runs; load average "
+        f"rotational flag {disk.get('rotational', '?')}), shared with whatever else runs;{_memory(facts)} load average "
         f"{load_start} at the start, {load_end} at the end. "
         f"Commit `{facts['git']['commit'][:12]}`"
         + (f" with {len(changed)} uncommitted file(s)" if changed else "")
         + f"; {facts['started']} to {facts['finished']}; `{facts['command']}`. Versions: "
         + ", ".join(f"{name} {version}" for name, version in versions.items())
         + "."
+    )
+
+
+def _memory(facts: dict[str, Any]) -> str:
+    memory = facts.get("memory")  # (records before it have none)
+    if memory is None:
+        return ""
+    swap = f"{memory['swap MiB']:,} MiB of swap" if memory["swap MiB"] else "no swap"
+    hugepages = memory.get("transparent hugepages", "?")
+    return (
+        f" memory: {memory['total MiB']:,} MiB, {swap}, transparent hugepages {hugepages}, the host's reclaim: "
+        f"{memory['reclaim']};"
     )
 
 
