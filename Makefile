@@ -12,6 +12,7 @@ DATA   ?= ./data
 SCALE  ?= small
 WORKERS ?= 3
 SERIAL_WORKERS ?= 2
+FAULT_WORKERS ?= 2
 
 .PHONY: serve test install install-test lint docs unit conformance bench bench-server bench-spark bench-render bench-scale bench-cluster clean
 
@@ -53,15 +54,17 @@ docs: install-test
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
 
 # The tests marked `serial` (the conformance runs: Vitest times each of its tests out at 5 s) run
-# first, apart from the rest, SERIAL_WORKERS at a time; then the rest on WORKERS pytest-xdist
-# workers, one test file per worker at a time, in the order tests/conftest.py gives (files with a
-# slow test first: no worker idles at the end). Three workers on this 2-core machine: the tests
-# spend much of their time waiting on servers, JVMs, timers and disks (14:24 instead of 18:05).
-# Both parts always run; the target fails if either did.
+# first, apart from the rest, SERIAL_WORKERS at a time; then the fault suite (tests/faults: 2 s
+# leases, whose renewals a machine busy with JVMs made late), FAULT_WORKERS tests at a time; then
+# the rest on WORKERS pytest-xdist workers, one test file per worker at a time, in the order
+# tests/conftest.py gives (files with a slow test first: no worker idles at the end). Three workers
+# on this 2-core machine: the tests spend much of their time waiting on servers, JVMs, timers and
+# disks (14:24 instead of 18:05). Every part always runs; the target fails if any did.
 test: lint docs
 	$(BIN)/python -m pytest -m serial -n $(SERIAL_WORKERS); serial=$$?; \
-	$(BIN)/python -m pytest -m "not serial" -n $(WORKERS) --dist loadfile --no-loadscope-reorder; rest=$$?; \
-	test $$serial -eq 0 && test $$rest -eq 0
+	$(BIN)/python -m pytest tests/faults -m "not serial" -n $(FAULT_WORKERS) --dist load; faults=$$?; \
+	$(BIN)/python -m pytest -m "not serial" --ignore=tests/faults -n $(WORKERS) --dist loadfile --no-loadscope-reorder; rest=$$?; \
+	test $$serial -eq 0 && test $$faults -eq 0 && test $$rest -eq 0
 
 unit: install-test
 	$(BIN)/python -m pytest -m "not slow"
