@@ -23,6 +23,9 @@ from durable_streams_server.cluster.node.proxy import FOLLOWS_HEADER
 pytestmark = pytest.mark.slow
 
 RELAY = {FOLLOWS_HEADER: "relay"}
+POLL_TIMEOUT_S = 45
+"""Longer than the servers' long-poll timeout (30 s): a poll at the tail is answered ``204``
+then, never cut short by the client's own timeout first (a race it lost now and then)."""
 
 
 class LongPollReader(threading.Thread):
@@ -43,7 +46,7 @@ class LongPollReader(threading.Thread):
         while not self.stopping.is_set():
             try:
                 params = {"offset": offset, "live": "long-poll"}
-                answer = http.get(self.url, params=params, headers=RELAY, timeout=30, allow_redirects=False)
+                answer = http.get(self.url, params=params, headers=RELAY, timeout=POLL_TIMEOUT_S, allow_redirects=False)
             except requests.RequestException as exc:
                 self._note(type(exc).__name__)
                 time.sleep(0.05)  # (a backoff before the retry)
@@ -91,9 +94,11 @@ def test_relayed_appends_and_long_polls_cross_a_shard_move(
         appender.join(timeout=60)
     final = [len(appender.acknowledged) for appender in appenders]
     wait_for(lambda: all(len(r.values) >= n for r, n in zip(readers, final, strict=True)), timeout_s=60)
-    for reader in readers:
+    for reader in readers:  # (all told first: each one's poll at the tail ends within the long-poll timeout)
         reader.stopping.set()
+    for reader in readers:
         reader.join(timeout=60)
+        assert not reader.is_alive()
 
     allowed = {"200", "204", "503 Retry-After", "502 RELAY_IN_DOUBT"}
     for appender, reader in zip(appenders, readers, strict=True):
