@@ -6,7 +6,8 @@ and the shard's table moved aside (a prefix deleted or renamed, a volume that di
 the other node, which never served shard 0, takes its lease. Before the cluster recorded each
 shard's table, that node's server made a new table there and answered every stream of the
 shard 404, handing their offsets out again. Now its starts are refused, the lease let go, the
-shard unavailable (503) and no table made; once the table is back, the whole history is served.
+shard unavailable (503) and no table made, ``GET /v1/cluster`` saying why beside the shard (its
+server's last failed start); once the table is back, the whole history is served.
 """
 
 from __future__ import annotations
@@ -66,11 +67,14 @@ def test_a_node_that_never_served_a_shard_refuses_it_while_its_table_is_missing(
     assert f"the table {root}/_cluster/tables/0000.json names at {table}/streams" in log, log[-4000:]
     assert log.count("shard server failed to start; starting it again") >= 2
     assert not (table / "streams" / "_delta_log").exists(), "a table was made where the shard's table was missing"
+    failed = other.describe()["shards"][0]["failed_start"]  # type: ignore[index]
+    assert failed is not None and failed["exit_code"] == 3 and "start refused" in failed["meaning"], failed
 
     aside.rename(table)
     assert history(url, moving_s=90) == list(range(MESSAGES))
     assert send("POST", url, data=b'{"n": 20}', headers=JSON).status_code == 204
     assert history(url) == list(range(MESSAGES + 1))
+    assert other.describe()["shards"][0]["failed_start"] is None  # type: ignore[index]  # (served: cleared)
 
 
 def _status(url: str) -> int:

@@ -179,7 +179,13 @@ class ClusterRouter:
             "live_nodes": list(supervisor.live_nodes),
             "held": list(supervisor.held),
             "shards": [
-                {"shard": shard, "state": route.state, "url": route.url, "holder": route.holder}
+                {
+                    "shard": shard,
+                    "state": route.state,
+                    "url": route.url,
+                    "holder": route.holder,
+                    "failed_start": supervisor.start_failures.describe(shard),
+                }
                 for shard, route in enumerate(supervisor.routes)
             ],
         }

@@ -70,6 +70,7 @@ from .renewals import LeaseLocks, Renewer, replace_lease
 from .routes import Route, routing_table
 from .shard_tables import ShardTables
 from .shards import Layout, lease_key
+from .start_failures import StartFailures
 from .workers import START_ATTEMPTS, TAKE_OVER_TIMEOUT_S, ShardServer, ShardServerSpec, TakeOverPlan
 
 log = logging.getLogger("durable_streams_server.cluster")
@@ -99,6 +100,7 @@ class Supervisor:
         self._adoption = WalAdoption(settings.adopt_wal)
         self._leases = LeaseView(objects, layout.shards, settings.node_id, self._adoption)
         self._tables = ShardTables(objects, layout, settings.storage_uri, spec)
+        self.start_failures = StartFailures()
         self._held: dict[int, Held] = {}
         self._servers: dict[int, ShardServer] = {}
         self._released_at: dict[int, float] = {}
@@ -173,6 +175,7 @@ class Supervisor:
             return False
         self._write_held(shard, held.record.next_beat(state="serving", url=server.url))
         log.info("shard serving", extra={"shard": shard, "url": server.url})
+        self.start_failures.served(shard)
         self._tables.record(shard)
         return True
 
@@ -288,7 +291,9 @@ class Supervisor:
                 continue
             if server.exited and held.record.state == "starting":  # (``workers.START_ATTEMPTS``)
                 failed = {"shard": shard, "code": server.proc.returncode, "attempt": server.attempt}
-                if server.attempt < START_ATTEMPTS:
+                released = server.attempt >= START_ATTEMPTS
+                self.start_failures.failed(shard, server.proc.returncode, server.attempt, lease_released=released)
+                if not released:
                     log.warning("shard server failed to start; starting it again", extra=failed)
                     self._servers[shard] = self.spec.start_again(server, self._uri(shard))
                 else:

@@ -267,8 +267,14 @@ async function cluster() {
     pick.type = "button";
     pick.textContent = String(s.shard) === shown ? `shard ${s.shard} (shown)` : `show shard ${s.shard}`;
     pick.addEventListener("click", () => { sessionStorage.setItem(SHARD_KEY, String(s.shard)); cluster(); });
-    cell(tr, pick); cell(tr, s.state); cell(tr, s.holder); cell(tr, s.url);
+    cell(tr, pick); cell(tr, s.state); cell(tr, s.holder); cell(tr, s.url); cell(tr, failedStart(s.failed_start));
   });
+}
+
+function failedStart(f) {  // (this node's last failed start of the shard's server, until one is ready)
+  if (!f) return "";
+  const released = f.lease_released ? ", lease let go" : "";
+  return `exit ${f.exit_code} (attempt ${f.attempt}, ${f.seconds_ago} s ago${released})` + (f.meaning ? `: ${f.meaning}` : "");
 }
 
 // -- routing -------------------------------------------------------------------------------
