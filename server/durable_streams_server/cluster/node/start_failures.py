@@ -5,7 +5,8 @@ WAL another table's, its location another owner's; a store failing during the ta
 started again, then its lease is let go (``workers.START_ATTEMPTS``), and the shard answers
 ``503`` while node after node tries it. The node's log says why, line by line; ``GET
 /v1/cluster`` (and the status page's cluster view) says it beside the shard: the exit code, the
-attempt, how long ago, and whether the lease was let go. A start that becomes ready clears it.
+attempt, how long ago, and whether the lease was let go, until the node sees the shard served
+(by its own server or another node's).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ class FailedStart:
 
 
 class StartFailures:
-    """The last failed start of each shard's server on this node, until one is ready."""
+    """The last failed start of each shard's server on this node, until the shard is served."""
 
     def __init__(self) -> None:
         self._last: dict[int, FailedStart] = {}

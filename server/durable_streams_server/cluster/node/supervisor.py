@@ -407,6 +407,8 @@ class Supervisor:
 
     def _publish(self) -> None:
         self.routes = routing_table(self.layout.shards, self._held, self._seen, time.monotonic())
+        for shard in (shard for shard, route in enumerate(self.routes) if route.state == "serving"):
+            self.start_failures.served(shard)  # (served here or by another node: its failures are past)
 
     def _keep_spare(self) -> None:  # (``workers.SpareServer``: started once no server is starting)
         if not any(held.record.state == "starting" for held in self._held.values()):
