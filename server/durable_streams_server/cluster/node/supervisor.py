@@ -175,7 +175,6 @@ class Supervisor:
             return False
         self._write_held(shard, held.record.next_beat(state="serving", url=server.url))
         log.info("shard serving", extra={"shard": shard, "url": server.url})
-        self.start_failures.served(shard)
         self._tables.record(shard)
         return True
 
