@@ -7,6 +7,7 @@ test."""
 from __future__ import annotations
 
 import asyncio
+import gc
 from array import array
 from collections.abc import Hashable
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 from local_engine import ManualClock, cold_tails_let_go, open_local, put_to_sleep
 
 from durable_streams_server.engine import reads
-from durable_streams_server.engine.asleep_tails import ENTRY_BYTES, AsleepTails, kept_end, kept_of
+from durable_streams_server.engine.asleep_tails import ENTRY_BYTES, AsleepTails, kept_end, kept_of, kept_stamps
 from durable_streams_server.engine.engine import Engine, EngineConfig
 from durable_streams_server.engine.memory import MemoryBudget
 from durable_streams_server.engine.types import AppendRequest, CreateRequest
@@ -32,21 +33,37 @@ def test_records_flushed_asleep_continue_the_kept_tail_or_start_it_afresh() -> N
     tails = _tails()
     tails.extend(7, [(0, (b"a",), 10), (1, (b"b", b"c"), 11)])
     kept = tails.take(7)
-    assert kept == (0, (b"a", b"b", b"c"), array("q", [10, 11, 11]), ((1, 2),), 3)
+    assert kept == (0, (b"a", b"b", b"c"), array("q", [10, 11, 11]).tobytes(), ((1, 2),), 3)
+    assert kept_stamps(kept) == array("q", [10, 11, 11])
     tails.keep(7, kept)
     tails.extend(7, [(3, (b"d",), 12)])  # where it ends: continued
-    assert tails.take(7) == (0, (b"a", b"b", b"c", b"d"), array("q", [10, 11, 11, 12]), ((1, 2),), 4)
+    assert tails.take(7) == (0, (b"a", b"b", b"c", b"d"), array("q", [10, 11, 11, 12]).tobytes(), ((1, 2),), 4)
     tails.keep(7, kept)
     tails.extend(7, [(5, (b"f",), 13)])  # past where it ends (seq 3, 4 not here): afresh
-    assert tails.take(7) == (5, (b"f",), array("q", [13]), (), 1)
+    assert tails.take(7) == (5, (b"f",), array("q", [13]).tobytes(), (), 1)
     assert tails.take(7) is None and not len(tails) and tails.nbytes == 0
+
+
+def test_kept_tails_are_not_scanned_by_full_collections_once_a_collection_has_seen_them() -> None:
+    tails = _tails()
+    tails.extend(1, [(0, (b"a",), 10)])
+    tails.extend(2, [(0, (b"a", b"b"), 10), (2, (b"c",), 11)])
+    tails.extend(2, [(3, (b"d",), 12)])
+    gc.collect()  # (a tuple of ints and bytes is no longer tracked once a collection has seen it)
+    single = tails.take(1)
+    assert single is not None and not gc.is_tracked(single), single
+    gc.collect()  # (a tuple of tuples: once a collection has seen them untracked, a level at a time)
+    gc.collect()
+    batched = tails.take(2)
+    assert batched is not None and batched[3] == ((0, 2),) and not gc.is_tracked(batched), batched
 
 
 def test_kept_tails_are_held_in_the_budget_and_bounded_per_stream_and_together() -> None:
     tails = _tails(keep_bytes=4, max_bytes=2 * (4 + ENTRY_BYTES))
-    tails.extend(1, [(0, (b"ab", b"cd", b"ef"), 5)])  # 6 bytes: the oldest message goes
+    tails.extend(1, [(0, (b"ab",), 4), (1, (b"cd", b"ef"), 5)])  # 6 bytes: the oldest message goes
     kept = tails.take(1)
     assert kept is not None and kept[:2] == (1, (b"cd", b"ef")) and kept_end(kept) == 3
+    assert kept_stamps(kept) == array("q", [5, 5]) and kept[3] == ((1, 2),)
     tails.keep(1, kept)
     tails.keep(2, kept_of(0, (b"wxyz",), array("q", [1]), ()))
     assert tails.memory.held == 0  # (until the batch is settled)

@@ -20,7 +20,7 @@ from array import array
 from collections.abc import Hashable
 from itertools import chain
 
-from .asleep_tails import AsleepTails, Kept, kept_end, kept_of
+from .asleep_tails import AsleepTails, Kept, kept_end, kept_of, kept_stamps
 from .memory import MemoryBudget
 from .stream import Stream
 from .stream_index import StreamIndex
@@ -94,8 +94,8 @@ class TailCaches:
         cold = self.index.cold_tails.get(stream.uid)
         if kept_end(kept) != (cold.flushed_tail if cold is not None else stream.tail):
             return
-        first, data, stamps, batches, nbytes = kept
-        stream.mem.restore(first, data, stamps)
+        first, data, _, batches, nbytes = kept
+        stream.mem.restore(first, data, kept_stamps(kept))
         stream.mem_base = first
         stream.mem_bytes = stream.flushed_mem_bytes = nbytes
         stream.flushed_tail = kept_end(kept)
