@@ -37,6 +37,7 @@ from .http.limits import HttpLimits, LiveReaders
 from .http.started import Started, assemble
 from .protocol.retention import RetentionPolicy
 from .protocol.webhook_rules import parse_networks
+from .storage import start_refusal
 from .storage.committer import Storage, StorageConfig
 from .storage.compaction import CompactionConfig
 from .storage.data_dir_lock import DataDirLock
@@ -52,17 +53,25 @@ def open_storage(config: ServerConfig, observer: StorageObserver) -> tuple[Stora
     try:
         lock = DataDirLock.acquire(config.data_dir)
     except OwnershipError as error:
-        log.critical("start refused", extra={"reason": str(error)})
+        _refused(config, error)
         raise
     try:
         storage, engine = _recovered(config, observer)
     except BaseException as error:
         lock.release()
         if isinstance(error, OwnershipError):  # (the start's one line, above the server's traceback)
-            log.critical("start refused", extra={"reason": str(error)})
+            _refused(config, error)
         raise
+    if config.cluster_shard is not None:
+        start_refusal.clear(config.data_dir)
     storage.hold_until_closed(lock)
     return storage, engine
+
+
+def _refused(config: ServerConfig, error: OwnershipError) -> None:
+    log.critical("start refused", extra={"reason": str(error)})
+    if config.cluster_shard is not None:  # (for the node that started it: ``storage/start_refusal.py``)
+        start_refusal.note(config.data_dir, str(error))
 
 
 def _recovered(config: ServerConfig, observer: StorageObserver) -> tuple[Storage, Engine]:

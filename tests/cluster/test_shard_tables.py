@@ -24,6 +24,7 @@ from servers import ServerProcess, wait_for
 
 from durable_streams_server.cluster.node.objects import open_objects
 from durable_streams_server.cluster.node.shards import table_key
+from durable_streams_server.storage import start_refusal
 
 pytestmark = pytest.mark.slow
 
@@ -68,13 +69,17 @@ def test_a_node_that_never_served_a_shard_refuses_it_while_its_table_is_missing(
     assert log.count("shard server failed to start; starting it again") >= 2
     assert not (table / "streams" / "_delta_log").exists(), "a table was made where the shard's table was missing"
     failed = other.describe()["shards"][0]["failed_start"]  # type: ignore[index]
-    assert failed is not None and failed["exit_code"] == 3 and "start refused" in failed["meaning"], failed
+    assert failed is not None and failed["exit_code"] == 3 and "refused" in failed["meaning"], failed
+    assert f"names at {table}/streams" in failed["reason"] and "is not there" in failed["reason"], failed
+    refusal = other.process.data_dir / "shards" / "0000" / start_refusal.FILE  # (where its server left it)
+    assert refusal.exists()
 
     aside.rename(table)
     assert history(url, moving_s=90) == list(range(MESSAGES))
     assert send("POST", url, data=b'{"n": 20}', headers=JSON).status_code == 204
     assert history(url) == list(range(MESSAGES + 1))
     assert other.describe()["shards"][0]["failed_start"] is None  # type: ignore[index]  # (served: cleared)
+    assert not refusal.exists()  # (the start that served it let it go)
 
 
 def _status(url: str) -> int:

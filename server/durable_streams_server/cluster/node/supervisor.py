@@ -291,7 +291,7 @@ class Supervisor:
             if server.exited and held.record.state == "starting":  # (``workers.START_ATTEMPTS``)
                 failed = {"shard": shard, "code": server.proc.returncode, "attempt": server.attempt}
                 released = server.attempt >= START_ATTEMPTS
-                self.start_failures.failed(shard, server.proc.returncode, server.attempt, lease_released=released)
+                self.start_failures.failed(shard, server, self.spec.shard_data_dir(shard), lease_released=released)
                 if not released:
                     log.warning("shard server failed to start; starting it again", extra=failed)
                     self._servers[shard] = self.spec.start_again(server, self._uri(shard))

@@ -274,7 +274,8 @@ async function cluster() {
 function failedStart(f) {  // (this node's last failed start of the shard's server, until one is ready)
   if (!f) return "";
   const released = f.lease_released ? ", lease let go" : "";
-  return `exit ${f.exit_code} (attempt ${f.attempt}, ${f.seconds_ago} s ago${released})` + (f.meaning ? `: ${f.meaning}` : "");
+  const why = f.reason ? `: start refused: ${f.reason}` : (f.meaning ? `: ${f.meaning}` : "");
+  return `exit ${f.exit_code} (attempt ${f.attempt}, ${f.seconds_ago} s ago${released})` + why;
 }
 
 // -- routing -------------------------------------------------------------------------------
