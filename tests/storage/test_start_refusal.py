@@ -29,3 +29,8 @@ def test_a_torn_or_foreign_file_explains_nothing_and_a_missing_directory_is_no_e
     assert start_refusal.reason_of(tmp_path, os.getpid()) is None
     start_refusal.note(tmp_path / "missing", "refused")  # (the explanation is lost, not the refusal's outcome)
     assert not (tmp_path / "missing").exists()
+    (tmp_path / start_refusal.FILE).unlink()
+    (tmp_path / start_refusal.FILE).mkdir()  # (cannot be replaced: nothing written, nothing left behind)
+    start_refusal.note(tmp_path, "refused")
+    assert [path.name for path in tmp_path.iterdir()] == [start_refusal.FILE]
+    assert start_refusal.reason_of(tmp_path, os.getpid()) is None

@@ -26,9 +26,12 @@ FILE = "start-refused"
 def note(data_dir: Path, reason: str) -> None:
     """This process's start on ``data_dir`` was refused for ``reason``."""
     written = data_dir / f"{FILE}.{os.getpid()}.tmp"
-    with contextlib.suppress(OSError):
+    try:
         written.write_text(json.dumps({"pid": os.getpid(), "reason": reason}), encoding="utf-8")
         os.replace(written, data_dir / FILE)
+    except OSError:
+        with contextlib.suppress(OSError):
+            written.unlink()
 
 
 def clear(data_dir: Path) -> None:
