@@ -12,7 +12,7 @@ import orjson
 import pyarrow as pa
 import pytest
 
-from durable_streams_server.engine.cold_streams import MERGE_AT, ColdStreams
+from durable_streams_server.engine.cold_streams import MERGE_AT, ColdStreams, state_json
 from durable_streams_server.storage.state_rows import DormantStates
 
 
@@ -55,7 +55,7 @@ def test_puts_and_takes_in_any_order_answer_as_a_dictionary() -> None:
                 if step % 2:  # a sleeper in between (a merge of sleepers, at times)
                     name = f"v1/stream/new-{next_uid}"
                     model[next_uid], names[name] = _state(name, next_uid, 0), next_uid
-                    cold.put(name, next_uid, orjson.dumps(model[next_uid]))
+                    cold.put(name, next_uid, state_json(model[next_uid]))
                     next_uid += 1
             assert cold.take(uid) == model[uid]
             built[uid] = model.pop(uid)
@@ -64,12 +64,12 @@ def test_puts_and_takes_in_any_order_answer_as_a_dictionary() -> None:
             uid = rng.choice(list(built))
             state = built.pop(uid)
             state["tail"] = int(str(state["tail"])) + 1
-            cold.put(str(state["name"]), uid, orjson.dumps(state))
+            cold.put(str(state["name"]), uid, state_json(state) if uid % 2 else orjson.dumps(state))
             model[uid], names[str(state["name"])] = state, uid
         else:  # a new stream goes to sleep
             name = f"v1/stream/new-{next_uid}"
             model[next_uid], names[name] = _state(name, next_uid, 0), next_uid
-            cold.put(name, next_uid, orjson.dumps(model[next_uid]))
+            cold.put(name, next_uid, state_json(model[next_uid]))
             next_uid += 1
         probe = rng.choice(list(names)) if names and rng.random() < 0.5 else f"v1/stream/absent-{step}"
         assert cold.uid_of(probe) == names.get(probe)
@@ -82,6 +82,20 @@ def test_puts_and_takes_in_any_order_answer_as_a_dictionary() -> None:
     for uid in list(model):  # every one taken: none is left, whatever was merged or dropped
         assert cold.take(uid) == model.pop(uid)
     assert len(cold) == 0 and list(cold.names()) == [] and cold.take(1) is None
+
+
+def test_a_state_put_to_sleep_is_kept_without_its_name_and_uid_and_found_whole() -> None:
+    state = _state("v1/stream/orders", 7, 3)
+    kept = state_json(state)
+    assert state == _state("v1/stream/orders", 7, 3)  # (the caller's state as it was)
+    assert b"orders" not in kept and b'"uid"' not in kept and orjson.loads(kept)["tail"] == 3
+    cold = ColdStreams()
+    cold.put("v1/stream/orders", 7, kept)
+    assert cold.peek(7) == state  # (recent)
+    for uid in range(100, 100 + MERGE_AT - 1):  # (MERGE_AT put to sleep: merged into the segment)
+        cold.put(f"v1/stream/s{uid}", uid, state_json(_state(f"v1/stream/s{uid}", uid, 0)))
+    assert cold.uid_of("v1/stream/orders") == 7 and cold.peek(7) == state
+    assert cold.take(7) == state and cold.peek(7) is None
 
 
 def test_woken_rows_are_dropped_once_they_are_the_majority() -> None:

@@ -29,7 +29,7 @@ at once are capped (``most_built``): a share of the memory budget each
 41-58 ms measured with appends to random ones of 100,000 streams, each stream built holding
 its one message, ``memory_tail``). While more are built, the idle
 time shrinks to ``PRESSED_IDLE_MS`` and a step may take ``PRESSED_STEP_S``: streams unused
-for a second sleep, each kept as ~235 bytes of columns (``cold_streams``), and the hot ones
+for a second sleep, each kept as ~130 bytes of columns (``cold_streams``), and the hot ones
 stay built. Under load a built stream need not wait ``idle_ms`` either: one unused through
 the last ``FULL_SCANS`` full collections (``full_collections``: they follow the load, none on
 a quiet server) has cost the loop about what sleeping and being built again cost, and sleeps

@@ -30,11 +30,10 @@ import sys
 from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any, Generic, TypeVar
 
-import orjson
 import pyarrow as pa
 
 from ..storage.state_rows import DORMANT, DormantStates, state_flags
-from .cold_streams import ColdStreams
+from .cold_streams import ColdStreams, state_json
 from .cold_tails import ColdTails
 from .stream import Stream
 
@@ -142,7 +141,7 @@ class StreamIndex:
 
     def keep_asleep(self, name: str, uid: int, state: dict[str, Any]) -> None:
         """The stream ``uid`` asleep at ``name`` has ``state`` now (``cold_appends``)."""
-        self._cold.replace(name, uid, orjson.dumps(state))
+        self._cold.replace(name, uid, state_json(state))
 
     def built_uids(self) -> list[int]:
         """The uids of the streams built now (``IdleStreams`` goes through them in turns)."""
@@ -164,7 +163,7 @@ class StreamIndex:
         if state_flags(state) != DORMANT:
             return False
         del state["written_ms"]
-        self._cold.put(name, uid, orjson.dumps(state))
+        self._cold.put(name, uid, state_json(state))
         del self._by_uid[uid], self._by_name[name]
         return True
 
