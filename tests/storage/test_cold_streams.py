@@ -95,6 +95,7 @@ def test_a_state_put_to_sleep_is_kept_without_its_name_and_uid_and_found_whole()
     for uid in range(100, 100 + MERGE_AT - 1):  # (MERGE_AT put to sleep: merged into the segment)
         cold.put(f"v1/stream/s{uid}", uid, state_json(_state(f"v1/stream/s{uid}", uid, 0)))
     assert cold.uid_of("v1/stream/orders") == 7 and cold.peek(7) == state
+    assert cold.peek(7, "v1/stream/orders") == state  # (the path its caller found it by)
     assert cold.take(7) == state and cold.peek(7) is None
 
 

@@ -156,13 +156,14 @@ class ColdStreams:
     def holds(self, uid: int) -> bool:
         return uid <= self._top_uid and (uid in self._recent or self._row_of_uid(uid) is not None)
 
-    def peek(self, uid: int) -> dict[str, Any] | None:
-        """The state of the cold stream ``uid``, parsed; it stays cold."""
+    def peek(self, uid: int, name: str | None = None) -> dict[str, Any] | None:
+        """The state of the cold stream ``uid``, parsed; it stays cold. ``name``: its path, where the
+        caller found it by path (else read from its row if its state left it out)."""
         found = self._recent.get(uid)
         if found is not None:
             return _whole(_parsed(found[1]), found[0], uid)
         row = self._found_row(uid)
-        return None if row is None else self._state_at(row, uid)
+        return None if row is None else self._state_at(row, uid, name)
 
     def names(self) -> Iterator[str]:
         for chunk in self.name_chunks():
@@ -197,7 +198,7 @@ class ColdStreams:
         row = self._found_row(uid)
         if row is None:
             return None
-        state = self._state_at(row, uid)
+        state = self._state_at(row, uid, None)
         self._kill(row)
         return state
 
@@ -249,12 +250,12 @@ class ColdStreams:
             at += 1
         return None
 
-    def _state_at(self, row: int, uid: int) -> dict[str, Any]:
-        """The state at ``row`` (the stream ``uid``'s), parsed and whole."""
+    def _state_at(self, row: int, uid: int, name: str | None) -> dict[str, Any]:
+        """The state at ``row`` (the stream ``uid``'s, at ``name`` if the caller knows it), parsed and whole."""
         state = _parsed(self._cell(self._state_cells, row))
-        if "name" not in state:  # (put to sleep here: ``state_json``)
-            state["name"], state["uid"] = self._cell(self._name_cells, row).decode(), uid
-        return state
+        if "name" in state:  # (a restart's row: its state row's JSON, whole)
+            return state
+        return _whole(state, self._cell(self._name_cells, row).decode() if name is None else name, uid)
 
     def _cell(self, chunks: list[_Cells], row: int) -> bytes:
         chunk = bisect.bisect_right(self._starts, row) - 1

@@ -113,7 +113,7 @@ class StreamIndex:
             return None
         if uid in self.cold_tails:  # (appended asleep, not all in Delta yet: built, it reads them from memory)
             return self._wake(uid)
-        return self._cold.peek(uid)
+        return self._cold.peek(uid, name)
 
     @property
     def recovered_ms(self) -> int:
@@ -130,7 +130,7 @@ class StreamIndex:
         if uid is None:
             return None
         pending = self.cold_tails.get(uid)
-        state = pending.state if pending is not None else self._cold.peek(uid)
+        state = pending.state if pending is not None else self._cold.peek(uid, name)
         return None if state is None else (uid, state)
 
     def asleep_state(self, uid: int) -> dict[str, Any] | None:

@@ -271,7 +271,7 @@ async function cluster() {
   });
 }
 
-function failedStart(f) {  // (this node's last failed start of the shard's server, until one is ready)
+function failedStart(f) {  // (this node's last failed start of the shard's server, until the shard is served)
   if (!f) return "";
   const released = f.lease_released ? ", lease let go" : "";
   const why = f.reason ? `: start refused: ${f.reason}` : (f.meaning ? `: ${f.meaning}` : "");
