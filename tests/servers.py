@@ -6,6 +6,7 @@ Everything here starts a genuine subprocess and talks to it over TCP; nothing is
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import hmac
 import itertools
@@ -88,10 +89,16 @@ def listening_ports(pid: int) -> set[int]:
     """The TCP ports process ``pid`` itself listens on (its own sockets, in its network namespace);
     none once it is gone."""
     try:
-        sockets = {os.readlink(fd) for fd in Path(f"/proc/{pid}/fd").iterdir()}
+        descriptors = list(Path(f"/proc/{pid}/fd").iterdir())
         tables = [Path(f"/proc/{pid}/net/{name}").read_text() for name in ("tcp", "tcp6")]
     except OSError:  # (gone meanwhile)
         return set()
+    sockets = set()
+    for fd in descriptors:
+        # (one fd closed between the listing and its readlink is skipped, not the process: a busy
+        # server opens and closes files all the time, and its listening socket stays)
+        with contextlib.suppress(OSError):
+            sockets.add(os.readlink(fd))
     ports = set()
     for table in tables:
         for row in table.splitlines()[1:]:

@@ -2,15 +2,18 @@
 its port: ``free_port`` finds a port free, and another process (a test on another xdist worker)
 may listen on it before the server does. A first start moves to another port; a restart, which
 clients' URLs name, keeps its port and says why it could not start. ``free_port`` itself hands
-out ports of this process's own slice, below the kernel's ephemeral range, in turn."""
+out ports of this process's own slice, below the kernel's ephemeral range, in turn; and
+``listening_ports`` sees a busy process's listening socket at every look."""
 
 from __future__ import annotations
 
+import os
+import threading
 from pathlib import Path
 
 import pytest
 import requests
-from servers import PortTaken, ServerProcess, _port_slice, free_port, listener_on
+from servers import PortTaken, ServerProcess, _port_slice, free_port, listener_on, listening_ports
 
 
 def test_a_first_start_on_a_port_another_process_took_moves_to_a_free_one(tmp_path: Path) -> None:
@@ -57,3 +60,27 @@ def test_free_ports_come_from_this_processs_slice_in_turn_and_skip_one_in_use() 
         squatter.close()
     assert all(port in ports for port in [first, *given]) and len({first, *given}) == 51
     assert squatted not in given  # (in use: skipped)
+
+
+def test_a_process_that_opens_and_closes_files_still_listens(tmp_path: Path) -> None:
+    """``listening_ports`` lists a process's descriptors, then reads each one's link: one closed in
+    between used to make the whole process look like it listened on nothing (a busy shard server
+    went missing from a node's listening children for one look)."""
+    listener = listener_on(0)
+    port = listener.getsockname()[1]
+    stop = threading.Event()
+
+    def churn() -> None:
+        while not stop.is_set():
+            for at in range(64):
+                (tmp_path / f"f{at}").open("w").close()
+
+    churner = threading.Thread(target=churn)
+    churner.start()
+    try:
+        missing = sum(port not in listening_ports(os.getpid()) for _ in range(500))
+    finally:
+        stop.set()
+        churner.join()
+        listener.close()
+    assert missing == 0
