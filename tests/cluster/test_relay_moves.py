@@ -23,9 +23,12 @@ from durable_streams_server.cluster.node.proxy import FOLLOWS_HEADER
 pytestmark = pytest.mark.slow
 
 RELAY = {FOLLOWS_HEADER: "relay"}
-POLL_TIMEOUT_S = 45
-"""Longer than the servers' long-poll timeout (30 s): a poll at the tail is answered ``204``
-then, never cut short by the client's own timeout first (a race it lost now and then)."""
+LONG_POLL = ("--long-poll-timeout-ms", "3000")
+"""The nodes' long-poll timeout: the readers' last polls, parked at the tail once the appends
+have stopped, end within it (at the default 30 s the test waited them out)."""
+POLL_TIMEOUT_S = 15
+"""Longer than the servers' long-poll timeout: a poll at the tail is answered ``204`` then, never
+cut short by the client's own timeout first (a race it lost now and then)."""
 
 
 class LongPollReader(threading.Thread):
@@ -73,7 +76,7 @@ def test_relayed_appends_and_long_polls_cross_a_shard_move(
     server_factory: Callable[..., ServerProcess], tmp_path: Path
 ) -> None:
     storage = ["--storage-uri", str(tmp_path / "root"), "--shards", "2", "--lease-ttl-s", "2"]
-    front = start_node(server_factory, storage, "n0", tmp_path)
+    front = start_node(server_factory, storage, "n0", tmp_path, *LONG_POLL)
     wait_for(serving([front], 2), timeout_s=60)
     names = [name_in_shard(shard, 2, "relayed") for shard in range(2)]  # (whichever shard moves)
     urls = [f"{front.url}/v1/stream/{name}" for name in names]
@@ -85,7 +88,7 @@ def test_relayed_appends_and_long_polls_cross_a_shard_move(
         worker.start()
     wait_for(lambda: all(len(appender.acknowledged) >= 20 for appender in appenders), timeout_s=120)
 
-    joined = start_node(server_factory, storage, "n1", tmp_path)
+    joined = start_node(server_factory, storage, "n1", tmp_path, *LONG_POLL)
     wait_for(lambda: len(joined.shards_held()) == 1 and serving([front, joined], 2)(), timeout_s=60)
     counts = [len(appender.acknowledged) for appender in appenders]
     wait_for(lambda: all(len(a.acknowledged) >= n + 20 for a, n in zip(appenders, counts, strict=True)), timeout_s=120)
