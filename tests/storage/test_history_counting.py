@@ -22,13 +22,14 @@ def test_reads_of_either_kind_count_and_the_parquet_reader_reads_through_them(tm
     reader = HistoryReader(str(table_dir), {})
 
     source = reader._open("part.parquet")
-    assert source.read(1000)[:4] == b"PAR1" and reader.bytes_read == 1000
+    first = source.read(1000)
+    assert first == b"PAR1" + first[4:] and reader.bytes_read == 1000
     source.seek(0)
     assert source.read_buffer(4000).to_pybytes()[:4] == b"PAR1" and reader.bytes_read == 5000
     source.close()
-    counting = _CountingFile(open_local(reader._local_root or "", "part.parquet"), reader)
+    counting = _CountingFile(open_local(str(table_dir) + "/", "part.parquet"), reader)
     assert isinstance(counting.read(10), pa.Buffer) and reader.bytes_read == 5010
 
     read = pq.ParquetFile(reader._open("part.parquet"), buffer_size=1 << 16, pre_buffer=False).read()
     assert read["data"].to_pylist() == values
-    assert reader.bytes_read > 5010 + 800_000
+    assert reader.bytes_read > 5000 + 800_000
