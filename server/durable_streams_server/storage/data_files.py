@@ -253,7 +253,9 @@ class _CachedFile:
         self.position = end
         return data
 
-    read = read_buffer  # (a buffer, not ``bytes``: the Parquet reader copies it into its own either way)
+    def read(self, nbytes: int = -1) -> bytes:
+        data: bytes = self.read_buffer(nbytes).to_pybytes()
+        return data
 
     def seek(self, offset: int, whence: int = 0) -> int:
         self.position = offset if whence == 0 else self.position + offset if whence == 1 else self.size + offset

@@ -106,25 +106,16 @@ class _Group:
 
 
 class _CountingFile:
-    """A file object counting the bytes read through it (``pa.PythonFile`` wraps it).
+    """A file object counting the bytes read through it (``pa.PythonFile`` wraps it)."""
 
-    Its reads hand ``pa.PythonFile`` the native file's ``Buffer``, not ``bytes``: the Parquet
-    reader copies what a read returns into its own buffer either way, and ``bytes`` were one more
-    copy of everything read (in the server's catch-up, no change that the runs could show: CPU
-    per MiB served 3.6-4.6 ms against 3.8-4.8). ``pa.PythonFile`` calls ``read_buffer`` where the
-    file has one, so both kinds of read count.
-    """
-
-    def __init__(self, raw: pa.NativeFile, reader: HistoryReader) -> None:
+    def __init__(self, raw: Any, reader: HistoryReader) -> None:
         self._raw = raw
         self._reader = reader
 
-    def read_buffer(self, nbytes: int = -1) -> pa.Buffer:
-        data = self._raw.read_buffer(nbytes)
-        self._reader.count(data.size)
+    def read(self, nbytes: int = -1) -> bytes:
+        data: bytes = self._raw.read(nbytes)
+        self._reader.count(len(data))
         return data
-
-    read = read_buffer
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._raw, name)
