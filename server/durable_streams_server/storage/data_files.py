@@ -26,7 +26,8 @@ decoded plus a HEAD per file opened (measured: 1,251 GETs of 59 files in a minut
 
 * **What is cached:** byte ranges of data files as Parquet reads them: the footer read
   (pyarrow reads a file's last 64 KiB for it), and the column chunks of the row groups a
-  read decodes (the buffered reads of ``history_reader``, at most ``_BUFFER_BYTES`` each). A
+  read decodes (``history_reader``: each chunk whole, one range, in a row group of at most
+  ``WHOLE_GROUP_BYTES``; buffered reads of at most ``_BUFFER_BYTES`` each in a larger one). A
   file of at most ``whole_file_bytes`` (1 MiB) is fetched whole at its first read, in one
   GET: footer and every row group, for every stream it holds. A read is answered from a
   cached range that covers it, or fetched (one ranged GET) and then cached.

@@ -118,6 +118,8 @@ class GroupStats:
     rows: int
     data_bytes: int
     """Uncompressed bytes of its ``data`` column."""
+    group_bytes: int
+    """Uncompressed bytes of all its columns (at least what reading its column chunks whole holds)."""
     only_stream: bool
     """Every row is the stream's (``stream_uid`` min = max = the uid asked for)."""
 
@@ -141,6 +143,7 @@ class RowGroupStats:
     seq_max: np.ndarray
     rows: np.ndarray
     data_bytes: np.ndarray
+    group_bytes: np.ndarray
     ts_min: np.ndarray
     """``ts`` minimum in microseconds since the epoch (``-(1 << 62)`` where unknown); ``ts_max``
     ``1 << 62`` where unknown (``time_index`` finds a timestamp's first offset with them)."""
@@ -151,7 +154,7 @@ class RowGroupStats:
         names = metadata.schema.names
         uid_column, seq_column, kind_column = names.index("stream_uid"), names.index("seq"), names.index("kind")
         data_column, ts_column = names.index("data"), names.index("ts")
-        columns: list[list[int]] = [[] for _ in range(10)]
+        columns: list[list[int]] = [[] for _ in range(11)]
         for index in range(metadata.num_row_groups):
             group = metadata.row_group(index)
             uids, seqs = group.column(uid_column).statistics, group.column(seq_column).statistics
@@ -171,6 +174,7 @@ class RowGroupStats:
                 int(seqs.max) if known_seqs else _UNKNOWN_SEQ,
                 group.num_rows,
                 group.column(data_column).total_uncompressed_size,
+                group.total_byte_size,
                 int(stamps.min_raw) if known_stamps else -_UNKNOWN_SEQ,
                 int(stamps.max_raw) if known_stamps else _UNKNOWN_SEQ,
             )
@@ -197,6 +201,7 @@ def message_row_groups(stats: RowGroupStats, uid: int, first: int, end: int = _U
             int(stats.seq_max[i]),
             int(stats.rows[i]),
             int(stats.data_bytes[i]),
+            int(stats.group_bytes[i]),
             bool(exact[i]),
         )
         for i in np.flatnonzero(keep)
