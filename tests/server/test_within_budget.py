@@ -1,4 +1,4 @@
-"""``history_reader.within_budget``: how many leading messages a read takes from a run it read; and
+"""``history_rows.within_budget``: how many leading messages a read takes from a run it read; and
 ``message_batch.value_bytes``, the bytes of a column's messages, which it and the runs count with.
 
 A message is taken while budget remains before it (so a first message larger than the budget is
@@ -13,7 +13,7 @@ import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from durable_streams_server.storage.history_reader import within_budget
+from durable_streams_server.storage.history_rows import within_budget
 from durable_streams_server.storage.message_batch import MessageBatch, value_bytes
 
 

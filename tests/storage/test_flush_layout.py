@@ -155,6 +155,21 @@ def test_footer_cache_counts_decoded_row_group_statistics(tmp_path: Path) -> Non
     ]
 
 
+def test_row_group_statistics_say_which_groups_hold_only_messages(tmp_path: Path) -> None:
+    """``only_messages`` (reads skip the kind test there) is true exactly where the footer's ``kind``
+    statistics are ``message`` to ``message``; ``group_bytes`` is each group's whole size."""
+    delta, _ = _flush(tmp_path, streams=40, messages=1, size=64 * 1024)
+    path = DeltaTable(delta.uri).file_uris()[0]
+    metadata = pq.ParquetFile(path).metadata
+    stats = FooterCache(lambda name: pa.OSFile(path), max_bytes=1 << 20).row_groups("f")
+    kinds = [g[:2] for g in _row_groups(tmp_path)]
+    assert [bool(v) for v in stats.only_messages] == [kind == ("message", "message") for kind in kinds]
+    assert 8 <= sum(stats.only_messages) < len(kinds)  # (the states' groups, and a mixed one, are not)
+    assert [int(v) for v in stats.group_bytes] == [
+        metadata.row_group(i).total_byte_size for i in range(metadata.num_row_groups)
+    ]
+
+
 def _spread_flushes(tmp_path: Path, flushes: int, streams: int) -> tuple[DeltaLog, dict[int, bytes]]:
     """``flushes`` flush files whose uid ranges all span every stream (uids 10, 11, ...), each
     stream's one message in one of them: the layout of appends spread over many streams."""

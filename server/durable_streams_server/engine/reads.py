@@ -35,7 +35,7 @@ import pyarrow as pa
 from ..protocol.errors import BadRequest, Gone
 from ..protocol.offsets import Offset, encode_seq
 from ..protocol.retention import STREAM_EARLIEST_OFFSET
-from ..storage.history_reader import within_budget
+from ..storage.history_rows import within_budget
 from .engine import Engine
 from .runs import COLUMNS, Run, StoredRun
 from .stream import Stream

@@ -122,6 +122,8 @@ class GroupStats:
     """Uncompressed bytes of all its columns (at least what reading its column chunks whole holds)."""
     only_stream: bool
     """Every row is the stream's (``stream_uid`` min = max = the uid asked for)."""
+    only_messages: bool
+    """Every row is a message (``kind`` min = max = ``message``)."""
 
 
 _UNKNOWN_SEQ = 1 << 62
@@ -138,6 +140,8 @@ class RowGroupStats:
     uid_known: np.ndarray
     messages: np.ndarray
     """Whether the ``kind`` statistics allow messages (true where unknown)."""
+    only_messages: np.ndarray
+    """Whether they allow nothing else (false where unknown)."""
     seq_min: np.ndarray
     """``seq`` minimum (0 where unknown); ``seq_max`` ``1 << 62`` where unknown."""
     seq_max: np.ndarray
@@ -154,7 +158,7 @@ class RowGroupStats:
         names = metadata.schema.names
         uid_column, seq_column, kind_column = names.index("stream_uid"), names.index("seq"), names.index("kind")
         data_column, ts_column = names.index("data"), names.index("ts")
-        columns: list[list[int]] = [[] for _ in range(11)]
+        columns: list[list[int]] = [[] for _ in range(12)]
         for index in range(metadata.num_row_groups):
             group = metadata.row_group(index)
             uids, seqs = group.column(uid_column).statistics, group.column(seq_column).statistics
@@ -162,14 +166,15 @@ class RowGroupStats:
             known_stamps = stamps is not None and stamps.has_min_max
             known_uids = uids is not None and uids.has_min_max
             known_seqs = seqs is not None and seqs.has_min_max
-            messages = not (kinds is not None and kinds.has_min_max) or (
-                _text(kinds.min) <= KIND_MESSAGE <= _text(kinds.max)
-            )
+            known_kinds = kinds is not None and kinds.has_min_max
+            messages = not known_kinds or _text(kinds.min) <= KIND_MESSAGE <= _text(kinds.max)
+            only_messages = known_kinds and _text(kinds.min) == KIND_MESSAGE == _text(kinds.max)
             row = (
                 int(uids.min) if known_uids else -1,
                 int(uids.max) if known_uids else _UNKNOWN_SEQ,
                 known_uids,
                 messages,
+                only_messages,
                 int(seqs.min) if known_seqs else 0,
                 int(seqs.max) if known_seqs else _UNKNOWN_SEQ,
                 group.num_rows,
@@ -180,7 +185,7 @@ class RowGroupStats:
             )
             for column, value in zip(columns, row, strict=True):
                 column.append(int(value))
-        as_bool = (2, 3)
+        as_bool = (2, 3, 4)
         return cls(*(np.array(c, dtype=bool if i in as_bool else np.int64) for i, c in enumerate(columns)))
 
     @property
@@ -203,6 +208,7 @@ def message_row_groups(stats: RowGroupStats, uid: int, first: int, end: int = _U
             int(stats.data_bytes[i]),
             int(stats.group_bytes[i]),
             bool(exact[i]),
+            bool(stats.only_messages[i]),
         )
         for i in np.flatnonzero(keep)
     ]

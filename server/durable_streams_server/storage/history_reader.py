@@ -55,7 +55,6 @@ block; callers run them on worker threads.
 from __future__ import annotations
 
 import functools
-import itertools
 import json
 import threading
 from collections import OrderedDict, deque
@@ -64,20 +63,16 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from deltalake.fs import DeltaStorageHandler
 
 from .data_files import FileBytes, local_root, open_local
 from .footers import FooterCache, message_files, message_row_groups
-from .message_batch import value_bytes
+from .history_rows import HISTORY_COLUMNS, HISTORY_SCHEMA, add_runs, within_budget
 from .row_group_streams import RowGroupStreams
-from .table_schema import KIND_MESSAGE, SCHEMA
 
-HISTORY_COLUMNS = ["seq", "ts", "data", "meta"]
 _READ_COLUMNS = ["stream_uid", "kind", *HISTORY_COLUMNS]
-_SCHEMA = pa.schema([SCHEMA.field(name).with_nullable(True) for name in HISTORY_COLUMNS])
 WHOLE_GROUP_BYTES = 16 << 20
 """A row group of at most this many bytes (uncompressed, all columns) is read as whole column
 chunks; a larger one through a read buffer (module docstring, "Reading")."""
@@ -115,6 +110,8 @@ class _Group:
     rows_per_batch: int
     group_bytes: int
     """Uncompressed bytes of all its columns (``footers.GroupStats``)."""
+    only_messages: bool
+    """Its statistics say every row is a message."""
 
 
 class _CountingFile:
@@ -157,6 +154,12 @@ class _Cursor:
     """Row groups opened by the current read."""
     held: int = 0
     """Bytes the open row group holds undecoded: its column chunks, or a read buffer."""
+    only_messages: bool = False
+    """The open row group's rows are all messages (its statistics say so)."""
+    file: tuple[str, bool, pq.ParquetFile] | None = None
+    """The file of the last row group opened (its path, whether read in whole chunks), kept
+    open for the next row group of the same file: opening one costs about as much as decoding
+    a row group of a few small messages."""
     runs: dict[int, pa.Table] = field(default_factory=dict)
     """Contiguous messages decoded and not yet returned, by first seq."""
 
@@ -227,7 +230,7 @@ class HistoryReader:
                 cursor = self._plan(uid, seq, max_bytes, refresh=True)
                 continue
             if batch is not None:
-                _add_runs(cursor.runs, batch, uid, seq)
+                add_runs(cursor.runs, batch, uid, seq, only_messages=cursor.only_messages)
                 continue
             # The plan is exhausted short of ``end``: the messages were committed after the
             # plan's snapshot. Re-plan on a newer index, refreshing it at most once per read.
@@ -237,7 +240,7 @@ class HistoryReader:
                 refreshed = True
             cursor = self._plan(uid, seq, max_bytes, refresh=cursor.version == self._version)
         self._park(cursor, seq)
-        return pa.concat_tables(taken) if taken else _SCHEMA.empty_table()
+        return pa.concat_tables(taken) if taken else HISTORY_SCHEMA.empty_table()
 
     def read_messages(self, uid: int, start: int, end: int) -> list[StoredMessage]:
         """All messages ``start <= seq < end`` of one stream, in order."""
@@ -293,7 +296,7 @@ class HistoryReader:
                 continue
             row_bytes = max(1, group.data_bytes // max(1, group.rows))
             rows = min(_MAX_BATCH_ROWS, max(1, max_bytes // row_bytes))
-            groups.append(_Group(path, group.index, group.first_seq, rows, group.group_bytes))
+            groups.append(_Group(path, group.index, group.first_seq, rows, group.group_bytes, group.only_messages))
         return sorted(groups, key=lambda group: (group.first_seq, group.index))
 
     def _uid_column(self, path: str, index: int) -> pa.ChunkedArray:
@@ -328,13 +331,16 @@ class HistoryReader:
             cursor.opened += 1
             whole = item.group_bytes <= WHOLE_GROUP_BYTES  # (buffer size 0: each column chunk read whole)
             cursor.held = item.group_bytes if whole else _BUFFER_BYTES
-            parquet = pq.ParquetFile(
-                self._open(item.path),
-                metadata=self._footer(item.path),
-                buffer_size=0 if whole else _BUFFER_BYTES,
-                pre_buffer=False,
-            )
-            cursor.batches = parquet.iter_batches(
+            cursor.only_messages = item.only_messages
+            if cursor.file is None or cursor.file[:2] != (item.path, whole):
+                parquet = pq.ParquetFile(
+                    self._open(item.path),
+                    metadata=self._footer(item.path),
+                    buffer_size=0 if whole else _BUFFER_BYTES,
+                    pre_buffer=False,
+                )
+                cursor.file = (item.path, whole, parquet)
+            cursor.batches = cursor.file[2].iter_batches(
                 batch_size=item.rows_per_batch, row_groups=[item.index], columns=_READ_COLUMNS, use_threads=False
             )
 
@@ -364,39 +370,3 @@ class HistoryReader:
     def parked_bytes(self) -> int:
         with self._lock:
             return sum(cursor.nbytes() for cursor in self._parked.values())
-
-
-def _add_runs(runs: dict[int, pa.Table], batch: pa.RecordBatch, uid: int, start: int) -> None:
-    """Split ``uid``'s messages from ``start`` in a batch into contiguous runs."""
-    seqs = batch["seq"]
-    mask = pc.and_(
-        # (files delta-rs rewrote, e.g. by a DELETE, store view types: compare as plain strings)
-        pc.and_(pc.equal(batch["stream_uid"], uid), pc.equal(batch["kind"].cast(pa.string()), KIND_MESSAGE)),
-        pc.greater_equal(seqs, start),
-    )
-    rows = pa.Table.from_batches([batch]).select(HISTORY_COLUMNS)
-    if not rows.schema.equals(_SCHEMA):
-        rows = rows.cast(_SCHEMA)
-    if not pc.all(mask, skip_nulls=False).as_py():  # (a batch of the stream's messages only is kept as it is: no copy)
-        rows = rows.filter(mask)
-    if not rows.num_rows:
-        return
-    values = rows["seq"].to_numpy()
-    if rows.num_rows > 1 and not (values[1:] > values[:-1]).all():
-        rows = rows.sort_by("seq")
-        values = rows["seq"].to_numpy()
-    breaks = [0, *((values[1:] != values[:-1] + 1).nonzero()[0] + 1).tolist(), rows.num_rows]
-    for first, stop in itertools.pairwise(breaks):
-        runs[int(values[first])] = rows.slice(first, stop - first)
-
-
-def within_budget(data: pa.ChunkedArray, budget: int, *, at_least_one: bool) -> tuple[int, int]:
-    """How many leading messages a read takes (each while budget remains before it) and their bytes."""
-    total = value_bytes(data)
-    if len(data) and total < budget:  # all of them: most reads of a short history (no kernels: ~18 µs)
-        return len(data), total
-    sizes = pc.binary_length(data).cast(pa.int64())
-    ends = pc.cumulative_sum(sizes)
-    kept = pc.sum(pc.less(pc.subtract(ends, sizes), budget)).as_py() or 0
-    kept = max(kept, 1 if at_least_one else 0)
-    return kept, ends[kept - 1].as_py() if kept else 0
