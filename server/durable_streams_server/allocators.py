@@ -11,7 +11,12 @@ pool (mimalloc), ~960 MiB with jemalloc, 900-965 MiB with jemalloc and two glibc
   returns freed pages to the system at once (``ARROW_DECAY_MS``: a flush's columns are copied
   twice while they are sorted, and with Arrow's default decay of a second the copies freed
   stayed resident through the commit, ~2x the batch); ``ARROW_DEFAULT_MEMORY_POOL`` set by
-  the operator wins.
+  the operator wins. The decay reaches the arenas jemalloc makes after it is set, those of
+  the worker threads (the flush, history reads): the first thread's arena, made when
+  jemalloc started, keeps Arrow's default, so what the event loop frees stays mapped a while.
+  Measured (tests/server/test_allocators.py): a 1 MiB buffer allocated, touched and freed
+  faults ~256 pages in afresh on a worker thread, ~3 on the main one. A catch-up read pays
+  it: its decoded messages are faulted in as they are decoded (~250 pages a MiB served).
 - glibc keeps at most **two arenas** (``M_ARENA_MAX``): the event loop, the worker threads
   and delta-rs's runtime share them instead of holding a 64 MiB heap each.
   ``MALLOC_ARENA_MAX`` set by the operator wins.
