@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import random
+from array import array
 from collections.abc import Callable
 
 import pyarrow as pa
 from servers import ServerProcess, flushed, read_all, session, wait_for
 
 from durable_streams_server.engine.reads import HISTORY_FACTOR
-from durable_streams_server.engine.runs import ArrowRun, StoredRun, binary_views
+from durable_streams_server.engine.runs import ArrowRun, MemoryRun, StoredRun, binary_views, comma_joined
 from durable_streams_server.protocol.offsets import Offset, parse_offset
 
 OCTETS = {"Content-Type": "application/octet-stream"}
@@ -125,3 +126,21 @@ def test_views_are_the_stored_bytes_end_to_end() -> None:
     stored = pa.table({"seq": pa.array(range(200), pa.int64()), "data": whole})
     assert b"".join(StoredRun(stored.slice(20, 30)).views()) == b"".join(values[20:50])
     assert b"".join(ArrowRun(0, whole.slice(7, 9), 0).views()) == b"".join(values[7:16])
+
+
+def test_joined_runs_are_the_messages_with_commas_between() -> None:
+    """``Run.joined`` (a JSON read's array elements): sliced, chunked, view-typed and null-holding
+    arrays, for every kind of run."""
+    rng = random.Random(17)
+    values = [json.dumps({"n": index, "pad": "y" * rng.choice([0, 40, 3000])}).encode() for index in range(200)]
+    whole = pa.array(values, pa.binary())
+    chunked = pa.chunked_array([whole.slice(0, 70), whole.slice(70, 1), whole.slice(71, 0), whole.slice(71)])
+    for data in (whole, whole.slice(13, 101), chunked, chunked.slice(50, 100), pa.array(values[:9], pa.binary_view())):
+        assert b"".join(comma_joined(data)) == b",".join(data.to_pylist())
+    assert comma_joined(whole.slice(5, 0)) == []
+    with_null = pa.array([values[0], None, values[1]], pa.binary())
+    assert b"".join(comma_joined(with_null)) == values[0] + b"," + values[1]
+    stored = pa.table({"seq": pa.array(range(200), pa.int64()), "data": whole})
+    assert b"".join(StoredRun(stored.slice(20, 30)).joined()) == b",".join(values[20:50])
+    assert b"".join(ArrowRun(0, whole.slice(7, 9), 0).joined()) == b",".join(values[7:16])
+    assert b"".join(MemoryRun(3, values[3:6], array("q", [0, 0, 0])).joined()) == b",".join(values[3:6])

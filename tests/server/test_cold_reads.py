@@ -5,6 +5,7 @@ storage, however much the stream holds."""
 
 from __future__ import annotations
 
+import json
 import random
 import re
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from durable_streams_server.engine.reads import HISTORY_FACTOR
 from durable_streams_server.protocol.offsets import Offset, parse_offset
 
 OCTETS = {"Content-Type": "application/octet-stream"}
+JSON = {"Content-Type": "application/json"}
 MIB = 1024 * 1024
 
 
@@ -151,3 +153,50 @@ def test_cold_reads_from_s3_match_warm_reads(server_factory: Callable[..., Serve
     assert_extends(answers(http, url, offsets), warm, messages, offsets)
     assert history_read_bytes(server) > before
     assert read_all(http, url) == b"".join(messages)
+
+
+def test_cold_json_reads_frame_what_warm_reads_frame_from_any_offset(
+    server_factory: Callable[..., ServerProcess],
+) -> None:
+    """A JSON stream's plain reads from Delta (``engine.reads.read_json_body``: each run's messages
+    joined by Arrow) answer the arrays warm reads answered, from every offset; at the tail ``[]``;
+    a read from Delta into the memory tail joins both kinds of run."""
+    flags = ("--max-read-bytes", "65536", "--flush-interval-ms", "50", "--compaction-interval-s", "0")
+    server = server_factory(*flags)
+    http = session()
+    url = server.stream_url("json")
+    assert http.put(url, headers=JSON).status_code == 201
+    rng = random.Random(11)
+    messages: list[object] = []
+    for post in range(40):
+        batch = [
+            {"n": len(messages) + i, "text": "é€" * rng.choice([0, 3, 400, 9000]), "list": [i, None, True]}
+            for i in range(rng.choice([1, 5, 30]))
+        ]
+        body = json.dumps(batch if post % 3 else batch[0]).encode()
+        assert http.post(url, headers=JSON, data=body).status_code == 204
+        messages += batch if post % 3 else batch[:1]
+        if post % 10 == 9:
+            wait_for(flushed(server))
+    wait_for(flushed(server))
+
+    def read(offset: Offset) -> tuple[list[object], Offset]:
+        response = http.get(url, params={"offset": offset.encode()})
+        assert response.status_code == 200 and response.headers["Content-Type"].startswith("application/json")
+        return response.json(), parse_offset(response.headers["Stream-Next-Offset"])
+
+    offsets = [Offset(seq) for seq in range(len(messages) + 1)]
+    warm = [read(offset) for offset in offsets]
+    server.restart()  # nothing in memory: every read goes to Delta
+    cold = [read(offset) for offset in offsets]
+    for offset, (warm_items, _), (cold_items, end) in zip(offsets, warm, cold, strict=True):
+        assert cold_items == messages[offset.seq : end.seq] and cold_items[: len(warm_items)] == warm_items, offset
+    assert cold[-1] == ([], offsets[-1])
+    assert http.get(url, params={"offset": offsets[-1].encode()}).content == b"[]"
+    assert max(len(items) for items, _ in cold) >= 10
+
+    tail = [{"n": len(messages) + i} for i in range(3)]
+    assert http.post(url, headers=JSON, data=json.dumps(tail).encode()).status_code == 204
+    start = Offset(len(messages) - 2)
+    items, end = read(start)  # (two messages from Delta, three from memory)
+    assert items == [*messages[-2:], *tail] and end == Offset(len(messages) + 3)

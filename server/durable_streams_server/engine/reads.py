@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from ..protocol.errors import BadRequest, Gone
+from ..protocol.json_mode import frame
 from ..protocol.offsets import Offset, encode_seq
 from ..protocol.retention import STREAM_EARLIEST_OFFSET
 from ..storage.history_rows import within_budget
@@ -75,7 +76,8 @@ HISTORY_FACTOR = 8
 
 @dataclass(frozen=True, slots=True)
 class Body:
-    """A binary stream's messages from ``start`` as one body: the buffers written end to end."""
+    """A stream's messages from ``start`` as one body, the buffers written end to end: a binary
+    stream's messages, or a JSON stream's framed as one array."""
 
     stream: Stream
     start: Offset
@@ -105,6 +107,34 @@ async def read_body(engine: Engine, stream: Stream, start: Offset, max_bytes: in
             parts, next_offset = [parts[0][:budget]], Offset(start.seq, start.within + budget)
     up_to_date, closed = _at_tail(stream, next_offset)
     return Body(stream, start, next_offset, parts, up_to_date, closed)
+
+
+async def read_json_body(engine: Engine, stream: Stream, start: Offset, max_bytes: int) -> Body:
+    """``read``'s messages framed as one JSON array (the plain read of a JSON stream), as buffers:
+    from the memory tail as ``read`` gathers them, from Delta each run's messages joined by Arrow
+    (``Run.joined``: one copy, no Python object per message). No parts: no messages (the HTTP
+    layer answers ``[]``). An offset inside a message, or a first message larger than
+    ``max_bytes``, is read as ``read`` reads it (sliced)."""
+    found = read_now(engine, stream, start, max_bytes)
+    if found is None and not start.within:
+        sliced = await read_slice(engine, stream, start, max_bytes)
+        if not sliced.runs or sliced.runs[0].first_size() <= max_bytes:
+            return Body(stream, start, sliced.next, _json_array(sliced.runs), sliced.up_to_date, sliced.closed)
+        found = _result(stream, start, sliced.runs, sliced.next, max_bytes, False)
+    elif found is None:
+        found = await read(engine, stream, start, max_bytes)
+    framed: list[bytes | memoryview] = [frame(found.chunks)] if found.chunks else []
+    return Body(stream, start, found.next, framed, found.up_to_date, found.closed)
+
+
+def _json_array(runs: list[Run]) -> list[bytes | memoryview]:
+    """The messages of ``runs`` as the parts of one JSON array; none for no runs."""
+    if not runs:
+        return []
+    parts: list[bytes | memoryview] = [b"["]
+    for index, run in enumerate(runs):
+        parts += [b",", *run.joined()] if index else run.joined()
+    return [*parts, b"]"]
 
 
 async def read(engine: Engine, stream: Stream, start: Offset, max_bytes: int, *, whole: bool = False) -> ReadResult:

@@ -4,7 +4,8 @@ A read gathers runs (``engine.reads``): ``MemoryRun`` from the plain appends of 
 tail (Python lists), ``ArrowRun`` from its bulk appends (the batch's Arrow buffers, sliced,
 never a Python object per message unless a plain read asks for lists), ``StoredRun`` from
 Delta. Ordinary reads turn every run into lists of bytes; Arrow reads turn every run into
-a table of ``COLUMNS``; the body of a binary read takes every run as buffers (``views``).
+a table of ``COLUMNS``; the body of a binary read takes every run as buffers (``views``), the
+body of a JSON read as buffers of the messages with commas between them (``joined``).
 
 Views: consecutive messages of one Arrow chunk are consecutive bytes of its values buffer
 (a binary array stores its values end to end, ``offsets`` marking where each starts), so the
@@ -59,6 +60,10 @@ class Run(Protocol):
         that hold them where the tier holds Arrow: no copy)."""
         ...
 
+    def joined(self) -> list[bytes | memoryview]:
+        """The messages with a comma between each (a JSON array's elements), as buffers."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class MemoryRun:
@@ -80,6 +85,9 @@ class MemoryRun:
 
     def views(self) -> list[bytes | memoryview]:
         return [b"".join(self.data)] if self.data else []  # (one buffer: a body of many small messages)
+
+    def joined(self) -> list[bytes | memoryview]:
+        return [b",".join(self.data)] if self.data else []
 
     def columns(self) -> pa.Table:
         seqs = pa.array(range(self.first, self.first + len(self.data)), pa.int64())
@@ -111,6 +119,9 @@ class StoredRun:
     def views(self) -> list[bytes | memoryview]:
         return binary_views(self.table["data"])
 
+    def joined(self) -> list[bytes | memoryview]:
+        return comma_joined(self.table["data"])
+
 
 @dataclass(frozen=True, slots=True)
 class ArrowRun:
@@ -135,6 +146,9 @@ class ArrowRun:
     def views(self) -> list[bytes | memoryview]:
         return binary_views(self.data)
 
+    def joined(self) -> list[bytes | memoryview]:
+        return comma_joined(self.data)
+
     def columns(self) -> pa.Table:
         count = len(self.data)
         seqs = pa.array(np.arange(self.first, self.first + count, dtype=np.int64))
@@ -155,3 +169,20 @@ def binary_views(data: pa.ChunkedArray | pa.Array) -> list[bytes | memoryview]:
             if batch.nbytes:
                 views.append(batch.values())
     return views
+
+
+def comma_joined(data: pa.ChunkedArray | pa.Array) -> list[bytes | memoryview]:
+    """The values of a binary column with a comma between each: per chunk one buffer that
+    Arrow joins (one copy, no Python object per value), and a comma between chunks."""
+    parts: list[bytes | memoryview] = []
+    for chunk in data.chunks if isinstance(data, pa.ChunkedArray) else [data]:
+        if not len(chunk):
+            continue
+        if chunk.type != pa.binary():  # (a large or view type a file may hold)
+            chunk = chunk.cast(pa.binary())
+        if chunk.null_count:
+            chunk = chunk.drop_null()
+        whole = pa.ListArray.from_arrays(pa.array([0, len(chunk)], pa.int32()), chunk)
+        joined = MessageBatch(pc.binary_join(whole, b","))
+        parts += [b",", joined.values()] if parts else [joined.values()]
+    return parts

@@ -23,7 +23,6 @@ from ..protocol import bulk, preconditions, retention
 from ..protocol import headers as h
 from ..protocol.cursor import response_cursor
 from ..protocol.errors import BadRequest
-from ..protocol.json_mode import frame
 from ..protocol.offsets import BEGINNING_SENTINEL, NOW_SENTINEL, Offset, encode_seq, parse_offset
 from . import arrow_ipc, multipart, sse
 from .answers import Answer
@@ -302,8 +301,9 @@ class StreamHandlers:
 
     async def _read_once(self, stream: Stream, start: Offset, framing: Framing, stop: int | None) -> Found:
         limit = self.limits.max_read_bytes
-        if framing == "plain" and not stream.is_json:
-            return await reads.read_body(self.engine, stream, start, limit)
+        if framing == "plain":
+            read_plain = reads.read_json_body if stream.is_json else reads.read_body
+            return await read_plain(self.engine, stream, start, limit)
         if framing == "arrow":
             return await reads.read_slice(self.engine, stream, start, limit * arrow_ipc.BUDGET_FACTOR, stop=stop)
         return await reads.read(self.engine, stream, start, limit, whole=framing == "multipart")
@@ -347,17 +347,16 @@ class StreamHandlers:
         tag = headers["ETag"]
         if header(request.scope, b"if-none-match") == tag:
             return Answer(304, {"ETag": tag, "Cache-Control": CACHEABLE})
-        if isinstance(result, reads.Body):
-            return Answer(200, headers, result.parts)
+        if isinstance(result, reads.Body):  # (no messages of a JSON stream: an empty array)
+            return Answer(200, headers, result.parts or ([b"[]"] if stream.is_json else []))
         if isinstance(result, reads.Slice):
             headers["Content-Type"] = arrow_ipc.ARROW_STREAM
             return Response(arrow_ipc.body(result, stream.content_type), status_code=200, headers=headers)
-        if framing == "multipart":
-            boundary = multipart.new_boundary()
-            headers["Content-Type"] = multipart.content_type(boundary)
-            parts = multipart.message_parts(boundary, stream.content_type, result.start, result.chunks, result.stamps)
-            return Response(parts + multipart.closing(boundary), status_code=200, headers=headers)
-        return Answer(200, headers, frame(result.chunks) if stream.is_json else b"".join(result.chunks))
+        assert framing == "multipart", framing  # (``_read_once``: a plain read is a ``Body``)
+        boundary = multipart.new_boundary()
+        headers["Content-Type"] = multipart.content_type(boundary)
+        parts = multipart.message_parts(boundary, stream.content_type, result.start, result.chunks, result.stamps)
+        return Response(parts + multipart.closing(boundary), status_code=200, headers=headers)
 
 
 def append_flags(headers: Mapping[str, str]) -> tuple[h.ProducerHeaders | None, bool]:
