@@ -37,7 +37,8 @@ open batch iterator, the row groups still to read and the rows decoded beyond th
 The next read from exactly that seq resumes there, so a catch-up reads every byte once
 whatever the size of the row groups. Parked cursors are bounded in bytes
 (``max_parked_bytes``: their decoded rows plus the row group they have open, its chunks or
-one read buffer) and dropped least recently used.
+one read buffer, and at least a read buffer each: that bounds how many are parked, each
+holding a file open) and dropped least recently used.
 
 **Concurrent maintenance.** Compaction may rewrite files between planning and reading, and
 the flusher adds files. The snapshot is refreshed only when a plan comes up short: when the
@@ -164,7 +165,7 @@ class _Cursor:
     """Contiguous messages decoded and not yet returned, by first seq."""
 
     def nbytes(self) -> int:
-        return self.held + sum(int(run.nbytes) for run in self.runs.values())
+        return max(self.held, _BUFFER_BYTES) + sum(int(run.nbytes) for run in self.runs.values())
 
 
 class HistoryReader:
