@@ -140,6 +140,8 @@ def test_joined_runs_are_the_messages_with_commas_between() -> None:
     assert comma_joined(whole.slice(5, 0)) == []
     with_null = pa.array([values[0], None, values[1]], pa.binary())
     assert b"".join(comma_joined(with_null)) == values[0] + b"," + values[1]
+    only_nulls = pa.chunked_array([whole.slice(0, 2), pa.array([None], pa.binary()), whole.slice(2, 1)])
+    assert b"".join(comma_joined(only_nulls)) == b",".join(values[:3])
     stored = pa.table({"seq": pa.array(range(200), pa.int64()), "data": whole})
     assert b"".join(StoredRun(stored.slice(20, 30)).joined()) == b",".join(values[20:50])
     assert b"".join(ArrowRun(0, whole.slice(7, 9), 0).joined()) == b",".join(values[7:16])

@@ -176,12 +176,12 @@ def comma_joined(data: pa.ChunkedArray | pa.Array) -> list[bytes | memoryview]:
     Arrow joins (one copy, no Python object per value), and a comma between chunks."""
     parts: list[bytes | memoryview] = []
     for chunk in data.chunks if isinstance(data, pa.ChunkedArray) else [data]:
-        if not len(chunk):
-            continue
         if chunk.type != pa.binary():  # (a large or view type a file may hold)
             chunk = chunk.cast(pa.binary())
         if chunk.null_count:
             chunk = chunk.drop_null()
+        if not len(chunk):
+            continue
         whole = pa.ListArray.from_arrays(pa.array([0, len(chunk)], pa.int32()), chunk)
         joined = MessageBatch(pc.binary_join(whole, b","))
         parts += [b",", joined.values()] if parts else [joined.values()]

@@ -119,7 +119,7 @@ class GroupStats:
     data_bytes: int
     """Uncompressed bytes of its ``data`` column."""
     group_bytes: int
-    """Uncompressed bytes of all its columns (at least what reading its column chunks whole holds)."""
+    """Uncompressed bytes of all its columns (about what reading its column chunks whole holds)."""
     only_stream: bool
     """Every row is the stream's (``stream_uid`` min = max = the uid asked for)."""
     only_messages: bool
