@@ -115,14 +115,12 @@ async def read_json_body(engine: Engine, stream: Stream, start: Offset, max_byte
     (``Run.joined``: one copy, no Python object per message). No parts: no messages (the HTTP
     layer answers ``[]``). An offset inside a message, or a first message larger than
     ``max_bytes``, is read as ``read`` reads it (sliced)."""
-    found = read_now(engine, stream, start, max_bytes)
-    if found is None and not start.within:
+    found = await read(engine, stream, start, max_bytes) if start.within else read_now(engine, stream, start, max_bytes)
+    if found is None:
         sliced = await read_slice(engine, stream, start, max_bytes)
         if not sliced.runs or sliced.runs[0].first_size() <= max_bytes:
             return Body(stream, start, sliced.next, _json_array(sliced.runs), sliced.up_to_date, sliced.closed)
         found = _result(stream, start, sliced.runs, sliced.next, max_bytes, False)
-    elif found is None:
-        found = await read(engine, stream, start, max_bytes)
     framed: list[bytes | memoryview] = [frame(found.chunks)] if found.chunks else []
     return Body(stream, start, found.next, framed, found.up_to_date, found.closed)
 
