@@ -119,21 +119,25 @@ def test_query_killed_mid_batch_and_restarted_from_its_checkpoint_is_exactly_onc
         *(arg for key, value in sink_options.items() for arg in ("--option", f"{key}={value}")),
     ]  # fmt: skip
     # Run 1: SIGKILL the whole process group (driver, JVM, Python workers) while a batch is half written.
-    process = subprocess.Popen(
-        [sys.executable, str(QUERY_SCRIPT), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    # Its output goes to a file: a pipe nobody reads while the query runs can fill up (Spark's log
+    # on a busy machine) and block the query before it writes anything.
+    log_path = tmp_path / "query-1.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, str(QUERY_SCRIPT), *args], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
     try:
-        deadline = time.monotonic() + 90
-        stored = 0
+        deadline = time.monotonic() + 240  # (a JVM's start and the first batch's plan on a loaded CI)
+        mid_batch, stored = False, 0
         while time.monotonic() < deadline and process.poll() is None:
             stored = message_count(url)
             if stored >= batch_rows // 4 and stored % batch_rows not in range(0, batch_rows // 10):
+                mid_batch = True
                 break
             time.sleep(0.01)  # (a poll in a loop that checks: the kill must land mid-batch)
-        assert process.poll() is None, "the query finished before it could be killed"
+        output = log_path.read_text(errors="replace")[-4000:]
+        assert process.poll() is None, f"the query finished before it could be killed:\n{output}"
+        assert mid_batch, f"the query wrote no batch's first quarter within 240 s ({stored} rows):\n{output}"
         os.killpg(process.pid, signal.SIGKILL)
     finally:  # (the whole group, whether or not the driver is still there: its JVM and workers too)
         with contextlib.suppress(ProcessLookupError):
