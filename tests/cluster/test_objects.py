@@ -138,12 +138,12 @@ def test_a_store_that_is_down_fails_within_the_timeout(tmp_path: Path) -> None:
         "AWS_ACCESS_KEY_ID": "k",
         "AWS_SECRET_ACCESS_KEY": "s",
     }
-    store = open_objects("s3://bucket/root", options, timeout_s=0.5)
+    store = open_objects("s3://bucket/root", options, timeout_s=5.0)
     for call in (lambda: store.get("leases/0001.json"), lambda: store.create("leases/0001.json", b"x")):
         started = time.monotonic()
         with pytest.raises(ObjectStoreError, match=r"leases/0001\.json.*ConnectError"):
             call()
-        assert time.monotonic() - started < 0.5
+        assert time.monotonic() - started < 2.5  # a refused connection fails at once, not after the timeout
     store.close()
 
 
@@ -159,16 +159,18 @@ def test_a_store_that_never_answers_fails_within_the_timeout() -> None:
         }
         store = open_objects("s3://bucket/root", options, timeout_s=0.5)
         started = time.monotonic()
-        with pytest.raises(ObjectStoreError, match=r"PUT leases/0001\.json.*ReadTimeout"):
+        with pytest.raises(ObjectStoreError, match=r"PUT 'leases/0001\.json': ReadTimeout"):
             store.replace("leases/0001.json", b"x", '"etag"')
-        assert 0.5 <= time.monotonic() - started < 1.5
+        assert 0.5 <= time.monotonic() - started < 3.0  # the timeout bites (a loaded CI may add a little)
         store.close()
 
 
 def test_a_stopped_moto_and_a_missing_bucket_are_store_errors(tmp_path: Path) -> None:
     moto = MotoServer().start(tmp_path)
     try:
-        store = open_objects("s3://absent-bucket/root", moto.storage_options(), timeout_s=1.0)
+        # A timeout well above moto's first answer under a loaded CI (it loads its S3 backend lazily):
+        # this test is about the 404s and the refused connection, not about timing.
+        store = open_objects("s3://absent-bucket/root", moto.storage_options(), timeout_s=15.0)
         with pytest.raises(ObjectStoreError, match=r"GET 'cluster\.json': HTTP 404 NoSuchBucket"):
             store.get("cluster.json")
         with pytest.raises(ObjectStoreError, match=r"PUT 'cluster\.json': HTTP 404 NoSuchBucket"):
@@ -191,7 +193,7 @@ def test_a_held_local_lock_times_out_as_a_store_error(tmp_path: Path) -> None:
         started = time.monotonic()
         with pytest.raises(ObjectStoreError, match=r"0001\.json.*locked"):
             store.replace("leases/0001.json", b"y", etag)
-        assert 0.3 <= time.monotonic() - started < 1.0
+        assert 0.3 <= time.monotonic() - started < 3.0  # the timeout bites, not a hang
     assert store.replace("leases/0001.json", b"y", etag) is not None
 
 

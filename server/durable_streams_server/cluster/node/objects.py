@@ -219,7 +219,8 @@ class S3Objects:
         try:
             return self._client.request(method, url, content=content, headers=headers)
         except httpx.HTTPError as exc:
-            raise ObjectStoreError(f"{method} {key or 'listing'}: {type(exc).__name__}: {exc}") from exc
+            where = repr(key) if key else "listing"
+            raise ObjectStoreError(f"{method} {where}: {type(exc).__name__}: {exc}") from exc
 
 
 def _error_code(response: httpx.Response) -> str | None:
