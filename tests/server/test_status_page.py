@@ -106,6 +106,8 @@ def test_status_views_answer_streams_messages_and_subscriptions(
     assert [row["name"] for row in status(http, server, "streams", q="orders")["streams"]] == ["v1/stream/orders/eu"]
     cut = status(http, server, "streams", limit="1")
     assert (cut["matched"], len(cut["streams"]), cut["truncated"]) == (4, 1, True)
+    first = status(http, server, "streams", limit="2")["streams"]  # (the first by name, of all that match)
+    assert [row["name"] for row in [*cut["streams"], *first]] == ["shop/events", "shop/events", "v1/stream/orders/eu"]
     for bad in ("0", "1001", "x", "²"):
         refused = http.get(f"{server.url}/v1/status/streams", params={"limit": bad})
         assert refused.status_code == 400 and refused.json()["error"]["code"] == "INVALID_LIMIT", bad

@@ -111,6 +111,26 @@ def test_woken_rows_are_dropped_once_they_are_the_majority() -> None:
     assert cold.uid_of(f"s{count - 1}") == count - 1 and cold.uid_of("s0") is None
 
 
+def test_names_taken_are_those_of_the_moment_they_were_taken() -> None:
+    """A listing takes the names on the loop and reads them on a thread (``take_names``): what
+    the index does in between (a stream woken, one put to sleep, a merge) is not in them."""
+    cold = ColdStreams()
+    for uid in range(MERGE_AT + 10):  # (MERGE_AT merged into the segment, 10 recent)
+        cold.put(f"s{uid}", uid, orjson.dumps(_state(f"s{uid}", uid, 0)))
+    whole = cold.take_names(["built"])
+    assert whole.alive is None  # (no dead row: nothing copied, nothing to filter)
+    assert cold.take(3) is not None and cold.take(MERGE_AT + 1) is not None  # (a segment row, a recent one)
+    taken = cold.take_names(["built"])
+    assert taken.alive is not None and not taken.alive[3]
+    expected = ["built", *(f"s{uid}" for uid in range(MERGE_AT + 10) if uid not in (3, MERGE_AT + 1))]
+    assert cold.take(5) is not None  # (after the snapshot: a dead row more, in place)
+    for uid in range(10_000, 10_000 + MERGE_AT):  # (and a merge: the segment's chunks and bits replaced)
+        cold.put(f"s{uid}", uid, orjson.dumps(_state(f"s{uid}", uid, 0)))
+    assert sorted(taken.column().to_pylist()) == sorted(expected)
+    assert sorted(whole.column().to_pylist()) == sorted(["built", *(f"s{uid}" for uid in range(MERGE_AT + 10))])
+    assert "s5" not in cold.take_names([]).column().to_pylist()
+
+
 def test_columns_of_a_view_type_are_refused_not_misread() -> None:
     """A view type's buffers are laid out otherwise than offsets and values: read as those, its
     cells would be garbage, so the columns are refused by name."""

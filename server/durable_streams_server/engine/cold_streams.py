@@ -59,6 +59,7 @@ import pyarrow as pa
 
 from ..storage.message_batch import MessageBatch
 from ..storage.state_rows import DormantStates
+from .name_snapshots import NameSnapshot
 
 MERGE_AT = 4096
 """The fewest recent streams merged into the segment at once (and the fewest dead rows a
@@ -166,13 +167,14 @@ class ColdStreams:
         return None if row is None else self._state_at(row, uid, name)
 
     def names(self) -> Iterator[str]:
-        for chunk in self.name_chunks():
+        for chunk in self.take_names([]).column().chunks:
             yield from chunk.to_pylist()
 
-    def name_chunks(self) -> list[pa.Array]:
-        """The paths, as Arrow arrays."""
-        recent = pa.array(list(self._recent_names), pa.string())
-        return [recent, *(chunk.filter(pa.array(alive)) for chunk, alive in self._chunks(self._names))]
+    def take_names(self, first: list[str]) -> NameSnapshot:
+        """The paths as of now, ``first`` before them: the recent sleepers' copied, the segment's
+        chunks held and its alive bits copied (not even those while no row is dead)."""
+        alive = self._alive.copy() if self._dead else None
+        return NameSnapshot(first + list(self._recent_names), tuple(self._names), alive)
 
     def uids(self) -> Iterator[int]:
         yield from list(self._recent)

@@ -57,6 +57,7 @@ from .history import HistoryCache, ReadAhead
 from .idle import IDLE_MS, IdleStreams, most_built
 from .memory import MemoryBudget
 from .memory_guard import MemoryGuard
+from .name_snapshots import NameSnapshot
 from .ports import StoragePort
 from .reserved_records import ReservedRecords
 from .retention import Retention
@@ -146,6 +147,10 @@ class Engine:
         """Every stream's name (those starting with ``prefix``) as Arrow, building no cold one."""
         names = self.live.index.name_column()
         return names.filter(pc.starts_with(names, prefix)) if prefix else names
+
+    def name_snapshot(self) -> NameSnapshot:
+        """Every stream's name as of now, for a walk on another thread (``NameSnapshot.column``)."""
+        return self.live.index.name_snapshot()
 
     @property
     def buckets(self) -> Buckets:

@@ -35,6 +35,7 @@ import pyarrow as pa
 from ..storage.state_rows import DORMANT, DormantStates, state_flags
 from .cold_streams import ColdStreams, state_json
 from .cold_tails import ColdTails
+from .name_snapshots import NameSnapshot
 from .stream import Stream
 
 _K = TypeVar("_K", str, int)
@@ -77,9 +78,13 @@ class StreamIndex:
         yield from list(self._by_name)
         yield from self._cold.names()
 
+    def name_snapshot(self) -> NameSnapshot:
+        """Every path, cold ones included, to be made into Arrow on any thread (``name_snapshots``)."""
+        return self._cold.take_names(list(self._by_name))
+
     def name_column(self) -> pa.ChunkedArray:
         """Every path, cold ones included, as Arrow (no Python string per cold stream)."""
-        return pa.chunked_array([pa.array(list(self._by_name), pa.string()), *self._cold.name_chunks()], pa.string())
+        return self.name_snapshot().column()
 
     def rebuild_names(self) -> None:
         """Re-point every built stream's path at its newest incarnation (after recovery)."""

@@ -1,12 +1,13 @@
 """The streams view of the status page: a filtered listing, and one stream's recent messages.
 
-The listing takes the stream names as an Arrow column (``Engine.stream_names``, or a
-bucket's own sorted list: no stream is built for it), keeps those the token may read and the
-filters match (a bucket; text contained in the name) with Arrow's kernels, and answers only the
-page of rows it shows (at most ``MAX_ROWS``). The filter and the partial sort run on a worker
-thread, so a server of many streams does not hold its event loop for them. Rows never wake a
-stream (``peek``): a cold stream is shown from its kept state, so a page left open does not
-rebuild idle streams every poll.
+The listing takes the stream names on the loop (``Engine.name_snapshot``, or a bucket's own
+list: no stream is built for it, no Python string made per cold stream), then on a worker
+thread makes them an Arrow column, keeps those the token may read and the filters match (a
+bucket; text contained in the name) with Arrow's kernels, and answers only the page of rows it
+shows (at most ``MAX_ROWS``). So a server of many streams holds its event loop for a copy of
+the names it keeps as Python objects and of a byte per cold stream, not for the walk. Rows
+never wake a stream (``peek``): a cold stream is shown from its kept state, so a page left
+open does not rebuild idle streams every poll.
 
 Per stream it shows what the engine keeps anyway: the visible tail, messages still readable
 (tail minus the earliest readable offset) and that offset, its retention limits, last write,
@@ -31,6 +32,7 @@ import pyarrow.compute as pc
 from ...engine import reads
 from ...engine.buckets import bucket_of
 from ...engine.engine import Engine
+from ...engine.name_snapshots import NameSnapshot
 from ...engine.stream import Stream
 from ...protocol import headers as h
 from ...protocol.errors import BadRequest, NotFound
@@ -72,9 +74,9 @@ async def list_streams(engine: Engine, grant: TokenGrant, params: dict[str, str]
     if bucket:
         found = engine.buckets.by_id.get(bucket)
         ids = found.stream_ids if found is not None else []
-        names = pa.chunked_array([pa.array([f"{bucket}/{stream_id}" for stream_id in ids], pa.string())])
+        names = NameSnapshot([f"{bucket}/{stream_id}" for stream_id in ids])
     else:
-        names = engine.stream_names()
+        names = engine.name_snapshot()
     matched, first = await asyncio.to_thread(_first_names, names, grant, text, limit)
     rows = []
     now = engine.clock()
@@ -89,8 +91,8 @@ async def count_readable(engine: Engine, grant: TokenGrant) -> int:
     """How many streams ``grant`` may read (a walk of the names off the loop, unless all)."""
     if grant.unlimited:
         return len(engine.streams)
-    names = engine.stream_names()
-    return await asyncio.to_thread(lambda: int(pc.sum(readable(names, grant)).as_py() or 0))
+    names = engine.name_snapshot()
+    return await asyncio.to_thread(lambda: int(pc.sum(readable(names.column(), grant)).as_py() or 0))
 
 
 def readable(names: pa.ChunkedArray, grant: TokenGrant) -> pa.ChunkedArray:
@@ -111,19 +113,24 @@ def readable(names: pa.ChunkedArray, grant: TokenGrant) -> pa.ChunkedArray:
     return mask
 
 
-def _first_names(names: pa.ChunkedArray, grant: TokenGrant, text: str, limit: int) -> tuple[int, list[str]]:
-    """How many of ``names`` pass, and the first ``limit`` of them by name (UTF-8 byte order is
-    Python's order of code points). Runs on a worker thread, over Arrow columns taken on the
-    loop (``StreamIndex.name_column``: no Python string per stream): a million names are a
-    filter and a partial sort in Arrow's kernels."""
-    keep = readable(names, grant)
-    if text:
-        keep = pc.and_(keep, pc.match_substring(names, text))
-    kept = names.filter(keep)
+def _first_names(snapshot: NameSnapshot, grant: TokenGrant, text: str, limit: int) -> tuple[int, list[str]]:
+    """How many of the names pass, and the first ``limit`` of them by name (UTF-8 byte order is
+    Python's order of code points). Runs on a worker thread, over the names taken on the loop
+    (``NameSnapshot``: no Python string per cold stream): a million names are a filter and a
+    partial sort in Arrow's kernels, the filter skipped where everything passes."""
+    names = snapshot.column()
+    kept = names
+    if text or not grant.unlimited:
+        keep = readable(names, grant)
+        if text:
+            keep = pc.and_(keep, pc.match_substring(names, text))
+        kept = names.filter(keep)
     matched = len(kept)
-    if matched > limit:
-        kept = kept.take(pc.select_k_unstable(kept, k=limit, sort_keys=[("name", "ascending")]))
-    return matched, sorted(kept.to_pylist())
+    if matched <= limit:
+        return matched, sorted(kept.to_pylist())
+    first = pc.select_k_unstable(kept, k=limit, sort_keys=[("name", "ascending")])
+    # (each name by its index: ``take`` of a column of many chunks joins them first, a copy of all)
+    return matched, sorted(str(kept[index].as_py()) for index in first.to_pylist())
 
 
 def _bucket_label(name: str) -> str:
