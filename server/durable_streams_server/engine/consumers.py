@@ -40,7 +40,7 @@ from ..protocol.errors import BadRequest, NotFound
 from ..protocol.offsets import Offset, encode_seq
 from .ports import StoragePort
 from .reserved_records import RESERVED_KEY, ReservedRecords, states_of
-from .stream import Stream, incarnation
+from .stream import Stream
 from .stream_index import StreamIndex
 
 KIND = "consumer"
@@ -183,11 +183,11 @@ class Consumers:
 
     def _current(self, name: str, position: Position) -> bool:
         """Whether ``position`` is of the stream now at ``name`` (not deleted, the same incarnation)."""
-        stream = _Tail.of(self.index.look(name))
+        stream = self.index.facts(name)
         return stream is not None and not stream.soft_deleted and stream.incarnation == position.incarnation
 
     def _lag(self, consumer: Consumer, path: str, position: Position) -> Lag | None:
-        stream = _Tail.of(self.index.look(consumer.root + path))
+        stream = self.index.facts(consumer.root + path)
         if stream is None or stream.soft_deleted or stream.incarnation != position.incarnation:
             return None
         messages = max(0, stream.tail - position.seq)
@@ -202,34 +202,6 @@ class Consumers:
         if position.read_ms is not None:
             seconds = max(0.0, (stream.last_write_ms - position.read_ms) / 1000)
         return Lag(consumer.name, name, encode_seq(position.seq), messages, size, seconds)
-
-
-@dataclass(frozen=True, slots=True)
-class _Tail:
-    """What a lag needs of a stream: from its ``Stream`` if built, else from its state."""
-
-    incarnation: str
-    tail: int
-    """Visible messages (an unbuilt stream's are all durable)."""
-    bytes_total: int
-    last_write_ms: int
-    soft_deleted: bool
-
-    @classmethod
-    def of(cls, found: Stream | Mapping[str, Any] | None) -> _Tail | None:
-        if found is None:
-            return None
-        if isinstance(found, Stream):
-            return cls(
-                found.incarnation, found.visible_tail, found.bytes_total, found.last_write_ms, found.soft_deleted
-            )
-        return cls(
-            incarnation(found["uid"], found["created_ms"]),
-            found["tail"],
-            found.get("bytes_total", 0),
-            found.get("last_write_ms", 0),
-            found.get("soft_deleted", False),
-        )
 
 
 def _order(consumer: Consumer) -> tuple[str, str]:

@@ -31,10 +31,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 
-import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..protocol.errors import Conflict, Gone, NotFound
@@ -143,10 +142,38 @@ class Engine:
     def by_uid(self) -> MutableMapping[int, Stream]:
         return self.live.by_uid
 
-    def stream_names(self, prefix: str = "") -> pa.ChunkedArray:
-        """Every stream's name (those starting with ``prefix``) as Arrow, building no cold one."""
+    def stream_names(self, prefixes: Iterable[str]) -> list[str]:
+        """The names of the streams starting with any of ``prefixes``, building none: Arrow's kernels
+        filter every name, only the kept ones become Python strings."""
+        wanted = set(prefixes)
+        if not wanted:
+            return []
         names = self.live.index.name_column()
-        return names.filter(pc.starts_with(names, prefix)) if prefix else names
+        if "" in wanted:
+            return names.to_pylist()  # type: ignore[no-any-return]
+        masks = [pc.starts_with(names, prefix) for prefix in wanted]
+        mask = masks[0]
+        for each in masks[1:]:
+            mask = pc.or_(mask, each)
+        return names.filter(mask).to_pylist()  # type: ignore[no-any-return]
+
+    def live_streams_under(
+        self, root: str, prefixes: Iterable[str], wanted: Callable[[str], bool]
+    ) -> list[tuple[str, int, int]]:
+        """The live streams named ``root`` + a path starting with one of ``prefixes`` that ``wanted``
+        accepts: (path, visible tail, created_ms), building none (``stream_facts``)."""
+        found = []
+        for name in self.stream_names(root + prefix for prefix in prefixes):
+            path = name[len(root) :]
+            if wanted(path):
+                facts = self.live.index.facts(name)
+                if facts is not None and facts.live:
+                    found.append((path, facts.tail, facts.created_ms))
+        return found
+
+    def live_tail(self, name: str) -> int | None:
+        """The visible tail of the live stream at ``name``, building none (``StreamIndex.live_tail``)."""
+        return self.live.index.live_tail(name)
 
     def name_snapshot(self) -> NameSnapshot:
         """Every stream's name as of now, for a walk on another thread (``NameSnapshot.column``)."""

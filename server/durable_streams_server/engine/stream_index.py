@@ -37,6 +37,7 @@ from .cold_streams import ColdStreams, state_json
 from .cold_tails import ColdTails
 from .name_snapshots import NameSnapshot
 from .stream import Stream
+from .stream_facts import StreamFacts
 
 _K = TypeVar("_K", str, int)
 _UNREFERENCED = 4
@@ -119,6 +120,20 @@ class StreamIndex:
         if uid in self.cold_tails:  # (appended asleep, not all in Delta yet: built, it reads them from memory)
             return self._wake(uid)
         return self._cold.peek(uid, name)
+
+    def facts(self, name: str) -> StreamFacts | None:
+        """What ``look`` tells of the stream at ``name`` (``stream_facts``), building none that
+        ``look`` would not."""
+        return StreamFacts.of(self.look(name))
+
+    def live_tail(self, name: str) -> int | None:
+        """The visible tail of the live stream at ``name`` (``None``: none, or soft-deleted), the
+        built stream's read at once: what a subscription's deliveries ask of every linked stream."""
+        stream = self._by_name.get(name)
+        if stream is not None:
+            return None if stream.soft_deleted else stream.visible_tail
+        facts = self.facts(name)
+        return facts.tail if facts is not None and facts.live else None
 
     @property
     def recovered_ms(self) -> int:

@@ -13,9 +13,10 @@ other shards for their tails, and appends wake events to their streams.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Protocol
 
+from ..protocol.subscriptions import literal_prefix
 from .reserved_records import stream_root
 from .subscription_state import Subscription
 from .types import AppendRequest
@@ -54,19 +55,17 @@ class LocalStreams:
         return False
 
     def tail(self, root: str, path: str) -> int | None:
-        """A live stream's visible tail; ``None`` if it does not exist (or is not known yet)."""
-        stream = self.manager.engine.streams.get(root + path)
-        return stream.visible_tail if stream is not None and not stream.soft_deleted else None
+        """A live stream's visible tail; ``None`` if it does not exist (or is not known yet). A
+        cold stream stays cold (``stream_facts``)."""
+        return self.manager.engine.live_tail(root + path)
 
-    def streams_of(self, root: str) -> list[tuple[str, int, int]]:
-        """Every live stream of ``root``: (path, visible tail, created_ms)."""
-        found = []
-        for name in self.manager.engine.stream_names(root).to_pylist():  # (builds only those under ``root``)
-            if name.startswith(root) and stream_root(name) == root:
-                stream = self.manager.engine.streams.get(name)
-                if stream is not None and not stream.soft_deleted:
-                    found.append((name[len(root) :], stream.visible_tail, stream.created_ms))
-        return found
+    def streams_of(self, root: str, pattern: str, wanted: Callable[[str], bool]) -> list[tuple[str, int, int]]:
+        """Every live stream of ``root`` that ``pattern`` may match and ``wanted`` accepts: (path,
+        visible tail, created_ms). Only the names under the pattern's literal prefix are walked
+        in Python, and no cold stream is built."""
+        return self.manager.engine.live_streams_under(
+            root, [literal_prefix(pattern)], lambda path: stream_root(root + path) == root and wanted(path)
+        )
 
     def noted(self, stream: VisibleStream, removed: bool) -> None:
         """A local stream's new durable tail, or its removal (after the manager's own hooks)."""

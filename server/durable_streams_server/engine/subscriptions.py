@@ -122,12 +122,19 @@ class SubscriptionManager:
 
     def _reconcile(self, sub: Subscription) -> None:
         """Repair local links at start (remote ones are repaired by full tail reports)."""
-        for path, tail, created_ms in self.streams.streams_of(sub.root):
-            if path not in sub.links and self.matches(sub, path):
+        for path, tail, created_ms in self._matching(sub):
+            if path not in sub.links:
                 sub.links[path] = Link(glob=True, acked=0 if created_ms >= sub.created_ms else tail)
         for path in list(sub.links):
             if not self.streams.is_remote(sub.root, path) and self.streams.tail(sub.root, path) is None:
                 self.unlink(sub, path)
+
+    def _matching(self, sub: Subscription) -> list[tuple[str, int, int]]:
+        """The live streams ``sub``'s pattern links: (path, visible tail, created_ms)."""
+        pattern = sub.config.pattern
+        if pattern is None:
+            return []
+        return self.streams.streams_of(sub.root, pattern, lambda path: self.matches(sub, path))
 
     @staticmethod
     def unlink(sub: Subscription, path: str) -> None:
@@ -195,9 +202,8 @@ class SubscriptionManager:
             await self.store.durable(existing)
             return False, existing
         sub = Subscription(root, subscription_id, config, now, root_url)
-        for path, tail, _ in self.streams.streams_of(root):
-            if self.matches(sub, path):
-                sub.links[path] = Link(glob=True, acked=tail)
+        for path, tail, _ in self._matching(sub):
+            sub.links[path] = Link(glob=True, acked=tail)
         self._link_explicit(sub, config.streams)
         self.by_root.setdefault(root, {})[subscription_id] = sub
         self.streams.update_interest()

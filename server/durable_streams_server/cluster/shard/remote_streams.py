@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...protocol.ids import BASE_SURFACE_PREFIX
-from ...protocol.subscriptions import glob_match
+from ...protocol.subscriptions import glob_match, literal_prefix
 
 if TYPE_CHECKING:
     from ...engine.engine import Engine
@@ -56,7 +56,7 @@ BASE_ROOT = BASE_SURFACE_PREFIX
 
 
 @dataclass(frozen=True, slots=True)
-class StreamFacts:
+class ReportedStream:
     tail: int
     created_ms: int
 
@@ -116,29 +116,24 @@ class Interest:
 
 def matching_streams(engine: Engine, interest: InterestView) -> list[tuple[str, int, int]]:
     """This engine's live base-surface streams ``interest`` wants: (path, visible tail, created_ms)."""
-    found = []
-    for name in engine.stream_names(BASE_ROOT).to_pylist():
-        if interest.wants(name[len(BASE_ROOT) :]):
-            stream = engine.streams.get(name)
-            if stream is not None and not stream.soft_deleted:
-                found.append((name[len(BASE_ROOT) :], stream.visible_tail, stream.created_ms))
-    return found
+    under = [literal_prefix(pattern) for pattern in interest.patterns]
+    return engine.live_streams_under(BASE_ROOT, [*under, *interest.paths], interest.wants)
 
 
 class RemoteStreams:
     """Other shards' streams by path, as their last reports said (module doc)."""
 
     def __init__(self) -> None:
-        self.facts: dict[str, StreamFacts] = {}
+        self.facts: dict[str, ReportedStream] = {}
         self.shard_of: dict[str, int] = {}
 
-    def get(self, path: str) -> StreamFacts | None:
+    def get(self, path: str) -> ReportedStream | None:
         return self.facts.get(path)
 
-    def items(self) -> list[tuple[str, StreamFacts]]:
+    def items(self) -> list[tuple[str, ReportedStream]]:
         return list(self.facts.items())
 
-    def put(self, shard: int, path: str, facts: StreamFacts) -> bool:
+    def put(self, shard: int, path: str, facts: ReportedStream) -> bool:
         """Record ``facts``; True if the stream is another incarnation than the one known."""
         known = self.facts.get(path)
         self.facts[path], self.shard_of[path] = facts, shard

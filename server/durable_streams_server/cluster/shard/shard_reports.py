@@ -18,14 +18,14 @@ empty, while the subscriptions' links are recovered) drops what was deleted mean
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from ...engine.subscribed_streams import LocalStreams, Members
 from ...engine.subscription_state import Subscription
 from ...protocol.errors import Conflict, ServiceUnavailable
 from .peers import RouterPeers
-from .remote_streams import BASE_ROOT, Interest, InterestView, RemoteStreams, StreamFacts
+from .remote_streams import BASE_ROOT, Interest, InterestView, RemoteStreams, ReportedStream
 
 if TYPE_CHECKING:
     from ...engine.types import VisibleStream
@@ -64,11 +64,12 @@ class ShardReports(LocalStreams):
             return None if facts is None else facts.tail
         return super().tail(root, path)
 
-    def streams_of(self, root: str) -> list[tuple[str, int, int]]:
-        """Every live stream of ``root``: (path, visible tail, created_ms), remote ones included."""
-        found = super().streams_of(root)
+    def streams_of(self, root: str, pattern: str, wanted: Callable[[str], bool]) -> list[tuple[str, int, int]]:
+        """Every live stream of ``root`` that ``wanted`` accepts: (path, visible tail, created_ms),
+        the other shards' included (as reported)."""
+        found = super().streams_of(root, pattern, wanted)
         if root == BASE_ROOT and self.peers is not None:
-            found += [(path, facts.tail, facts.created_ms) for path, facts in self.remote.items()]
+            found += [(path, facts.tail, facts.created_ms) for path, facts in self.remote.items() if wanted(path)]
         return found
 
     def update_interest(self) -> None:
@@ -107,7 +108,7 @@ class ShardReports(LocalStreams):
         known = self.remote.get(path)
         if known is not None and known.created_ms == created_ms and known.tail > tail:
             return
-        if self.remote.put(shard, path, StreamFacts(tail, created_ms)):  # another incarnation
+        if self.remote.put(shard, path, ReportedStream(tail, created_ms)):  # another incarnation
             for sub in self.manager.by_root.get(BASE_ROOT, {}).values():
                 self.manager.unlink(sub, path)
         self.manager.seen(BASE_ROOT, path, tail, created_ms)
