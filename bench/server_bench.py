@@ -8,7 +8,7 @@ alternate between the servers in blocks instead (``alternating``), so both are t
 same seconds. The numbers are noisy on a shared 2-core machine: read the ratios, not the
 absolute values.
 
-    python bench/server_bench.py [--quick] [--only seq,conc1,conc32,catchup,lp1,lp32,sse,memory]
+    python bench/server_bench.py [--quick] [--only seq,conc1,conc32,catchup,catchupjson,lp1,lp32,sse,memory]
 
 A complete full-size run is a run of record: its JSON record (every row's raw samples, ratio,
 target, verdict, and the run's conditions) goes to ``bench/results/server.json``, which

@@ -19,7 +19,9 @@ warm-up's creates/s is a row of its own. At each size, ours is measured:
   them (a stream nobody has touched since its creation, nearly always: the cost of waking
   it), and the ratio of the two rates;
 - a read of one stream (``GET offset=-1`` of 200 random streams, one connection: p50) and a
-  page of the status listing (``GET /v1/status/streams?limit=50``, median of 3);
+  page of the status listing (``GET /v1/status/streams?limit=50``, median of 5), and the
+  longest of the ``HEAD``s of one stream that another connection sends back to back while
+  those pages are made (how long a page holds the event loop from other requests);
 - a graceful restart (SIGTERM, then spawn): seconds from the spawn to the first answer (a
   ``HEAD`` of a random stream), RSS right after that answer and 3 s later, and the peak RSS
   until that answer (``VmHWM``: recovery's high-water mark).
@@ -46,6 +48,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -137,8 +140,22 @@ def appends(port: int, names: list[str], seconds: float) -> Measured:
     )
 
 
+def _heads_beside(port: int, path: str, stop: threading.Event, took: list[float], refused: list[int]) -> None:
+    """``HEAD``s of ``path`` back to back until ``stop``: each one's ms into ``took``, the status of
+    any not answered 200 into ``refused`` (checked by the caller: a thread's assert would only print)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    while not stop.is_set():
+        started = time.perf_counter()
+        status, _, _ = request(conn, "HEAD", path)
+        took.append((time.perf_counter() - started) * 1000)
+        if status != 200:
+            refused.append(status)
+    conn.close()
+
+
 def looks(port: int, names: list[str]) -> Measured:
-    """p50 of reading one random stream whole; median of a status listing page."""
+    """p50 of reading one random stream whole; median of a status listing page, and the longest
+    ``HEAD`` of one stream sent beside those pages."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
     reads = []
     for name in random.Random(1).sample(names, 200):
@@ -146,17 +163,33 @@ def looks(port: int, names: list[str]) -> Measured:
         status, _, _ = request(conn, "GET", f"/v1/stream/{name}?offset=-1")
         reads.append((time.perf_counter() - started) * 1000)
         assert status == 200, status
-    pages = []
-    for _ in range(3):
-        started = time.perf_counter()
-        status, _, body = request(conn, "GET", "/v1/status/streams?limit=50")
-        pages.append((time.perf_counter() - started) * 1000)
-        assert status == 200, (status, body[:200])
+    pages: list[float] = []
+    heads: list[float] = []
+    refused: list[int] = []
+    stop = threading.Event()
+    beside = threading.Thread(target=_heads_beside, args=(port, f"/v1/stream/{names[0]}", stop, heads, refused))
+    beside.start()
+    try:
+        for _ in range(5):
+            started = time.perf_counter()
+            status, _, body = request(conn, "GET", "/v1/status/streams?limit=50")
+            pages.append((time.perf_counter() - started) * 1000)
+            assert status == 200, (status, body[:200])
+    finally:
+        stop.set()
+        beside.join()
+    assert heads and not refused, (len(heads), refused[:5])
     conn.close()
     return (
         Measured()
         .add("read of one stream p50 ms", statistics.median(reads), reads, "p50 of 200 reads of random streams")
-        .add("status listing page ms", statistics.median(pages), pages, "median of 3 pages of 50")
+        .add("status listing page ms", statistics.median(pages), pages, "median of 5 pages of 50")
+        .add(
+            "longest HEAD beside the listing ms",
+            max(heads),
+            (len(heads), statistics.median(heads), max(heads)),
+            "the slowest of the HEADs sent back to back beside the pages (raw: count, p50, max)",
+        )
     )
 
 
