@@ -4,9 +4,9 @@
 ``durable-streams-server`` command runs it on uvicorn.
 """
 
-from .allocators import native_allocator_env
+from .allocator_env import native_allocator_env
 
-native_allocator_env()  # (before anything imports deltalake: its allocator reads it then)
+native_allocator_env()  # (before anything imports pyarrow or deltalake: their allocators read it then)
 
 from .config import ServerConfig  # noqa: E402
 from .server import create_app  # noqa: E402

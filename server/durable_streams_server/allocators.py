@@ -25,8 +25,20 @@ pool (mimalloc), ~960 MiB with jemalloc, 900-965 MiB with jemalloc and two glibc
   freed pages for 10 s of *its own* activity: after a burst of large commits (1 MiB appends at
   100+ MiB/s) they stayed resident, hundreds of MiB, until the next commits, and during
   the burst each commit's Parquet buffers added to the last's. ``NATIVE_ALLOCATOR_ENV`` asks it
-  to hand freed pages back at once (``dirty_decay_ms:0``); the package sets it before it imports
-  ``deltalake`` (``native_allocator_env``, from ``__init__``), unless the operator set it.
+  to hand freed pages back at once (``dirty_decay_ms:0``).
+- Arrow's own C++ code still allocates from its **mimalloc** where pyarrow passes no pool (Parquet
+  reads' and writes' internal buffers, the C data interface's exports to delta-rs). mimalloc
+  reserves a 1 GiB arena and asks for transparent huge pages on it (``MADV_HUGEPAGE``), so a few
+  small blocks kept a 2 MiB page each resident, and the kernel's background collapse made the RSS
+  move from run to run: with a million streams created, 110-182 MiB of that arena in huge pages.
+  ``NATIVE_ALLOCATOR_ENV`` turns that off (``MIMALLOC_ALLOW_THP=0``): in the streams benchmark's
+  procedure (1,050,000 streams, a restart after the first 150,000), RSS 3 s after the last create
+  644 MiB against 665-703 with it, no huge page left; a 50 MiB binary catch-up (``server_bench.py
+  --only catchup``, two runs of each in turn) 604-628 MiB/s against 550-581. ``tests/server/
+  test_allocators.py`` checks the server's process has no mapping advised for huge pages.
+
+The package sets ``NATIVE_ALLOCATOR_ENV`` (``allocator_env``) from its ``__init__`` before
+anything imports ``pyarrow`` or ``deltalake``, unless the operator set it.
 """
 
 from __future__ import annotations
@@ -41,14 +53,6 @@ _M_ARENA_MAX = -8
 """``mallopt`` parameter number (glibc's malloc.h)."""
 GLIBC_ARENAS = 2
 ARROW_DECAY_MS = 0
-NATIVE_ALLOCATOR_ENV = {"_RJEM_MALLOC_CONF": "dirty_decay_ms:0,muzzy_decay_ms:0"}
-
-
-def native_allocator_env() -> None:
-    """Set ``NATIVE_ALLOCATOR_ENV`` where the operator has not: before ``deltalake`` is imported
-    (afterwards it changes nothing)."""
-    for name, value in NATIVE_ALLOCATOR_ENV.items():
-        os.environ.setdefault(name, value)
 
 
 def tune_allocators() -> dict[str, str]:

@@ -10,6 +10,11 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from servers import ServerProcess
 
 _CHURN = """
 import json, resource, sys, threading
@@ -46,3 +51,39 @@ def test_freed_arrow_pages_go_back_at_once_on_worker_threads_only() -> None:
     assert found["pool"] == "jemalloc" and found["applied"]["arrow_pool"] == "jemalloc"
     assert found["faults"]["worker"] >= 200  # (256 pages a MiB: every buffer mapped afresh)
     assert found["faults"]["main"] <= 32  # (the freed pages reused)
+
+
+def _advised_for_huge_pages(pid: int) -> int:
+    """How many of the process's mappings were advised ``MADV_HUGEPAGE`` (``hg`` in ``VmFlags``)."""
+    with open(f"/proc/{pid}/smaps") as smaps:
+        return sum(1 for line in smaps if line.startswith("VmFlags:") and " hg" in line)
+
+
+@pytest.mark.parametrize("operator", [None, "1"], ids=["default", "operator-allows"])
+def test_arrows_mimalloc_asks_for_no_huge_pages_unless_the_operator_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, operator: str | None
+) -> None:
+    """Arrow's mimalloc (Parquet's buffers, the exports to delta-rs) advises its 1 GiB arena for
+    huge pages unless ``MIMALLOC_ALLOW_THP=0``: the server sets that before ``pyarrow`` loads
+    (``allocator_env``); an operator's own value wins."""
+    monkeypatch.delenv("MIMALLOC_ALLOW_THP", raising=False)  # (this test process's own import set it)
+    env = {} if operator is None else {"MIMALLOC_ALLOW_THP": operator}
+    server = ServerProcess(tmp_path / "data", env=env).start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            assert http.put("/v1/stream/huge", headers={"Content-Type": "text/plain"}).status_code == 201
+            for index in range(20):
+                assert (
+                    http.post(
+                        "/v1/stream/huge", content=f"m{index}".encode(), headers={"Content-Type": "text/plain"}
+                    ).status_code
+                    == 204
+                )
+        assert server.proc is not None
+        advised = _advised_for_huge_pages(server.proc.pid)
+    finally:
+        server.kill()
+    if operator is None:
+        assert advised == 0
+    else:
+        assert advised >= 1  # (the arena, advised: what the default prevents)
