@@ -28,9 +28,9 @@ pool (mimalloc), ~960 MiB with jemalloc, 900-965 MiB with jemalloc and two glibc
   to hand freed pages back at once (``dirty_decay_ms:0``).
 - Arrow's own C++ code still allocates from its **mimalloc** where pyarrow passes no pool (Parquet
   reads' and writes' internal buffers, the C data interface's exports to delta-rs). mimalloc
-  reserves a 1 GiB arena and asks for transparent huge pages on it (``MADV_HUGEPAGE``), so a few
-  small blocks kept a 2 MiB page each resident, and the kernel's background collapse made the RSS
-  move from run to run: with a million streams created, 110-182 MiB of that arena in huge pages.
+  reserves a 1 GiB arena and asks for transparent huge pages on it (``MADV_HUGEPAGE``), where a
+  2 MiB page stays resident whole while any block in it lives: with a million streams created,
+  110-182 MiB of that arena was in huge pages.
   ``NATIVE_ALLOCATOR_ENV`` turns that off (``MIMALLOC_ALLOW_THP=0``): in the streams benchmark's
   procedure (1,050,000 streams, a restart after the first 150,000), RSS 3 s after the last create
   644 MiB against 665-703 with it, no huge page left; a 50 MiB binary catch-up (``server_bench.py
