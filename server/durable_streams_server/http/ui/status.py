@@ -178,12 +178,9 @@ def _root_readable(grant: TokenGrant, root: str) -> bool:
 
 
 def _tails(manager: SubscriptionManager, sub: Subscription) -> dict[str, int]:
-    """``SubscriptionManager.tails`` without waking a linked stream (``streams_view.peek``)."""
-    tails = {}
-    for path in sub.links:
-        stream = streams_view.peek(manager.engine, sub.root + path)
-        tails[path] = stream.visible_tail if stream is not None and not stream.soft_deleted else 0
-    return tails
+    """Each linked stream's visible tail on this server (0: none here, or deleted), building none
+    and making no detached copy of a sleeping one (``Engine.live_tail``)."""
+    return {path: manager.engine.live_tail(sub.root + path) or 0 for path in sub.links}
 
 
 def _subscription_row(manager: SubscriptionManager, sub: Subscription) -> dict[str, Any]:
