@@ -59,6 +59,7 @@ class Client:
     """What a user does, all through one node."""
 
     def __init__(self, node: Node) -> None:
+        self.url = node.url
         self.base = f"{node.url}/v1/stream/"
         self.http = requests.Session()
         self.http.trust_env = False
@@ -105,6 +106,16 @@ class Client:
         auth = {"Authorization": f"Bearer {claimed['token']}"}
         answer = self.send("POST", self.sub(sub_id, "/ack"), json=body, headers=auth)
         assert answer.status_code == 200, answer.text
+
+    def pending_on_status_page(self, shard: int, sub_id: str) -> int | None:
+        """The status page's count of ``sub_id``'s streams with pending work, as shard ``shard``'s
+        server shows it (``None`` while that server cannot answer: its shard moving)."""
+        answer = self.http.get(f"{self.url}/v1/status/subscriptions", params={"shard": shard}, timeout=30)
+        if answer.status_code == 503:
+            return None
+        assert answer.status_code == 200, answer.text
+        rows = [row for row in answer.json()["subscriptions"] if row["id"] == sub_id]
+        return int(rows[0]["pending_streams"]) if rows else None
 
     def wake_events(self, path: str) -> list[dict[str, Any]]:
         answer = self.http.get(self.base + path, params={"offset": "-1"}, timeout=30)
@@ -173,6 +184,8 @@ def test_base_surface_subscriptions_span_every_shard(
     # an append in every shard wakes both; the worker's acks (and the webhook's done) move the cursors
     for shard, path in streams.items():
         client.append(path, 100 + shard)
+    # the home shard's status page counts each as pending, the other shards' by their reports
+    wait_for(lambda: client.pending_on_status_page(home, "pull") == SHARDS, timeout_s=30)
     wait_for(_pending_in_claim(client, "pull", set(streams.values())), timeout_s=30)
     for shard, path in streams.items():
         wait_for(_delivered(receiver, path, shard + 2), timeout_s=30)

@@ -177,15 +177,9 @@ def _root_readable(grant: TokenGrant, root: str) -> bool:
     return Need("read", "bucket", root.rstrip("/")).covered_by(grant)
 
 
-def _tails(manager: SubscriptionManager, sub: Subscription) -> dict[str, int]:
-    """Each linked stream's visible tail on this server (0: none here, or deleted), building none
-    and making no detached copy of a sleeping one (``Engine.live_tail``)."""
-    return {path: manager.engine.live_tail(sub.root + path) or 0 for path in sub.links}
-
-
 def _subscription_row(manager: SubscriptionManager, sub: Subscription) -> dict[str, Any]:
     wake = sub.wake
-    pending = sub.pending(_tails(manager, sub))
+    pending = sub.pending(manager.tails(sub))  # (the tails its wakes are made of: another shard's by its reports)
     return {
         "root": sub.root,
         "id": sub.subscription_id,
