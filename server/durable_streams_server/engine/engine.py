@@ -258,7 +258,7 @@ class Engine:
 
     async def create(self, request: CreateRequest, copy: ForkCopy | None = None) -> CreateOutcome:
         self.storage.check_writable()
-        sliced = await self.fork_message(request) if copy is None else None
+        sliced = await self.fork_message(request) if copy is None and request.fork_sub_offset else None
         outcome = self._create_now(request, sliced, copy)
         await self.storage.wait_durable(outcome.stream.last_lsn)
         return outcome
