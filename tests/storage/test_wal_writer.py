@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from wal_support import DiskCalls
@@ -23,6 +25,8 @@ from durable_streams_server.storage.records import AppendHeader, Header, Record,
 from durable_streams_server.storage.sync_policy import THREAD_NAME
 from durable_streams_server.storage.wal import WriteAheadLog
 from durable_streams_server.storage.wal_writer import WalWriter
+
+T = TypeVar("T")
 
 
 class _ThreadNotingLog(WriteAheadLog):
@@ -55,6 +59,19 @@ def _queue(writer: WalWriter, acks: Acknowledgements, count: int) -> list[int]:
     for lsn in lsns:
         writer.queue(lsn, encode(_record(lsn)))
     return lsns
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop, action: Callable[[], T]) -> T:
+    """``action`` run on the loop, as the loop's requests submit records, from a write on the
+    sync thread (a hook of ``_ThreadNotingLog``); returns once that turn of the loop has ended,
+    so what it queued has been handed over while the write is still in progress."""
+
+    async def turn() -> T:
+        result = action()
+        await asyncio.sleep(0)  # (the turn ends: the records it queued are handed over)
+        return result
+
+    return asyncio.run_coroutine_threadsafe(turn(), loop).result(timeout=30)
 
 
 async def _append(writer: WalWriter, acks: Acknowledgements, count: int) -> None:
@@ -97,12 +114,14 @@ def test_no_write_or_sync_of_the_log_runs_on_the_loop_thread(tmp_path: Path, mon
     wal = _ThreadNotingLog(directory)
 
     async def main() -> int:
+        loop = asyncio.get_running_loop()
         acks, writer, task = _started(wal)
         await _append(writer, acks, 1)
         await asyncio.sleep(0.05)  # (an idle loop: no quiet-spell path may sync on it)
         await _append(writer, acks, 1)
         await _append(writer, acks, 6)
-        wal.during_first_write.append(lambda: _queue(writer, acks, 3))  # (while that batch syncs)
+        # (queued while that batch syncs)
+        wal.during_first_write.append(lambda: _on_loop(loop, lambda: _queue(writer, acks, 3)))
         await _append(writer, acks, 2)
         await acks.wait(acks.next_lsn - 1)
         writer.rotate_at(acks.next_lsn)  # a cut between batches
@@ -154,15 +173,36 @@ def test_records_queued_together_are_one_batch(tmp_path: Path) -> None:
     assert _replayed(tmp_path / "wal") == list(range(1, 9))
 
 
+def test_the_records_of_one_turn_of_the_loop_are_one_batch(tmp_path: Path) -> None:
+    """Records submitted in one turn of the loop (the requests that turn served) reach the
+    sync thread together at the turn's end, however long the turn: an idle thread is not woken
+    for the turn's first record alone. Here the turn outlasts a sync many times over."""
+    wal = _ThreadNotingLog(tmp_path / "wal")
+
+    async def main() -> None:
+        acks, writer, task = _started(wal)
+        await _append(writer, acks, 1)  # (the sync thread is running, and idle once it returns)
+        first = _queue(writer, acks, 1)
+        time.sleep(0.2)  # (the rest of a long turn, the GIL released: an idle thread could take the first)
+        second = _queue(writer, acks, 2)
+        await asyncio.gather(*(acks.wait(lsn) for lsn in first + second))
+        await _closed(writer, task)
+
+    asyncio.run(main())
+    assert [count for _, count in wal.writes] == [1, 3]
+    assert _replayed(tmp_path / "wal") == [1, 2, 3, 4]
+
+
 def test_frames_queued_while_a_batch_syncs_are_the_next_batch(tmp_path: Path) -> None:
     """The thread takes what accumulated as soon as its sync returns, in one batch; every
     waiter is woken, every frame replays in order."""
     wal = _ThreadNotingLog(tmp_path / "wal")
 
     async def main() -> None:
+        loop = asyncio.get_running_loop()
         acks, writer, task = _started(wal)
         later: list[int] = []
-        wal.during_first_write.append(lambda: later.extend(_queue(writer, acks, 3)))
+        wal.during_first_write.append(lambda: later.extend(_on_loop(loop, lambda: _queue(writer, acks, 3))))
         first = _queue(writer, acks, 5)
         await asyncio.gather(*(acks.wait(lsn) for lsn in first))
         await asyncio.gather(*(acks.wait(lsn) for lsn in later))
@@ -179,6 +219,7 @@ def test_a_cut_asked_for_while_a_batch_syncs_starts_the_next_segment(tmp_path: P
     wal = _ThreadNotingLog(tmp_path / "wal")
 
     async def main() -> None:
+        loop = asyncio.get_running_loop()
         acks, writer, task = _started(wal)
         later: list[int] = []
 
@@ -186,7 +227,7 @@ def test_a_cut_asked_for_while_a_batch_syncs_starts_the_next_segment(tmp_path: P
             writer.rotate_at(acks.next_lsn)  # (the flusher's cut: everything submitted so far)
             later.extend(_queue(writer, acks, 4))
 
-        wal.during_first_write.append(cut_then_queue)
+        wal.during_first_write.append(lambda: _on_loop(loop, cut_then_queue))
         first = _queue(writer, acks, 5)
         await asyncio.gather(*(acks.wait(lsn) for lsn in first + later))
         await _closed(writer, task)

@@ -7,8 +7,9 @@ applied them, as a typed record (``records``); ``submit`` stamps the next LSN an
 the record. A request is acknowledged only after ``wait_durable(lsn)`` returns
 (``acks``: LSNs and the waiters for them).
 
-``durability="wal"``: the WAL writer (``wal_writer``) hands each record's frame, as it is
-submitted, to the sync thread, under storage's sync policy (``sync_policy.SyncPolicy``):
+``durability="wal"``: the WAL writer (``wal_writer``) hands each record's frame to the sync
+thread at the end of the loop's turn that submitted it, under storage's sync policy
+(``sync_policy.SyncPolicy``):
 every write and sync of the log runs on that one dedicated thread, never on the event
 loop's, so a slow sync delays only the appends waiting for it, never the loop's other
 requests. The thread writes everything handed over since its last batch with one
